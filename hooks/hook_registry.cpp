@@ -1,0 +1,217 @@
+// Registration and removal of forward hooks, and the per-call decision of which hooks run.
+#include "module_registry.h"
+
+#include <recompose/hooks/forward_annotation.h>
+#include <recompose/hooks/forward_hooks.h>
+
+#include <torch/nn/module.h>
+
+#include <c10/util/Type.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <typeindex>
+#include <unordered_set>
+
+namespace recompose::hooks {
+namespace detail {
+
+struct HookPlan {
+  std::shared_ptr<const HookList> pre;
+  std::shared_ptr<const HookList> post;
+  std::string_view suppressed;  // owner whose hooks are off for this call ("" = none)
+  bool suppress_all_unowned = false;
+};
+
+namespace {
+
+std::mutex& annotated_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+std::unordered_set<std::type_index>& annotated_types() {
+  static auto* types = new std::unordered_set<std::type_index>();
+  return *types;
+}
+
+// The module whose next forward entry on this thread is the body call of an intercepted call.
+thread_local const torch::nn::Module* tl_body_call = nullptr;
+
+struct Suppressed {
+  const torch::nn::Module* module;
+  std::string owner;
+};
+thread_local std::vector<Suppressed> tl_suppressed;
+
+std::string_view suppressed_owner_for(const torch::nn::Module& module) {
+  // Innermost suppression wins: a re-invocation inside a re-invocation names its own owner.
+  for (auto it = tl_suppressed.rbegin(); it != tl_suppressed.rend(); ++it) {
+    if (it->module == &module) return it->owner;
+  }
+  return {};
+}
+
+bool is_suppressed(const HookRecord& h, std::string_view owner) {
+  return !owner.empty() && h.options.owner == owner;
+}
+
+HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions options, bool is_pre) {
+  if (!hook) throw std::invalid_argument("recompose: cannot register an empty hook function");
+  if (!has_annotated_forward(module)) {
+    const std::string type = c10::demangle(typeid(module).name());
+    throw std::invalid_argument(
+        "recompose: cannot register a forward hook on " + type +
+        ": its forward() is not annotated. Add RECOMPOSE_FORWARD(<every parameter, in order>); as "
+        "the first statement of " + type + "::forward (see recompose/hooks/forward_annotation.h)");
+  }
+  if (is_pre && options.always_call) {
+    throw std::invalid_argument("recompose: always_call applies to forward (post) hooks only");
+  }
+  auto record = std::make_shared<HookRecord>();
+  record->fn = std::move(hook);
+  record->options = std::move(options);
+  record->is_pre = is_pre;
+  record->module = &module;
+
+  auto& reg = ModuleRegistry::instance();
+  std::unique_lock lock(reg.mutex());
+  ModuleEntry& entry = reg.entry_for_write(module);
+  const bool had_hooks = !entry.pre->empty() || !entry.post->empty();
+  auto& list = is_pre ? entry.pre : entry.post;
+  auto next = std::make_shared<HookList>(*list);
+  if (record->options.prepend) {
+    next->insert(next->begin(), record);
+  } else {
+    next->push_back(record);
+  }
+  list = std::move(next);
+  if (!had_hooks) reg.hooked_modules().fetch_add(1);
+  return HookHandle(record);
+}
+
+}  // namespace
+
+bool register_annotated_type(const std::type_info& type) {
+  std::lock_guard lock(annotated_mutex());
+  annotated_types().insert(std::type_index(type));
+  return true;
+}
+
+std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module) {
+  if (tl_body_call == &module) {
+    tl_body_call = nullptr;
+    return nullptr;
+  }
+  auto& reg = ModuleRegistry::instance();
+  if (reg.hooked_modules().load(std::memory_order_acquire) == 0) return nullptr;
+  std::shared_ptr<const HookList> pre, post;
+  {
+    std::shared_lock lock(reg.mutex());
+    const ModuleEntry* entry = reg.find(module);
+    if (entry == nullptr) return nullptr;
+    pre = entry->pre;
+    post = entry->post;
+  }
+  if (pre->empty() && post->empty()) return nullptr;
+  auto plan = std::make_shared<HookPlan>();
+  plan->pre = std::move(pre);
+  plan->post = std::move(post);
+  plan->suppressed = suppressed_owner_for(module);
+  if (!plan->suppressed.empty()) {
+    auto any_live = [&](const HookList& l) {
+      return std::any_of(l.begin(), l.end(), [&](const auto& h) { return !is_suppressed(*h, plan->suppressed); });
+    };
+    if (!any_live(*plan->pre) && !any_live(*plan->post)) return nullptr;
+  }
+  return plan;
+}
+
+void mark_body_call(const torch::nn::Module& module) { tl_body_call = &module; }
+void clear_body_call(const torch::nn::Module& module) {
+  if (tl_body_call == &module) tl_body_call = nullptr;
+}
+
+OwnerSuppression::OwnerSuppression(const torch::nn::Module& module, std::string_view owner) {
+  tl_suppressed.push_back({&module, std::string(owner)});
+}
+OwnerSuppression::~OwnerSuppression() { tl_suppressed.pop_back(); }
+
+void HookRunner::run_pre() {
+  for (const auto& h : *plan_.pre) {
+    if (h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
+    h->fn(call_);
+  }
+}
+
+void HookRunner::run_post() {
+  const HookList& post = *plan_.post;
+  for (; post_done_ < post.size();) {
+    const auto& h = post[post_done_++];
+    if (h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
+    h->fn(call_);
+  }
+}
+
+void HookRunner::run_post_after_error(std::exception_ptr error) noexcept {
+  call_.set_error(error);
+  const HookList& post = *plan_.post;
+  for (; post_done_ < post.size();) {
+    const auto& h = post[post_done_++];
+    if (!h->options.always_call || h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
+    try {
+      h->fn(call_);
+    } catch (...) {
+      // As in PyTorch: the original exception wins; this one is dropped.
+    }
+  }
+}
+
+}  // namespace detail
+
+bool has_annotated_forward(const torch::nn::Module& module) {
+  std::lock_guard lock(detail::annotated_mutex());
+  return detail::annotated_types().count(std::type_index(typeid(module))) > 0;
+}
+
+HookHandle register_forward_pre_hook(torch::nn::Module& module, ForwardHook hook, HookOptions options) {
+  return detail::add_hook(module, std::move(hook), std::move(options), /*is_pre=*/true);
+}
+
+HookHandle register_forward_hook(torch::nn::Module& module, ForwardHook hook, HookOptions options) {
+  return detail::add_hook(module, std::move(hook), std::move(options), /*is_pre=*/false);
+}
+
+std::size_t hook_count(const torch::nn::Module& module) {
+  auto& reg = detail::ModuleRegistry::instance();
+  std::shared_lock lock(reg.mutex());
+  const detail::ModuleEntry* entry = reg.find(module);
+  return entry == nullptr ? 0 : entry->pre->size() + entry->post->size();
+}
+
+void HookHandle::remove() {
+  if (!record_ || record_->removed.exchange(true)) return;
+  auto& reg = detail::ModuleRegistry::instance();
+  std::unique_lock lock(reg.mutex());
+  detail::ModuleEntry* entry = reg.find_mutable(*record_->module);
+  if (entry == nullptr) return;  // the module is gone
+  auto& list = record_->is_pre ? entry->pre : entry->post;
+  auto next = std::make_shared<detail::HookList>(*list);
+  const auto old_size = next->size();
+  next->erase(std::remove(next->begin(), next->end(), record_), next->end());
+  if (next->size() == old_size) return;  // a new module now lives at that address
+  list = std::move(next);
+  if (entry->pre->empty() && entry->post->empty()) reg.hooked_modules().fetch_sub(1);
+}
+
+bool HookHandle::active() const { return record_ && !record_->removed.load(); }
+
+std::shared_ptr<void>& ForwardCall::slot(std::string_view owner) {
+  for (auto& [name, value] : slots_) {
+    if (name == owner) return value;
+  }
+  slots_.emplace_back(std::string(owner), nullptr);
+  return slots_.back().second;
+}
+
+}  // namespace recompose::hooks

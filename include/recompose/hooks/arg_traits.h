@@ -1,0 +1,151 @@
+// How forward arguments and outputs are split into tensor leaves and rebuilt from them.
+//
+// The hook layer stores a call's arguments so that their owner can run the forward again
+// (recomputation), possibly with other tensors in the leaves' places. ArgTraits<T> is the
+// customisation point that says how: `flatten` appends T's tensors to a list, `rebuild` makes a T
+// shaped like `like` whose tensors are taken, in the same order, from a cursor.
+//
+// Supported out of the box: at::Tensor, std::optional<at::Tensor> (an absent one is an undefined
+// leaf), std::vector<at::Tensor>, std::tuple / std::pair of supported types, and plain values
+// (arithmetic types, enums, std::string, c10::Device, c10::ScalarType, and std::vector /
+// std::optional of those), which are copied and carry no leaves.
+//
+// Example: a forward that takes a struct of your own
+//
+//   struct Batch { at::Tensor tokens; int64_t pad; };
+//   template <> struct recompose::hooks::ArgTraits<Batch> {
+//     static void flatten(const Batch& b, std::vector<at::Tensor>& out) { out.push_back(b.tokens); }
+//     static Batch rebuild(const Batch& like, recompose::hooks::LeafCursor& c) {
+//       return Batch{c.next(), like.pad};
+//     }
+//   };
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace recompose::hooks {
+
+// Hands out the replacement leaves one at a time, in flatten order.
+class LeafCursor {
+ public:
+  explicit LeafCursor(const std::vector<at::Tensor>& leaves) : leaves_(leaves) {}
+  const at::Tensor& next() {
+    if (pos_ >= leaves_.size()) {
+      throw std::out_of_range("recompose: fewer replacement tensors than the stored call has leaves");
+    }
+    return leaves_[pos_++];
+  }
+  std::size_t consumed() const { return pos_; }
+
+ private:
+  const std::vector<at::Tensor>& leaves_;
+  std::size_t pos_ = 0;
+};
+
+// Primary template: left undefined so that an unsupported argument type is a compile error that
+// names the type (see Flattenable below) instead of a silently ignored tensor.
+template <class T, class Enable = void>
+struct ArgTraits;
+
+namespace detail {
+template <class T>
+struct is_plain_value
+    : std::bool_constant<std::is_arithmetic_v<T> || std::is_enum_v<T> ||
+                         std::is_same_v<T, std::string> || std::is_same_v<T, c10::Device>> {};
+template <class T>
+struct is_plain_value<std::vector<T>> : is_plain_value<T> {};
+template <class T>
+struct is_plain_value<std::optional<T>> : is_plain_value<T> {};
+template <class T>
+inline constexpr bool is_plain_value_v = is_plain_value<T>::value;
+}  // namespace detail
+
+// True when ArgTraits<T> is defined for T.
+template <class T>
+concept Flattenable = requires(const T& v, std::vector<at::Tensor>& out, LeafCursor& c) {
+  ArgTraits<T>::flatten(v, out);
+  { ArgTraits<T>::rebuild(v, c) } -> std::convertible_to<T>;
+};
+
+template <class T>
+struct ArgTraits<T, std::enable_if_t<detail::is_plain_value_v<T>>> {
+  static void flatten(const T&, std::vector<at::Tensor>&) {}
+  static T rebuild(const T& like, LeafCursor&) { return like; }
+};
+
+template <>
+struct ArgTraits<at::Tensor> {
+  static void flatten(const at::Tensor& t, std::vector<at::Tensor>& out) { out.push_back(t); }
+  static at::Tensor rebuild(const at::Tensor&, LeafCursor& c) { return c.next(); }
+};
+
+template <>
+struct ArgTraits<std::optional<at::Tensor>> {
+  static void flatten(const std::optional<at::Tensor>& t, std::vector<at::Tensor>& out) {
+    out.push_back(t.has_value() ? *t : at::Tensor());
+  }
+  static std::optional<at::Tensor> rebuild(const std::optional<at::Tensor>& like, LeafCursor& c) {
+    const at::Tensor& leaf = c.next();
+    if (!like.has_value()) return std::nullopt;
+    return leaf;
+  }
+};
+
+template <>
+struct ArgTraits<std::vector<at::Tensor>> {
+  static void flatten(const std::vector<at::Tensor>& v, std::vector<at::Tensor>& out) {
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  static std::vector<at::Tensor> rebuild(const std::vector<at::Tensor>& like, LeafCursor& c) {
+    std::vector<at::Tensor> result;
+    result.reserve(like.size());
+    for (std::size_t i = 0; i < like.size(); ++i) result.push_back(c.next());
+    return result;
+  }
+};
+
+template <class... Ts>
+struct ArgTraits<std::tuple<Ts...>, std::enable_if_t<(Flattenable<Ts> && ...)>> {
+  static void flatten(const std::tuple<Ts...>& t, std::vector<at::Tensor>& out) {
+    std::apply([&](const Ts&... e) { (ArgTraits<Ts>::flatten(e, out), ...); }, t);
+  }
+  static std::tuple<Ts...> rebuild(const std::tuple<Ts...>& like, LeafCursor& c) {
+    // Braced initialisation evaluates left to right, so leaves are consumed in flatten order.
+    return std::apply([&](const Ts&... e) { return std::tuple<Ts...>{ArgTraits<Ts>::rebuild(e, c)...}; },
+                      like);
+  }
+};
+
+template <class A, class B>
+struct ArgTraits<std::pair<A, B>, std::enable_if_t<Flattenable<A> && Flattenable<B>>> {
+  static void flatten(const std::pair<A, B>& p, std::vector<at::Tensor>& out) {
+    ArgTraits<A>::flatten(p.first, out);
+    ArgTraits<B>::flatten(p.second, out);
+  }
+  static std::pair<A, B> rebuild(const std::pair<A, B>& like, LeafCursor& c) {
+    A first = ArgTraits<A>::rebuild(like.first, c);
+    B second = ArgTraits<B>::rebuild(like.second, c);
+    return {std::move(first), std::move(second)};
+  }
+};
+
+// Tensor leaves of a value, in order.
+template <Flattenable T>
+std::vector<at::Tensor> flatten_leaves(const T& value) {
+  std::vector<at::Tensor> out;
+  ArgTraits<T>::flatten(value, out);
+  return out;
+}
+
+}  // namespace recompose::hooks

@@ -1,0 +1,228 @@
+// RECOMPOSE_FORWARD(args...): the one-line annotation that makes a module's forward hookable.
+//
+// Put it as the FIRST statement of forward, naming every parameter in order:
+//
+//   torch::Tensor forward(torch::Tensor x, std::optional<torch::Tensor> mask, double scale) {
+//     RECOMPOSE_FORWARD(x, mask, scale);
+//     ...
+//   }
+//
+// How it works: when hooks are registered on this module instance, the annotation runs the
+// pre-hooks, calls forward again (that nested call skips the annotation and runs the body),
+// runs the post-hooks with the output, and returns the output. With no hooks it costs one
+// thread-local read and one atomic read (plus a table lookup when some module has hooks).
+// Parameter types must be supported by recompose::hooks::ArgTraits (tensors, optional tensors,
+// tensor vectors, tuples/pairs, plain values; specialise ArgTraits for your own types).
+//
+// Limits: forward must not take rvalue-reference parameters; an annotation in a base class's
+// forward registers the base class, so annotate the forward of the class you register hooks on.
+#pragma once
+
+#include <recompose/hooks/arg_traits.h>
+#include <recompose/hooks/forward_call.h>
+
+#include <exception>
+#include <memory>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace recompose::hooks::detail {
+
+// Records, at static-initialisation time, that a module type has an annotated forward: the
+// annotation odr-uses AnnotatedType<M>::registered, which instantiates this initialiser.
+bool register_annotated_type(const std::type_info& type);
+template <class M>
+struct AnnotatedType {
+  static const bool registered;
+};
+template <class M>
+const bool AnnotatedType<M>::registered = register_annotated_type(typeid(M));
+
+struct HookPlan;  // the hooks that apply to one call (hook_registry.cpp)
+
+// Decides whether this call of forward runs hooks: returns nullptr for the nested body call, and
+// when no hook applies.
+std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module);
+// Marks the next entry into `module`'s forward on this thread as the body call.
+void mark_body_call(const torch::nn::Module& module);
+void clear_body_call(const torch::nn::Module& module);
+// Keeps `owner`'s hooks on `module` off on this thread while alive.
+class OwnerSuppression {
+ public:
+  OwnerSuppression(const torch::nn::Module& module, std::string_view owner);
+  ~OwnerSuppression();
+  OwnerSuppression(const OwnerSuppression&) = delete;
+  OwnerSuppression& operator=(const OwnerSuppression&) = delete;
+};
+std::shared_ptr<torch::nn::Module> keep_alive(torch::nn::Module& module);
+
+// Runs the hooks of one plan around a body, with PyTorch's always_call semantics.
+class HookRunner {
+ public:
+  HookRunner(const HookPlan& plan, ForwardCall& call) : plan_(plan), call_(call) {}
+  void run_pre();
+  void run_post();
+  // After an exception: runs the always_call post-hooks that have not run yet.
+  void run_post_after_error(std::exception_ptr error) noexcept;
+
+ private:
+  const HookPlan& plan_;
+  ForwardCall& call_;
+  std::size_t post_done_ = 0;
+};
+
+template <class R>
+std::vector<at::Tensor> output_leaves_of(const R& out) {
+  if constexpr (Flattenable<std::remove_cvref_t<R>>) {
+    return flatten_leaves(static_cast<const std::remove_cvref_t<R>&>(out));
+  } else {
+    return {};
+  }
+}
+
+template <class Fn, class... Vs>
+class TypedStoredCall final : public StoredCall {
+ public:
+  TypedStoredCall(std::shared_ptr<torch::nn::Module> module, Fn fn, std::tuple<Vs...> args,
+                  bool has_tensors)
+      : module_(std::move(module)), fn_(std::move(fn)), args_(std::move(args)), has_tensors_(has_tensors) {
+    std::apply([&](const Vs&... a) { (ArgTraits<Vs>::flatten(a, probe_), ...); }, args_);
+  }
+
+  std::vector<at::Tensor> invoke(const std::vector<at::Tensor>& leaves,
+                                 std::string_view suppressed_owner) const override {
+    if (leaves.empty() && !has_tensors_ && !probe_.empty()) {
+      throw std::invalid_argument(
+          "recompose: this call was stored without its tensors; pass the replacement leaves to invoke()");
+    }
+    if (!leaves.empty() && leaves.size() != probe_.size()) {
+      throw std::invalid_argument("recompose: StoredCall::invoke got " + std::to_string(leaves.size()) +
+                                  " tensors for a call with " + std::to_string(probe_.size()) + " tensor leaves");
+    }
+    OwnerSuppression off(*module_, suppressed_owner);
+    if (leaves.empty()) {
+      return std::apply([&](const Vs&... a) { return call(a...); }, args_);
+    }
+    LeafCursor cursor(leaves);
+    std::tuple<Vs...> rebuilt =
+        std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; }, args_);
+    return std::apply([&](Vs&... a) { return call(a...); }, rebuilt);
+  }
+
+  std::size_t leaf_count() const override { return probe_.size(); }
+  torch::nn::Module& module() const override { return *module_; }
+
+ private:
+  template <class... As>
+  std::vector<at::Tensor> call(As&... a) const {
+    using R = decltype(fn_(a...));
+    if constexpr (std::is_void_v<R>) {
+      fn_(a...);
+      return {};
+    } else {
+      return output_leaves_of(fn_(a...));
+    }
+  }
+
+  std::shared_ptr<torch::nn::Module> module_;
+  Fn fn_;
+  std::tuple<Vs...> args_;
+  bool has_tensors_;
+  std::vector<at::Tensor> probe_;  // the stored leaves (undefined ones when not kept)
+};
+
+template <class Fn, class... Vs>
+class TypedCallArguments final : public CallArguments {
+ public:
+  TypedCallArguments(torch::nn::Module& module, const Fn& fn, const Vs&... args)
+      : module_(module), fn_(fn), args_(args...) {}
+
+  std::vector<at::Tensor> leaves() const override {
+    std::vector<at::Tensor> out;
+    std::apply([&](const Vs&... a) { (ArgTraits<Vs>::flatten(a, out), ...); }, args_);
+    return out;
+  }
+
+  std::shared_ptr<StoredCall> store(bool keep_tensors) const override {
+    std::tuple<Vs...> copy = std::apply([](const Vs&... a) { return std::tuple<Vs...>{a...}; }, args_);
+    if (!keep_tensors) {
+      // Same structure, undefined tensors: holds no memory.
+      const std::vector<at::Tensor> blanks(leaves().size());
+      LeafCursor cursor(blanks);
+      copy = std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; },
+                        args_);
+    }
+    return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(copy), keep_tensors);
+  }
+
+ private:
+  torch::nn::Module& module_;
+  const Fn& fn_;
+  std::tuple<const Vs&...> args_;
+};
+
+// The object RECOMPOSE_FORWARD creates at the top of forward.
+class ForwardGate {
+ public:
+  ForwardGate(torch::nn::Module& module, const bool& /*type registered*/)
+      : module_(module), plan_(plan_forward(module)) {}
+
+  bool intercepts() const { return plan_ != nullptr; }
+
+  // Runs hooks around fn(args...), where fn calls this module's forward again.
+  template <class Fn, class... Args>
+  decltype(auto) run(Fn fn, Args&... args) {
+    static_assert((Flattenable<std::remove_cvref_t<Args>> && ...),
+                  "RECOMPOSE_FORWARD: a forward parameter type is not supported; specialise "
+                  "recompose::hooks::ArgTraits for it (see recompose/hooks/arg_traits.h)");
+    TypedCallArguments<Fn, std::remove_cvref_t<Args>...> view(module_, fn, args...);
+    ForwardCall call(module_, view);
+    HookRunner runner(*plan_, call);
+    using R = decltype(fn(args...));
+    try {
+      runner.run_pre();
+      mark_body_call(module_);
+      if constexpr (std::is_void_v<R>) {
+        fn(args...);
+        clear_body_call(module_);
+        call.set_output({});
+        runner.run_post();
+        return;
+      } else {
+        R out = fn(args...);
+        clear_body_call(module_);
+        call.set_output(output_leaves_of(out));
+        runner.run_post();
+        return out;
+      }
+    } catch (...) {
+      clear_body_call(module_);
+      runner.run_post_after_error(std::current_exception());
+      throw;
+    }
+  }
+
+ private:
+  torch::nn::Module& module_;
+  std::shared_ptr<const HookPlan> plan_;
+};
+
+}  // namespace recompose::hooks::detail
+
+#define RECOMPOSE_FORWARD(...)                                                                     \
+  if (::recompose::hooks::detail::ForwardGate recompose_forward_gate_{                             \
+          *this, ::recompose::hooks::detail::AnnotatedType<                                        \
+                     std::remove_cvref_t<decltype(*this)>>::registered};                           \
+      recompose_forward_gate_.intercepts())                                                        \
+  return recompose_forward_gate_.run(                                                              \
+      [this](auto&&... recompose_args_) -> decltype(auto) {                                        \
+        return this->forward(std::forward<decltype(recompose_args_)>(recompose_args_)...);         \
+      } __VA_OPT__(, ) __VA_ARGS__)

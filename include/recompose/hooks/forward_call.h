@@ -1,0 +1,100 @@
+// What a forward hook sees of one call of an annotated module's forward, and a stored copy of
+// that call that its owner can run again.
+#pragma once
+
+#include <recompose/hooks/arg_traits.h>
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace recompose::hooks {
+
+// A forward call kept for later: the module (held alive) and copies of the arguments.
+// Made by ForwardCall::store(). Thread-safe to invoke from any thread, one call at a time.
+class StoredCall {
+ public:
+  virtual ~StoredCall() = default;
+
+  // Runs the module's forward again with the stored arguments. `leaves` replaces the arguments'
+  // tensor leaves in flatten order (it must have leaf_count() entries); pass an empty vector to
+  // use the stored ones (only possible when the call was stored with its tensors).
+  // While it runs, on this thread, the hooks registered on this module with owner
+  // `suppressed_owner` are off; every other hook runs. Returns the output's tensor leaves.
+  //
+  // Throws std::invalid_argument if `leaves` has the wrong size or tensors were not stored.
+  virtual std::vector<at::Tensor> invoke(const std::vector<at::Tensor>& leaves,
+                                         std::string_view suppressed_owner) const = 0;
+
+  // Number of tensor leaves in the arguments.
+  virtual std::size_t leaf_count() const = 0;
+
+  // The module whose forward this call runs.
+  virtual torch::nn::Module& module() const = 0;
+};
+
+namespace detail {
+// Type-erased access to the arguments of the call in flight (implemented in forward_gate.h).
+class CallArguments {
+ public:
+  virtual ~CallArguments() = default;
+  virtual std::vector<at::Tensor> leaves() const = 0;
+  virtual std::shared_ptr<StoredCall> store(bool keep_tensors) const = 0;
+};
+}  // namespace detail
+
+// One call of an annotated forward, as hooks see it. Pre-hooks see the arguments; post-hooks see
+// the arguments, the output's tensor leaves, and, for always_call hooks, the exception that the
+// body or an earlier hook threw.
+class ForwardCall {
+ public:
+  ForwardCall(torch::nn::Module& module, const detail::CallArguments& args)
+      : module_(module), args_(args) {}
+  ForwardCall(const ForwardCall&) = delete;
+  ForwardCall& operator=(const ForwardCall&) = delete;
+
+  torch::nn::Module& module() const { return module_; }
+
+  // Tensor leaves of the arguments, in order (an absent optional tensor is an undefined tensor).
+  std::vector<at::Tensor> input_leaves() const { return args_.leaves(); }
+
+  // A copy of this call that can be run again later (see StoredCall). With keep_tensors = false
+  // the tensors are not kept (so no memory is held); invoke() must then be given the leaves.
+  std::shared_ptr<StoredCall> store(bool keep_tensors = true) const { return args_.store(keep_tensors); }
+
+  // Post-hooks only: the output's tensor leaves (empty if the output type has no ArgTraits, or
+  // if the body threw).
+  const std::vector<at::Tensor>& output_leaves() const { return output_leaves_; }
+  bool has_output() const { return has_output_; }
+
+  // Post-hooks registered with always_call only: the exception in flight, or nullptr.
+  std::exception_ptr error() const { return error_; }
+
+  // Per-call scratch space: what a pre-hook leaves here for a post-hook of the same call.
+  // Keyed by the hook owner's name.
+  std::shared_ptr<void>& slot(std::string_view owner);
+
+  // Used by the gate.
+  void set_output(std::vector<at::Tensor> leaves) {
+    output_leaves_ = std::move(leaves);
+    has_output_ = true;
+  }
+  void set_error(std::exception_ptr e) { error_ = std::move(e); }
+
+ private:
+  torch::nn::Module& module_;
+  const detail::CallArguments& args_;
+  std::vector<at::Tensor> output_leaves_;
+  bool has_output_ = false;
+  std::exception_ptr error_;
+  std::vector<std::pair<std::string, std::shared_ptr<void>>> slots_;
+};
+
+}  // namespace recompose::hooks

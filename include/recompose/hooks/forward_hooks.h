@@ -1,0 +1,84 @@
+// Forward pre- and post-hooks for LibTorch modules whose forward carries RECOMPOSE_FORWARD.
+//
+//   struct BlockImpl : torch::nn::Module {
+//     torch::Tensor forward(torch::Tensor x) {
+//       RECOMPOSE_FORWARD(x);          // first statement: makes the forward hookable
+//       return fc->forward(x).relu();
+//     }
+//     torch::nn::Linear fc{nullptr};
+//   };
+//   TORCH_MODULE(Block);
+//
+//   Block block;
+//   auto h = recompose::hooks::register_forward_hook(*block, [](recompose::hooks::ForwardCall& c) {
+//     std::cout << c.output_leaves()[0].sizes() << "\n";
+//   });
+//   block(torch::randn({2, 4}));        // the hook runs, however the module is called
+//   h.remove();
+//
+// Hooks run on the thread that runs the forward. Registration and removal are thread-safe and
+// may happen while other threads run the module, or from inside a running hook.
+#pragma once
+
+#include <recompose/hooks/forward_call.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace recompose::hooks {
+
+using ForwardHook = std::function<void(ForwardCall&)>;
+
+struct HookOptions {
+  // Run before the hooks already registered (of the same kind) instead of after them.
+  bool prepend = false;
+  // Post-hooks only: run even when the body or an earlier hook threw; the exception then goes on
+  // (an exception thrown by an always_call hook itself in that situation is dropped).
+  bool always_call = false;
+  // Who owns the hook: StoredCall::invoke can switch off one owner's hooks.
+  std::string owner;
+
+  HookOptions& set_prepend(bool v) { prepend = v; return *this; }
+  HookOptions& set_always_call(bool v) { always_call = v; return *this; }
+  HookOptions& set_owner(std::string v) { owner = std::move(v); return *this; }
+};
+
+namespace detail {
+struct HookRecord;
+}
+
+// Removes the hook it was returned for. Dropping the handle does NOT remove the hook (as in
+// PyTorch). remove() is idempotent, thread-safe, and safe inside a running hook: a removed hook
+// does not run again, not even later in the call that is in flight.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  explicit HookHandle(std::shared_ptr<detail::HookRecord> record) : record_(std::move(record)) {}
+  void remove();
+  bool active() const;
+
+ private:
+  std::shared_ptr<detail::HookRecord> record_;
+};
+
+// Registers `hook` to run before the body of `module`'s forward; it sees the arguments.
+// Throws std::invalid_argument if the module's forward is not annotated with RECOMPOSE_FORWARD
+// (the message names the type), or if the module is not owned by a std::shared_ptr (every
+// ModuleHolder and std::make_shared module is).
+HookHandle register_forward_pre_hook(torch::nn::Module& module, ForwardHook hook,
+                                     HookOptions options = {});
+
+// Registers `hook` to run after the body of `module`'s forward; it sees the arguments and the
+// output's tensor leaves. Errors as register_forward_pre_hook.
+HookHandle register_forward_hook(torch::nn::Module& module, ForwardHook hook,
+                                 HookOptions options = {});
+
+// True if `module`'s dynamic type has an annotated forward.
+bool has_annotated_forward(const torch::nn::Module& module);
+
+// Number of hooks (pre and post) currently registered on `module`.
+std::size_t hook_count(const torch::nn::Module& module);
+
+}  // namespace recompose::hooks

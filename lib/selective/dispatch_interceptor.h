@@ -1,0 +1,69 @@
+#pragma once
+// Op-level interception below autograd, in pure C++ (the C++ counterpart of a
+// Python TorchDispatchMode). Used by selective activation checkpointing to see,
+// cache and replay ATen ops.
+//
+// This header uses no LibTorch-internal (impl) API: everything that depends on
+// LibTorch internals lives in dispatch_interceptor.cpp (one version-guarded file).
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace recompose::detail {
+
+// Sees every ATen operator dispatched below autograd on the thread where it is
+// installed (also ops with no tensor arguments, such as factory functions).
+//
+// While intercept() runs, this interceptor is suspended and autograd is off:
+// ATen ops that intercept() calls itself (detach(), clone(), ...) go to the
+// outer interceptors, if any, and then to the kernels; they are never seen by
+// this interceptor again and are not recorded by autograd.
+class OpInterceptor {
+ public:
+  virtual ~OpInterceptor() = default;
+  // Either call run_below(op, stack) to execute the op (its arguments on the
+  // stack are replaced by its results), or pop the arguments yourself
+  // (op.schema().arguments().size() values) and push replacement results
+  // (op.schema().returns().size() values).
+  //
+  // Replacement tensors get autograd history attached by the layers above, so
+  // each pushed tensor must be a TensorImpl that nobody else uses as an
+  // autograd variable: push `cached.detach()` (a fresh TensorImpl sharing the
+  // storage), never the op's original output and never the same TensorImpl
+  // twice. A replacement for a view op (view, t, transpose, ...) does not alias
+  // the op's input; replay view ops with run_below instead.
+  //
+  // Exceptions thrown here propagate to the caller of the op.
+  virtual void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) = 0;
+};
+
+// Executes op beneath the interceptor that is currently handling it (outer
+// interceptors, if any, still see it). Only valid inside intercept() on the
+// same thread; throws otherwise.
+void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// RAII: installs `interceptor` as the innermost dispatch mode of this thread;
+// removes it on destruction (must be LIFO; a non-LIFO destruction is repaired
+// with a warning). `interceptor` must outlive the scope. The scope must be
+// destroyed on the thread that created it.
+class InterceptorScope {
+ public:
+  explicit InterceptorScope(OpInterceptor& interceptor);
+  ~InterceptorScope();
+  InterceptorScope(const InterceptorScope&) = delete;
+  InterceptorScope& operator=(const InterceptorScope&) = delete;
+  InterceptorScope(InterceptorScope&&) = delete;
+  InterceptorScope& operator=(InterceptorScope&&) = delete;
+
+ private:
+  std::shared_ptr<void> mode_;  // the dispatch-mode object (opaque here)
+};
+
+// Number of interceptors installed on this thread (0 when none), including one
+// that is currently suspended because its intercept() is running.
+size_t active_interceptor_count();
+
+}  // namespace recompose::detail

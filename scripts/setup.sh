@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Installs everything recompose needs on a Debian 12 machine, idempotently:
+#   - Debian packages: compiler, meson, ninja, doctest, range-v3, unzip, python3-pip;
+#   - LibTorch 2.11.0 from the PyPI `torch` wheel (plus the two small CUDA runtime wheels that
+#     libtorch_cpu.so links against), unpacked OUTSIDE the checkout so every clone reuses it.
+# Prints the LibTorch folder (the one holding include/ and lib/) on its last line.
+#
+# Environment:
+#   RECOMPOSE_DEPS       where LibTorch goes (default: $HOME/.cache/recompose)
+#   RECOMPOSE_TORCH_DIR  use this existing LibTorch / torch package folder instead (skips the wheel)
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+# libtorch_cpu.so of the cu130 wheel needs libcudart.so.13 and libcupti.so.13, found through its
+# RPATH $ORIGIN/../../nvidia/cu13/lib; these are the versions torch 2.11.0 pins.
+CUDA_RUNTIME_WHEELS=("nvidia-cuda-runtime==13.0.96" "nvidia-cuda-cupti==13.0.85")
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+sudo_if_needed() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_debian_packages() {
+  local wanted=(g++ ninja-build meson pkg-config doctest-dev librange-v3-dev unzip python3-pip)
+  local missing=()
+  for p in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  # A pip from another Python (pyenv, venv) is as good as Debian's python3-pip.
+  if [[ " ${missing[*]} " == *" python3-pip "* ]] && python3 -m pip --version >/dev/null 2>&1; then
+    missing=("${missing[@]/python3-pip}")
+  fi
+  local real=()
+  for p in "${missing[@]}"; do [ -n "$p" ] && real+=("$p"); done
+  if [ ${#real[@]} -eq 0 ]; then
+    log "Debian packages: all present"
+    return
+  fi
+  log "Debian packages: installing ${real[*]}"
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${real[@]}" >&2
+}
+
+install_libtorch() {
+  local deps="${RECOMPOSE_DEPS:-$HOME/.cache/recompose}"
+  local root="$deps/torch-$TORCH_VERSION"
+  if [ -f "$root/.complete" ]; then
+    log "LibTorch $TORCH_VERSION: reusing $root/torch"
+    echo "$root/torch"
+    return
+  fi
+  log "LibTorch $TORCH_VERSION: downloading the torch wheel into $deps (about 530 MB, once per machine)"
+  mkdir -p "$deps/wheels" "$root"
+  # The wheel's C++ parts do not depend on the Python version; pin the tag so any pip works.
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --python-version 3.11 --implementation cp --platform manylinux_2_28_x86_64 \
+    -d "$deps/wheels" "torch==$TORCH_VERSION" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$deps/wheels" "${CUDA_RUNTIME_WHEELS[@]}" >&2
+  local w
+  w=$(ls "$deps"/wheels/torch-"$TORCH_VERSION"-*.whl | head -n1)
+  log "unpacking $(basename "$w")"
+  unzip -q -o "$w" 'torch/include/*' 'torch/lib/*' 'torch/share/*' 'torch/version.py' -d "$root"
+  for w in "$deps"/wheels/nvidia_cuda_runtime-*.whl "$deps"/wheels/nvidia_cuda_cupti-*.whl; do
+    unzip -q -o "$w" 'nvidia/*' -d "$root"
+  done
+  # Python bindings are not used from C++; dropping them keeps a stray engine from loading.
+  rm -f "$root/torch/lib/libtorch_python.so"
+  touch "$root/.complete"
+  echo "$root/torch"
+}
+
+main() {
+  install_debian_packages
+  if [ -n "${RECOMPOSE_TORCH_DIR:-}" ]; then
+    [ -d "$RECOMPOSE_TORCH_DIR/include/torch" ] || {
+      echo "RECOMPOSE_TORCH_DIR=$RECOMPOSE_TORCH_DIR has no include/torch: point it at a LibTorch" \
+           "folder (libtorch/ from pytorch.org) or at a Python environment's torch package." >&2
+      exit 2
+    }
+    log "LibTorch: using RECOMPOSE_TORCH_DIR=$RECOMPOSE_TORCH_DIR"
+    echo "$RECOMPOSE_TORCH_DIR"
+  else
+    install_libtorch
+  fi
+}
+
+main "$@"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Command (2) of the README: set up, build, and run every test. Exits non-zero if any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+bash scripts/build.sh
+built=$(date +%s)
+build=${RECOMPOSE_BUILD_DIR:-build}
+status=0
+meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
+done_at=$(date +%s)
+# meson prints its own summary; add the doctest totals as one plain line that CI can read.
+python3 - "$build/meson-logs/testlog.txt" <<'PY' || true
+import re, sys
+passed = failed = skipped = 0
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"\[doctest\] test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed\s*\|\s*(\d+) skipped", line)
+    if m:
+        passed += int(m.group(2)); failed += int(m.group(3)); skipped += int(m.group(4))
+print(f"doctest: {passed} passed, {failed} failed, {skipped} skipped")
+PY
+echo "[test] build $((built - start)) s, tests $((done_at - built)) s"
+exit $status

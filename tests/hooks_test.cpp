@@ -1,0 +1,437 @@
+// The forward-hook layer: registration, firing paths, always_call, removal, state, re-invocation,
+// module-tree invariance and thread safety.
+#include "support/test_modules.h"
+
+#include <recompose/hooks/forward_hooks.h>
+#include <recompose/hooks/module_state.h>
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <sstream>
+#include <thread>
+
+using namespace recompose::hooks;
+
+namespace {
+
+std::vector<std::string> names_of(const torch::OrderedDict<std::string, torch::Tensor>& d) {
+  std::vector<std::string> out;
+  for (const auto& item : d) out.push_back(item.key());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("pre-hook sees the arguments, post-hook sees arguments and output") {
+  rt::TinyBlock block(4);
+  torch::Tensor x = torch::randn({2, 4});
+  std::vector<std::string> order;
+  torch::Tensor seen_in, seen_out;
+  auto pre = register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    order.push_back("pre");
+    seen_in = c.input_leaves().at(0);
+    CHECK_FALSE(c.has_output());
+  });
+  auto post = register_forward_hook(*block, [&](ForwardCall& c) {
+    order.push_back("post");
+    REQUIRE(c.has_output());
+    seen_out = c.output_leaves().at(0);
+    CHECK(c.input_leaves().at(0).is_same(x));
+  });
+  torch::Tensor y = block(x);
+  CHECK(order == std::vector<std::string>{"pre", "post"});
+  CHECK(seen_in.is_same(x));
+  CHECK(seen_out.is_same(y));
+  CHECK(block->body_runs == 1);
+}
+
+TEST_CASE("hooks run in registration order; prepend puts a hook first") {
+  rt::TinyBlock block(4);
+  std::vector<int> order;
+  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(1); });
+  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(2); });
+  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().set_prepend(true));
+  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(11); });
+  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().set_prepend(true));
+  block(torch::randn({1, 4}));
+  CHECK(order == std::vector<int>{0, 1, 2, 10, 11});
+  CHECK(hook_count(*block) == 5);
+}
+
+TEST_CASE("hooks fire however the module is called") {
+  rt::TinyBlock block(4);
+  int fired = 0;
+  register_forward_hook(*block, [&](ForwardCall&) { ++fired; });
+  torch::Tensor x = torch::randn({1, 4});
+
+  block(x);                                   // ModuleHolder
+  block->forward(x);                          // the Impl directly
+  torch::nn::Sequential seq(block);           // Sequential
+  seq->forward(x);
+  torch::nn::AnyModule any(block);            // AnyModule
+  any.forward(x);
+  torch::nn::ModuleList list;                 // ModuleList
+  list->push_back(block);
+  list[0]->as<rt::TinyBlockImpl>()->forward(x);
+  torch::nn::ModuleDict dict;                 // ModuleDict
+  dict->update({{"blk", block.ptr()}});
+  dict["blk"]->as<rt::TinyBlockImpl>()->forward(x);
+  CHECK(fired == 6);
+  CHECK(block->body_runs == 6);
+}
+
+TEST_CASE("nested annotated modules each run their own hooks") {
+  rt::Nested net;
+  std::vector<std::string> order;
+  register_forward_pre_hook(*net, [&](ForwardCall&) { order.push_back("outer-pre"); });
+  register_forward_hook(*net, [&](ForwardCall&) { order.push_back("outer-post"); });
+  register_forward_pre_hook(*net->a, [&](ForwardCall&) { order.push_back("a-pre"); });
+  register_forward_hook(*net->b, [&](ForwardCall&) { order.push_back("b-post"); });
+  net(torch::randn({3, 4}));
+  CHECK(order == std::vector<std::string>{"outer-pre", "a-pre", "b-post", "outer-post"});
+}
+
+TEST_CASE("always_call post-hooks run when the body throws, then the exception goes on") {
+  rt::Throwing m;
+  int plain = 0, always = 0;
+  std::string message;
+  register_forward_hook(*m, [&](ForwardCall&) { ++plain; });
+  register_forward_hook(*m, [&](ForwardCall& c) {
+    ++always;
+    if (!c.error()) return;
+    try {
+      std::rethrow_exception(c.error());
+    } catch (const std::runtime_error& e) {
+      message = e.what();
+    }
+  }, HookOptions().set_always_call(true));
+  CHECK_THROWS_WITH_AS(m(torch::ones({1}), true), "body failed", std::runtime_error);
+  CHECK(plain == 0);
+  CHECK(always == 1);
+  CHECK(message == "body failed");
+  // and without failure both run, with no error set
+  message.clear();
+  m(torch::ones({1}), false);
+  CHECK(message.empty());
+  CHECK(plain == 1);
+  CHECK(always == 2);
+}
+
+TEST_CASE("exceptions in hooks: a throwing pre-hook stops the call; always_call hooks still run") {
+  rt::TinyBlock block(4);
+  int always = 0, after = 0;
+  register_forward_pre_hook(*block, [&](ForwardCall&) { throw std::logic_error("pre failed"); });
+  register_forward_hook(*block, [&](ForwardCall& c) {
+    ++always;
+    CHECK(c.error() != nullptr);
+    throw std::runtime_error("dropped");  // the original exception must win
+  }, HookOptions().set_always_call(true));
+  register_forward_hook(*block, [&](ForwardCall&) { ++after; });
+  CHECK_THROWS_WITH_AS(block(torch::randn({1, 4})), "pre failed", std::logic_error);
+  CHECK(always == 1);
+  CHECK(after == 0);
+  CHECK(block->body_runs == 0);
+}
+
+TEST_CASE("a throwing post-hook: later always_call hooks run, the exception goes on") {
+  rt::TinyBlock block(4);
+  int always = 0;
+  register_forward_hook(*block, [&](ForwardCall&) { throw std::runtime_error("post failed"); });
+  register_forward_hook(*block, [&](ForwardCall&) { ++always; }, HookOptions().set_always_call(true));
+  CHECK_THROWS_WITH(block(torch::randn({1, 4})), "post failed");
+  CHECK(always == 1);
+  // The layer is still usable afterwards (no stale body marker).
+  CHECK_THROWS_WITH(block(torch::randn({1, 4})), "post failed");
+  CHECK(block->body_runs == 2);
+}
+
+TEST_CASE("removing hooks, also from inside a running hook") {
+  rt::TinyBlock block(4);
+  int a = 0, b = 0, c = 0;
+  HookHandle hb;
+  HookHandle ha = register_forward_pre_hook(*block, [&](ForwardCall&) {
+    ++a;
+    hb.remove();  // removes a hook that would run later in this very call
+  });
+  hb = register_forward_pre_hook(*block, [&](ForwardCall&) { ++b; });
+  HookHandle hc;
+  hc = register_forward_hook(*block, [&](ForwardCall&) {
+    ++c;
+    hc.remove();  // removes itself
+  });
+  block(torch::randn({1, 4}));
+  CHECK(a == 1);
+  CHECK(b == 0);
+  CHECK(c == 1);
+  CHECK_FALSE(hb.active());
+  CHECK_FALSE(hc.active());
+  block(torch::randn({1, 4}));
+  CHECK(a == 2);
+  CHECK(c == 1);
+  ha.remove();
+  ha.remove();  // idempotent
+  CHECK(hook_count(*block) == 0);
+  block(torch::randn({1, 4}));
+  CHECK(a == 2);
+}
+
+TEST_CASE("a hook that calls the module again sees the nested call's hooks run too") {
+  rt::TinyBlock block(4);
+  int pre_calls = 0;
+  bool inside = false;
+  torch::Tensor nested_out;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    ++pre_calls;
+    if (inside) return;
+    inside = true;
+    nested_out = block->forward(c.input_leaves()[0]);
+    inside = false;
+  });
+  torch::Tensor x = torch::randn({2, 4});
+  torch::Tensor y = block(x);
+  CHECK(pre_calls == 2);
+  CHECK(block->body_runs == 2);
+  CHECK(torch::equal(y, nested_out));
+}
+
+TEST_CASE("registering on a module whose forward is not annotated fails, naming the type") {
+  rt::Plain plain;
+  CHECK_FALSE(has_annotated_forward(*plain));
+  CHECK(has_annotated_forward(*rt::TinyBlock(4)));
+  try {
+    register_forward_hook(*plain, [](ForwardCall&) {});
+    FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("rt::PlainImpl") != std::string::npos);
+    CHECK(msg.find("RECOMPOSE_FORWARD") != std::string::npos);
+  }
+  CHECK_THROWS_AS(register_forward_pre_hook(*plain, [](ForwardCall&) {}), std::invalid_argument);
+  CHECK_THROWS_AS(register_forward_pre_hook(*rt::TinyBlock(4), [](ForwardCall&) {},
+                                            HookOptions().set_always_call(true)),
+                  std::invalid_argument);
+}
+
+TEST_CASE("a module not owned by a shared_ptr is refused with a clear message") {
+  rt::TinyBlockImpl on_stack(4);
+  CHECK_THROWS_WITH_AS(register_forward_hook(on_stack, [](ForwardCall&) {}),
+                       doctest::Contains("not owned by a std::shared_ptr"), std::invalid_argument);
+}
+
+TEST_CASE("attachable typed state, like composable contract") {
+  struct ApiState { int value = 7; };
+  struct OtherState {};
+  rt::TinyBlock block(4);
+  CHECK(applied_apis(*block).empty());
+  CHECK(find_state<ApiState>(*block, "my_api") == nullptr);
+  auto st = attach_state(*block, "my_api", std::make_shared<ApiState>());
+  attach_state(*block, "other_api", std::make_shared<OtherState>());
+  CHECK(find_state<ApiState>(*block, "my_api") == st);
+  CHECK(find_state<ApiState>(*block, "my_api")->value == 7);
+  CHECK(applied_apis(*block) == std::vector<std::string>{"my_api", "other_api"});
+  CHECK_THROWS_AS(attach_state(*block, "my_api", std::make_shared<ApiState>()), CompositionError);
+  CHECK_THROWS_AS(find_state<OtherState>(*block, "my_api"), CompositionError);
+  CHECK(detach_state(*block, "my_api"));
+  CHECK_FALSE(detach_state(*block, "my_api"));
+  CHECK(applied_apis(*block) == std::vector<std::string>{"other_api"});
+  // State belongs to the instance, not the type.
+  rt::TinyBlock other(4);
+  CHECK(applied_apis(*other).empty());
+}
+
+TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {
+  rt::TinyBlock block(4);
+  int mine = 0, theirs = 0;
+  std::shared_ptr<StoredCall> stored;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    ++mine;
+    if (!stored) stored = c.store();
+  }, HookOptions().set_owner("me"));
+  register_forward_pre_hook(*block, [&](ForwardCall&) { ++theirs; }, HookOptions().set_owner("them"));
+  torch::Tensor x = torch::randn({2, 4});
+  torch::Tensor y = block(x);
+  REQUIRE(stored);
+  CHECK(stored->leaf_count() == 1);
+  CHECK(&stored->module() == block.get());
+  auto again = stored->invoke({}, "me");
+  CHECK(mine == 1);
+  CHECK(theirs == 2);
+  REQUIRE(again.size() == 1);
+  CHECK(torch::equal(again[0], y));
+  // with replacement leaves
+  torch::Tensor x2 = torch::randn({2, 4});
+  auto replaced = stored->invoke({x2}, "me");
+  CHECK(torch::equal(replaced[0], block->forward(x2)));
+  CHECK_THROWS_AS(stored->invoke({x2, x2}, "me"), std::invalid_argument);
+}
+
+TEST_CASE("re-invocation with every argument kind, stored with and without tensors") {
+  rt::MixedArgs m;
+  std::shared_ptr<StoredCall> full, bare;
+  std::vector<torch::Tensor> leaves;
+  register_forward_pre_hook(*m, [&](ForwardCall& c) {
+    if (full) return;
+    full = c.store(true);
+    bare = c.store(false);
+    leaves = c.input_leaves();
+  }, HookOptions().set_owner("me"));
+  torch::Tensor x = torch::randn({3}), b = torch::randn({3}), e1 = torch::randn({3}), e2 = torch::randn({3}),
+                s = torch::randn({3});
+  torch::Tensor y = m(x, b, std::vector<torch::Tensor>{e1, e2}, std::make_tuple(s, 0.5),
+                      std::make_pair(int64_t{3}, std::string("tag")), rt::Mode::Mul);
+  // leaves: x, bias, e1, e2, s
+  REQUIRE(leaves.size() == 5);
+  CHECK(leaves[1].is_same(b));
+  CHECK(leaves[4].is_same(s));
+  CHECK(torch::equal(full->invoke({}, "me")[0], y));
+  CHECK_THROWS_AS(bare->invoke({}, "me"), std::invalid_argument);
+  m->last_tag.clear();
+  CHECK(torch::equal(bare->invoke(leaves, "me")[0], y));
+  CHECK(m->last_tag == "tag");  // plain values were stored
+
+  // an absent optional is an undefined leaf and stays absent
+  std::shared_ptr<StoredCall> no_bias;
+  register_forward_hook(*m, [&](ForwardCall& c) {
+    if (!no_bias && c.input_leaves()[1].defined() == false) no_bias = c.store();
+  });
+  torch::Tensor y2 = m(x, std::nullopt, std::vector<torch::Tensor>{}, std::make_tuple(s, 2.0),
+                       std::make_pair(int64_t{1}, std::string("t")), rt::Mode::Add);
+  REQUIRE(no_bias);
+  CHECK(no_bias->leaf_count() == 3);
+  CHECK(torch::equal(no_bias->invoke({}, "me")[0], y2));
+}
+
+TEST_CASE("a stored call keeps its module alive") {
+  std::shared_ptr<StoredCall> stored;
+  std::weak_ptr<torch::nn::Module> weak;
+  torch::Tensor x = torch::randn({1, 4});
+  {
+    rt::TinyBlock block(4);
+    weak = block.ptr();
+    register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().set_owner("me"));
+    block(x);
+  }
+  CHECK_FALSE(weak.expired());
+  CHECK(stored->invoke({}, "me").size() == 1);
+  stored.reset();
+  CHECK(weak.expired());
+}
+
+TEST_CASE("post-hooks see every output leaf of a tuple output") {
+  rt::TwoOut m;
+  std::size_t n = 0;
+  register_forward_hook(*m, [&](ForwardCall& c) { n = c.output_leaves().size(); });
+  auto [s, co] = m(torch::randn({2}));
+  CHECK(n == 2);
+}
+
+TEST_CASE("per-call slots carry data from a pre-hook to the post-hook of the same call") {
+  rt::TinyBlock block(4);
+  std::vector<int> seen;
+  int counter = 0;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) { c.slot("me") = std::make_shared<int>(++counter); });
+  register_forward_hook(*block, [&](ForwardCall& c) { seen.push_back(*std::static_pointer_cast<int>(c.slot("me"))); });
+  block(torch::randn({1, 4}));
+  block(torch::randn({1, 4}));
+  CHECK(seen == std::vector<int>{1, 2});
+}
+
+TEST_CASE("the module tree, state_dict, save/load and clone are identical with and without hooks") {
+  torch::manual_seed(0);
+  rt::Nested plain_net;
+  torch::manual_seed(0);
+  rt::Nested hooked;
+  register_forward_hook(*hooked, [](ForwardCall&) {});
+  register_forward_pre_hook(*hooked->a, [](ForwardCall&) {});
+  attach_state(*hooked->b, "some_api", std::make_shared<int>(1));
+
+  CHECK(names_of(plain_net->named_parameters()) == names_of(hooked->named_parameters()));
+  CHECK(names_of(plain_net->named_buffers()) == names_of(hooked->named_buffers()));
+  std::vector<std::string> m1, m2;
+  for (const auto& it : plain_net->named_modules()) m1.push_back(it.key());
+  for (const auto& it : hooked->named_modules()) m2.push_back(it.key());
+  CHECK(m1 == m2);
+
+  std::stringstream s1, s2;
+  torch::save(plain_net, s1);
+  torch::save(hooked, s2);
+  CHECK(s1.str() == s2.str());
+  rt::Nested loaded;
+  torch::load(loaded, s2);
+  for (const auto& p : hooked->named_parameters()) {
+    CHECK(torch::equal(p.value(), loaded->named_parameters()[p.key()]));
+  }
+  // hooks still fire after save/load on the original
+  int fired = 0;
+  register_forward_hook(*hooked->b, [&](ForwardCall&) { ++fired; });
+  hooked(torch::randn({1, 4}));
+  CHECK(fired == 1);
+}
+
+TEST_CASE("thread safety: hooks registered on one thread, forward on several at once") {
+  rt::TinyBlock block(4);
+  std::atomic<int> pre{0}, post{0};
+  register_forward_pre_hook(*block, [&](ForwardCall&) { pre.fetch_add(1); });
+  std::atomic<bool> go{false};
+  constexpr int kThreads = 4, kCalls = 200;
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      torch::NoGradGuard no_grad;
+      while (!go.load()) std::this_thread::yield();
+      torch::Tensor x = torch::ones({1, 4});
+      torch::Tensor expect = torch::tanh(block->fc->forward(x));
+      for (int i = 0; i < kCalls; ++i) {
+        if (!torch::equal(block(x), expect)) bad.fetch_add(1);
+      }
+    });
+  }
+  go = true;
+  // register and remove post-hooks while the threads run
+  for (int i = 0; i < 50; ++i) {
+    auto h = register_forward_hook(*block, [&](ForwardCall&) { post.fetch_add(1); });
+    std::this_thread::yield();
+    h.remove();
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad.load() == 0);
+  CHECK(pre.load() == kThreads * kCalls);
+}
+
+namespace {
+struct Batch {
+  torch::Tensor tokens;
+  int64_t pad;
+};
+}  // namespace
+
+template <>
+struct recompose::hooks::ArgTraits<Batch> {
+  static void flatten(const Batch& b, std::vector<torch::Tensor>& out) { out.push_back(b.tokens); }
+  static Batch rebuild(const Batch& like, LeafCursor& c) { return Batch{c.next(), like.pad}; }
+};
+
+namespace {
+struct BatchUserImpl : torch::nn::Module {
+  torch::Tensor forward(Batch b) {
+    RECOMPOSE_FORWARD(b);
+    return b.tokens + static_cast<double>(b.pad);
+  }
+};
+TORCH_MODULE(BatchUser);
+}  // namespace
+
+TEST_CASE("custom argument types through the ArgTraits customisation point") {
+  BatchUser m;
+  std::shared_ptr<StoredCall> stored;
+  register_forward_pre_hook(*m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().set_owner("me"));
+  torch::Tensor t = torch::arange(3.0);
+  torch::Tensor y = m(Batch{t, 2});
+  REQUIRE(stored);
+  CHECK(stored->leaf_count() == 1);
+  CHECK(torch::equal(stored->invoke({t * 10}, "me")[0], t * 10 + 2));
+  CHECK(torch::equal(y, t + 2));
+}

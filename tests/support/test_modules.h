@@ -1,0 +1,89 @@
+// Small annotated modules shared by the test suites.
+#pragma once
+
+#include <recompose/hooks/forward_annotation.h>
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace rt {
+
+enum class Mode { Add, Mul };
+
+// Linear + tanh: the smallest block with parameters and saved activations.
+struct TinyBlockImpl : torch::nn::Module {
+  explicit TinyBlockImpl(int64_t width = 4) {
+    fc = register_module("fc", torch::nn::Linear(width, width));
+    register_buffer("running", torch::zeros({width}));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    ++body_runs;
+    return torch::tanh(fc->forward(x));
+  }
+  torch::nn::Linear fc{nullptr};
+  int body_runs = 0;
+};
+TORCH_MODULE(TinyBlock);
+
+// Every supported argument kind at once.
+struct MixedArgsImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x, std::optional<torch::Tensor> bias, std::vector<torch::Tensor> extra,
+                        std::tuple<torch::Tensor, double> scaled, std::pair<int64_t, std::string> tag, Mode mode) {
+    RECOMPOSE_FORWARD(x, bias, extra, scaled, tag, mode);
+    last_tag = tag.second;
+    torch::Tensor y = mode == Mode::Add ? x + std::get<0>(scaled) * std::get<1>(scaled)
+                                        : x * std::get<0>(scaled) * std::get<1>(scaled);
+    if (bias) y = y + *bias;
+    for (const auto& e : extra) y = y + e;
+    return y * static_cast<double>(tag.first);
+  }
+  std::string last_tag;
+};
+TORCH_MODULE(MixedArgs);
+
+// Throws from its body when asked to.
+struct ThrowingImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x, bool fail) {
+    RECOMPOSE_FORWARD(x, fail);
+    if (fail) throw std::runtime_error("body failed");
+    return x * 2;
+  }
+};
+TORCH_MODULE(Throwing);
+
+// Two annotated blocks inside an annotated parent.
+struct NestedImpl : torch::nn::Module {
+  NestedImpl() {
+    a = register_module("a", TinyBlock(4));
+    b = register_module("b", TinyBlock(4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return b(a(x));
+  }
+  TinyBlock a{nullptr}, b{nullptr};
+};
+TORCH_MODULE(Nested);
+
+// Returns a tuple (two outputs).
+struct TwoOutImpl : torch::nn::Module {
+  std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return {x.sin(), x.cos()};
+  }
+};
+TORCH_MODULE(TwoOut);
+
+// Not annotated: hooks cannot attach.
+struct PlainImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) { return x + 1; }
+};
+TORCH_MODULE(Plain);
+
+}  // namespace rt
