@@ -1,0 +1,62 @@
+// Composable activation checkpointing, like torch.distributed._composable.checkpoint: attach it
+// to an existing module whose forward carries RECOMPOSE_FORWARD, and every later forward of that
+// module with grad mode on is a checkpointed region. The module tree, parameter names, buffers
+// and state_dict do not change.
+//
+//   for (auto& block : model->blocks) recompose::apply_checkpoint(block);
+//   auto loss = model(x).sum();
+//   loss.backward();                       // each block's forward is recomputed here
+//
+// Recomputation runs the module's forward again with apply_checkpoint's own hooks off and every
+// other hook on (so a sharded trainer's unshard hook fires; it can ask is_recomputing()).
+// The module is held alive as long as the autograd graph needs it.
+#pragma once
+
+#include <recompose/checkpoint_options.h>
+#include <recompose/hooks/module_state.h>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+
+namespace recompose {
+
+// The API name under which the checkpoint state is attached (see hooks::applied_apis).
+inline constexpr const char* kCheckpointApi = "recompose.checkpoint";
+
+// Attaches checkpointing to `module` and returns it.
+// Throws hooks::CompositionError if the module is already checkpointed, std::invalid_argument if
+// its forward is not annotated with RECOMPOSE_FORWARD or it is not owned by a std::shared_ptr,
+// and CheckpointError if options are contradictory (policy together with context_fn).
+torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointOptions& options = {});
+
+template <class M>
+std::shared_ptr<M> apply_checkpoint(const std::shared_ptr<M>& module, const CheckpointOptions& options = {}) {
+  apply_checkpoint(static_cast<torch::nn::Module&>(*module), options);
+  return module;
+}
+
+template <class M>
+torch::nn::ModuleHolder<M>& apply_checkpoint(torch::nn::ModuleHolder<M>& module,
+                                             const CheckpointOptions& options = {}) {
+  apply_checkpoint(static_cast<torch::nn::Module&>(*module), options);
+  return module;
+}
+
+// Detaches checkpointing from `module`; regions already recorded still recompute. Returns false
+// if the module was not checkpointed.
+bool remove_checkpoint(torch::nn::Module& module);
+template <class M>
+bool remove_checkpoint(torch::nn::ModuleHolder<M>& module) {
+  return remove_checkpoint(static_cast<torch::nn::Module&>(*module));
+}
+
+// True if apply_checkpoint is attached to `module`.
+bool is_checkpointed(const torch::nn::Module& module);
+template <class M>
+bool is_checkpointed(const torch::nn::ModuleHolder<M>& module) {
+  return is_checkpointed(static_cast<const torch::nn::Module&>(*module));
+}
+
+}  // namespace recompose

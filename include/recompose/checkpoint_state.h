@@ -1,0 +1,46 @@
+// Where the calling thread is with respect to checkpointing, and the process-wide switches.
+#pragma once
+
+#include <optional>
+
+namespace recompose {
+
+// True while the forward of a checkpointed region runs on this thread (also inside a
+// recomputation, for the regions it meets).
+bool is_checkpointing();
+
+// True while a checkpointed region is being recomputed on this thread (during backward, or
+// during a backward inside a region's forward). Hooks of other components, such as a sharded
+// trainer's unshard/reshard hooks, use it to tell recomputation from the original forward.
+bool is_recomputing();
+
+// Restores a process-wide switch when it goes out of scope.
+class [[nodiscard]] SwitchGuard {
+ public:
+  SwitchGuard(const SwitchGuard&) = delete;
+  SwitchGuard& operator=(const SwitchGuard&) = delete;
+  SwitchGuard(SwitchGuard&& other) noexcept;
+  ~SwitchGuard();
+
+ private:
+  friend SwitchGuard set_checkpoint_early_stop(bool enable);
+  friend SwitchGuard set_checkpoint_debug_enabled(std::optional<bool> enable);
+  enum class Which { EarlyStop, Debug };
+  SwitchGuard(Which which, int previous) : which_(which), previous_(previous) {}
+  Which which_;
+  int previous_;  // -1 unset, 0 false, 1 true
+  bool active_ = true;
+};
+
+// While the guard lives, regions whose forward runs decide early stop by `enable` instead of
+// their options (like torch.utils.checkpoint.set_checkpoint_early_stop). Only forward time
+// matters: the choice is recorded in the region.
+//   { auto g = recompose::set_checkpoint_early_stop(false); loss = model(x).sum(); }
+//   loss.backward();   // recomputes every region to its end
+SwitchGuard set_checkpoint_early_stop(bool enable);
+
+// While the guard lives, debug mode is forced on (true), off (false), or left to the options
+// (nullopt), like torch.utils.checkpoint.set_checkpoint_debug_enabled.
+SwitchGuard set_checkpoint_debug_enabled(std::optional<bool> enable);
+
+}  // namespace recompose

@@ -1,0 +1,12 @@
+// recompose: activation checkpointing for LibTorch. One header for the whole public API.
+#pragma once
+
+#include <recompose/apply_checkpoint.h>
+#include <recompose/checkpoint.h>
+#include <recompose/checkpoint_error.h>
+#include <recompose/checkpoint_options.h>
+#include <recompose/checkpoint_state.h>
+#include <recompose/hooks/forward_annotation.h>
+#include <recompose/hooks/forward_hooks.h>
+#include <recompose/hooks/module_state.h>
+#include <recompose/saved_tensor_meter.h>

@@ -1,0 +1,38 @@
+// Measures the bytes that autograd holds for backward: every tensor saved while a meter is
+// alive is accounted until autograd releases it (after backward, or when the graph dies).
+// Tensors saved inside checkpointed regions cost nothing (only a placeholder is saved); the
+// inputs of a region are counted. Parameters (leaves that require grad) are not counted.
+//
+//   recompose::SavedTensorMeter meter;
+//   auto loss = model(x).sum();
+//   std::cout << meter.bytes_held() << " bytes held for backward\n";
+//   loss.backward();                     // meter.bytes_held() falls back to 0
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace recompose {
+
+class SavedTensorMeter {
+ public:
+  // Starts counting tensors saved on this thread, outside of checkpointed regions.
+  SavedTensorMeter();
+  ~SavedTensorMeter();
+  SavedTensorMeter(const SavedTensorMeter&) = delete;
+  SavedTensorMeter& operator=(const SavedTensorMeter&) = delete;
+
+  // Bytes of the distinct storages currently held by tensors saved under this meter.
+  int64_t bytes_held() const;
+  // Highest value bytes_held() reached.
+  int64_t peak_bytes_held() const;
+  // Number of saved tensors currently held.
+  int64_t tensors_held() const;
+
+  struct Counters;
+
+ private:
+  std::shared_ptr<Counters> counters_;
+};
+
+}  // namespace recompose
