@@ -39,11 +39,14 @@ struct CheckpointOptions {
   // Cannot be combined with context_fn.
   TORCH_ARG(std::shared_ptr<const SelectivePolicy>, policy) = nullptr;
   // Same, from a policy value (a callable or a list of op names to save).
+ public:
   CheckpointOptions& policy(const SelectivePolicy& p);  // defined in lib/selective
   // Activation swap (see recompose/swap.h): offload the region's inputs to host memory between
   // forward and backward. Uses swap_manager, or the default manager when it is null.
   TORCH_ARG(bool, swap_inputs) = false;
   TORCH_ARG(std::shared_ptr<SwapManager>, swap_manager) = nullptr;
+
+ public:
 };
 
 }  // namespace recompose

@@ -1,12 +1,13 @@
 // Selective activation checkpointing (SAC): a per-op policy decides which outputs of a
-// checkpointed region are saved, recomputed or swapped to host memory.
+// checkpointed region are saved during the forward (and replayed during the recomputation) and
+// which are recomputed.
 //
 //   // save matrix products, recompute the rest
 //   recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(
 //       recompose::SelectivePolicy({"aten::mm", "aten::addmm"})));
 //   // or any callable
-//   auto policy = recompose::SelectivePolicy([](const recompose::SelectiveCheckpointContext& ctx,
-//                                               const c10::OperatorHandle& op, const torch::jit::Stack& args) {
+//   recompose::SelectivePolicy policy([](const recompose::SelectiveCheckpointContext& ctx,
+//                                        const c10::OperatorHandle& op, const torch::jit::Stack& args) {
 //     return op.schema().name() == "aten::bmm" ? recompose::CheckpointPolicy::MUST_SAVE
 //                                              : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
 //   });
@@ -14,7 +15,16 @@
 //     return recompose::create_selective_checkpoint_contexts(policy);
 //   }), fn, x);
 //
-// Ops are intercepted below autograd by a C++ dispatch mode (lib/selective/dispatch_interceptor.cpp).
+// How it works (as torch.utils.checkpoint's _CachingTorchDispatchMode/_CachedTorchDispatchMode):
+// ops are intercepted below autograd by a C++ dispatch mode (lib/selective/dispatch_interceptor.cpp).
+// In the forward each op runs, then the policy is asked with its arguments and outputs; the
+// outputs of saved ops are kept (detached, sharing their version counters). The decision is
+// recorded per (op overload, call index). In the recomputation the policy is not asked again:
+// an op recorded as saved returns its kept outputs without running, any other op runs.
+// aten::detach and metadata ops (prim::device, aten::size, ...) are not seen by the policy.
+// Ops whose outputs alias their inputs (views such as aten::t, in-place and out= ops) are always
+// recomputed and not shown to the policy: recomputing a view costs nothing, keeping one would
+// keep its base alive, and a kept in-place result would not modify the recomputed input.
 #pragma once
 
 #include <recompose/checkpoint_options.h>
@@ -22,8 +32,11 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/ArrayRef.h>
 
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,15 +49,21 @@ enum class CheckpointPolicy {
   MUST_RECOMPUTE,
   PREFER_RECOMPUTE,
   // Keep the output, offloaded to host memory between forward and backward (recompose/swap.h).
+  // For now it behaves exactly as MUST_SAVE (the output stays where it is); the swap component
+  // will offload it.
   MUST_SWAP,
 };
 
 // What a policy may want to know about the op it decides for.
 struct SelectiveCheckpointContext {
+  // Always false: the policy is only asked during the forward; the recomputation reuses the
+  // decisions recorded then (as upstream PyTorch now does, where is_recompute is deprecated).
   bool is_recompute = false;
-  // In the forward: the op's outputs (the policy is asked after the op ran); nullptr during
-  // recomputation.
-  const torch::jit::Stack* outputs = nullptr;
+  // The op's outputs (the policy is asked after the op ran). Valid during the call only.
+  c10::ArrayRef<c10::IValue> outputs;
+  // How many times this op overload ran before in this forward of the region (0 for its first
+  // call). Lets a policy decide by position, e.g. "every second aten::mm".
+  int64_t call_index = 0;
 };
 
 using PolicyFn = std::function<CheckpointPolicy(const SelectiveCheckpointContext& ctx,
@@ -52,11 +71,14 @@ using PolicyFn = std::function<CheckpointPolicy(const SelectiveCheckpointContext
 
 class SelectivePolicy {
  public:
-  // Any callable.
+  // Any callable. It is called on the thread running the region's forward, once per op.
+  // Throws std::invalid_argument if `fn` is empty.
   SelectivePolicy(PolicyFn fn);  // NOLINT(google-explicit-constructor): policies read better without a cast
-  // MUST_SAVE for the ops named (e.g. "aten::mm", any overload), PREFER_RECOMPUTE for the rest.
-  // Throws std::invalid_argument naming an op that is not registered with the dispatcher.
-  SelectivePolicy(std::vector<std::string> save_ops);  // NOLINT(google-explicit-constructor)
+  // MUST_SAVE for the ops named, PREFER_RECOMPUTE for the rest. "aten::mm" names every overload
+  // of the op; "aten::max.dim" (or "aten::max.default" for the overload without a name) names
+  // one overload. Throws std::invalid_argument naming an op (or overload) that is not
+  // registered with the dispatcher, or a name without a namespace ("mm").
+  SelectivePolicy(const std::vector<std::string>& save_ops);  // NOLINT(google-explicit-constructor)
   SelectivePolicy(std::initializer_list<const char*> save_ops);  // NOLINT(google-explicit-constructor)
 
   CheckpointPolicy operator()(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
@@ -69,18 +91,39 @@ class SelectivePolicy {
 };
 
 // The forward/recompute context pair of one region invocation for `policy` (PyTorch's
-// create_selective_checkpoint_contexts). With allow_cache_entry_mutation = false, a saved output
-// that was modified in place before backward is an error.
+// create_selective_checkpoint_contexts); the engine calls it itself when CheckpointOptions has a
+// policy. Each call returns fresh contexts: enter the forward context once, then the recompute
+// context once per recomputation, on any thread.
+//
+// Errors, thrown as CheckpointError by the op that hits them during the recomputation:
+//  - a saved output was modified in place between the forward and the recomputation (unless
+//    allow_cache_entry_mutation is true; then the modified values are used);
+//  - a second recomputation needs a saved output that the first already handed out
+//    ("Trying to backward an extra time", e.g. backward twice with retain_graph);
+//  - the recomputation runs an op (or more calls of an op) that the forward did not run.
+// Entering the forward context twice, or the recompute context while it is already entered, is
+// a CheckpointError too.
+//
+//   auto contexts = recompose::create_selective_checkpoint_contexts({"aten::mm"});
+//   { auto fwd = contexts->enter_forward(); y = torch::relu(torch::mm(a, b)); }   // mm kept
+//   { auto rec = contexts->enter_recompute(); torch::relu(torch::mm(a, b)); }     // mm replayed
 std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
                                                                      bool allow_cache_entry_mutation = false);
 
 struct TransformerPolicyOptions {
-  // Recompute every second matrix product instead of saving all of them (torchtitan's option).
+  // Recompute every second aten::mm of a region invocation (its 2nd, 4th, ... call) instead of
+  // saving all of them (torchtitan's "op" SAC option). Other matrix products are not counted.
   TORCH_ARG(bool, recompute_every_second_mm) = false;
 };
 
-// A ready policy for transformer blocks: saves compute-intensive ops (mm, addmm, bmm, linear,
-// scaled-dot-product attention variants, max reductions), recomputes the rest.
+// A ready policy for transformer blocks, like torchtitan's: MUST_SAVE for compute-intensive ops
+// (aten::mm, addmm, bmm, linear, _scaled_mm, the scaled-dot-product attention kernels (flash,
+// efficient, cudnn, flash for CPU), the full max reduction aten::max.default and
+// _c10d_functional::reduce_scatter_tensor), PREFER_RECOMPUTE for the rest. Ops of the list
+// that this LibTorch does not register are left out.
+//
+//   recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(
+//       recompose::transformer_policy(recompose::TransformerPolicyOptions().recompute_every_second_mm(true))));
 SelectivePolicy transformer_policy(TransformerPolicyOptions options = {});
 
 }  // namespace recompose

@@ -1,0 +1,24 @@
+// --compare: the same steps from the same seed under every policy, and one table of loss, step
+// time and memory against `none`. Checkpointing must not change the numbers, so the losses have
+// to agree up to float noise.
+#pragma once
+
+#include "data.h"
+#include "model.h"
+#include "report.h"
+#include "train.h"
+
+namespace gpt {
+
+// Relative loss difference above which --compare fails.
+inline constexpr double kLossTolerance = 1e-4;
+
+struct CompareOutcome {
+  PolicyResults results;
+  bool losses_match = true;
+};
+
+// Trains once per policy and prints the table.
+CompareOutcome compare_policies(const Config& config, const CharDataset& data, TrainOptions options);
+
+}  // namespace gpt

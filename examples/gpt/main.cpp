@@ -1,0 +1,105 @@
+// gpt: trains a small character-level GPT with activation checkpointing from recompose.
+//
+//   gpt                              # no checkpointing, CPU (CUDA when available)
+//   gpt --policy selective           # checkpoint every block with the transformer policy
+//   gpt --compare --steps 20         # every policy, one table; exits 1 if the losses differ
+#include "compare.h"
+#include "data.h"
+#include "model.h"
+#include "options.h"
+#include "report.h"
+#include "sample.h"
+#include "train.h"
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+
+namespace {
+
+torch::Device pick_device(const std::string& requested) {
+  const bool cuda = torch::cuda::is_available();
+  if (requested == "cuda" && !cuda) {
+    throw gpt::UsageError("--device cuda: no CUDA device (or this build of recompose/LibTorch has no CUDA)");
+  }
+  return (requested == "cuda" || (requested == "auto" && cuda)) ? torch::Device(torch::kCUDA, 0)
+                                                                 : torch::Device(torch::kCPU);
+}
+
+int run(const gpt::Options& options) {
+  const torch::Device device = pick_device(options.device);
+  gpt::CharDataset data(options.data, options.context);
+  gpt::Config config;
+  config.vocab_size = data.vocab_size();
+  config.context = options.context;
+  config.layers = options.layers;
+  config.width = options.width;
+  config.heads = options.heads;
+  config.dropout = options.dropout;
+
+  gpt::TrainOptions train_options;
+  train_options.policy = options.policy;
+  train_options.steps = options.steps;
+  train_options.batch = options.batch;
+  train_options.lr = options.lr;
+  train_options.seed = options.seed;
+  train_options.device = device;
+
+  std::filesystem::create_directories(options.out);
+  std::printf("data %s: %lld characters, vocabulary of %lld\n", options.data.string().c_str(),
+              static_cast<long long>(data.text().size()), static_cast<long long>(data.vocab_size()));
+  std::printf("model: %lld blocks, width %lld, %lld heads, context %lld, dropout %g; device %s, %d threads\n",
+              static_cast<long long>(config.layers), static_cast<long long>(config.width),
+              static_cast<long long>(config.heads), static_cast<long long>(config.context), config.dropout,
+              device.str().c_str(), torch::get_num_threads());
+
+  if (options.compare) {
+    auto outcome = gpt::compare_policies(config, data, train_options);
+    gpt::write_csv(options.out / "compare.csv", outcome.results);
+    gpt::write_loss_plot(options.out / "compare.svg", outcome.results, "Training loss under each policy");
+    std::printf("wrote %s and %s\n", (options.out / "compare.csv").c_str(), (options.out / "compare.svg").c_str());
+    return outcome.losses_match ? 0 : 1;
+  }
+
+  gpt::GPT model{nullptr};
+  auto result = gpt::train(config, data, train_options, &model);
+  std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
+              static_cast<long long>(result.tokens_per_step));
+  gpt::print_summary(result, options.policy, device.is_cuda());
+  std::printf("  validation loss    %.4f\n",
+              gpt::validation_loss(model, data, options.batch, 8, options.seed, device));
+  const gpt::PolicyResults results{{options.policy, result}};
+  gpt::write_csv(options.out / "loss.csv", results);
+  gpt::write_loss_plot(options.out / "loss.svg", results,
+                       "Training loss, policy " + std::string(gpt::policy_name(options.policy)));
+  std::printf("wrote %s and %s\n", (options.out / "loss.csv").c_str(), (options.out / "loss.svg").c_str());
+  if (options.sample > 0) {
+    std::printf("\nsample:\n%s\n", gpt::sample(model, data, data.can_encode("Alice ") ? "Alice " : data.text().substr(0, 1), options.sample, options.seed, device).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto options = gpt::parse_options(argc, argv);
+    if (options.help) {
+      std::cout << gpt::usage(argv[0]);
+      return 0;
+    }
+    return run(options);
+  } catch (const gpt::UsageError& e) {
+    std::cerr << "gpt: " << e.what() << "\n\n" << gpt::usage(argv[0]);
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "gpt: " << e.what_without_backtrace() << '\n';  // LibTorch's backtrace helps nobody here
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "gpt: " << e.what() << '\n';
+    return 1;
+  }
+}

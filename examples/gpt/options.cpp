@@ -1,0 +1,117 @@
+#include "options.h"
+
+#include <charconv>
+#include <limits>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+
+#ifndef RECOMPOSE_GPT_DATA
+#define RECOMPOSE_GPT_DATA "examples/gpt/data/alice.txt"
+#endif
+
+namespace gpt {
+namespace {
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text, T min) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    throw UsageError(std::string(flag) + " expects a number, got '" + std::string(text) + "'");
+  }
+  if (value < min) {
+    std::ostringstream s;
+    s << flag << " must be at least " << min << ", got " << text;
+    throw UsageError(s.str());
+  }
+  return value;
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  o.data = RECOMPOSE_GPT_DATA;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "-h" || flag == "--help") {
+      o.help = true;
+    } else if (flag == "--compare") {
+      o.compare = true;
+    } else if (flag == "--policy") {
+      auto name = value();
+      auto p = parse_policy(name);
+      if (!p) throw UsageError("--policy must be none, full, selective or swap, got '" + std::string(name) + "'");
+      o.policy = *p;
+    } else if (flag == "--device") {
+      o.device = value();
+      if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
+        throw UsageError("--device must be auto, cpu or cuda, got '" + o.device + "'");
+      }
+    } else if (flag == "--steps") {
+      o.steps = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--layers") {
+      o.layers = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--width") {
+      o.width = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--heads") {
+      o.heads = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--context") {
+      o.context = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--batch") {
+      o.batch = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--lr") {
+      o.lr = parse_number<double>(flag, value(), 0.0);
+    } else if (flag == "--dropout") {
+      o.dropout = parse_number<double>(flag, value(), 0.0);
+      if (o.dropout >= 1.0) throw UsageError("--dropout must be below 1");
+    } else if (flag == "--seed") {
+      o.seed = parse_number<uint64_t>(flag, value(), 0);
+    } else if (flag == "--sample") {
+      o.sample = parse_number<int64_t>(flag, value(), 0);
+    } else if (flag == "--data") {
+      o.data = value();
+    } else if (flag == "--out") {
+      o.out = value();
+    } else {
+      throw UsageError("unknown flag '" + std::string(flag) + "'");
+    }
+  }
+  if (o.width % o.heads != 0) {
+    throw UsageError("--width (" + std::to_string(o.width) + ") must be a multiple of --heads (" +
+                     std::to_string(o.heads) + ")");
+  }
+  return o;
+}
+
+std::string usage(const char* program) {
+  const Options d;
+  std::ostringstream s;
+  s << "Usage: " << program << " [flags]\n"
+    << "Trains a small character-level GPT on a public-domain text, with activation checkpointing.\n\n"
+    << "  --policy none|full|selective|swap  checkpointing of every block (default none)\n"
+    << "  --compare            run the same steps under every policy and print one table;\n"
+    << "                       exits 1 when the losses differ\n"
+    << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"
+    << "  --steps N            training steps (default " << d.steps << ")\n"
+    << "  --layers N           transformer blocks (default " << d.layers << ")\n"
+    << "  --width N            embedding width (default " << d.width << ")\n"
+    << "  --heads N            attention heads, divides --width (default " << d.heads << ")\n"
+    << "  --context N          characters per sequence (default " << d.context << ")\n"
+    << "  --batch N            sequences per step (default " << d.batch << ")\n"
+    << "  --lr X               AdamW learning rate (default " << d.lr << ")\n"
+    << "  --dropout X          dropout probability (default " << d.dropout << ")\n"
+    << "  --seed N             seed of the weights, dropout and batches (default " << d.seed << ")\n"
+    << "  --sample N           characters to generate after training, 0 for none (default " << d.sample << ")\n"
+    << "  --data FILE          training text (default " << RECOMPOSE_GPT_DATA << ")\n"
+    << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n";
+  return s.str();
+}
+
+}  // namespace gpt

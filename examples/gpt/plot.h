@@ -1,0 +1,24 @@
+// A line chart written as a standalone SVG file: axes with ticks, one polyline per series and a
+// legend. Enough for a loss curve without a plotting dependency.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+struct Series {
+  std::string name;
+  std::vector<double> x, y;
+};
+
+struct Chart {
+  std::string title, x_label, y_label;
+  std::vector<Series> series;
+};
+
+// Throws std::runtime_error when the file cannot be written.
+void write_svg(const std::filesystem::path& path, const Chart& chart);
+
+}  // namespace gpt

@@ -1,0 +1,29 @@
+// The checkpointing policies the example can train with, and the one place that turns a policy
+// into recompose calls on the model's blocks.
+#pragma once
+
+#include "model.h"
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpt {
+
+enum class Policy {
+  None,       // plain training: autograd keeps every activation
+  Full,       // each block saves only its input and recomputes its forward in backward
+  Selective,  // each block saves matrix products and attention, recomputes the cheap rest
+  Swap,       // each block keeps its matrix products in host memory, recomputes the rest
+};
+
+inline constexpr std::array<Policy, 4> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap};
+
+std::string_view policy_name(Policy policy);
+std::optional<Policy> parse_policy(std::string_view name);
+
+// Attaches `policy` to every block of `model` (one recompose call per block).
+void apply_policy(GPT& model, Policy policy);
+
+}  // namespace gpt

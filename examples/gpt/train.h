@@ -1,0 +1,55 @@
+// The training loop: builds the model from a seed, attaches the checkpoint policy, trains with
+// AdamW and records per-step loss, time and memory.
+#pragma once
+
+#include "data.h"
+#include "model.h"
+#include "policies.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+struct TrainOptions {
+  Policy policy = Policy::None;
+  int64_t steps = 150;
+  int64_t batch = 16;
+  double lr = 3e-3;
+  uint64_t seed = 1337;
+  torch::Device device = torch::kCPU;
+  std::string label = "train";  // shown before the progress bar
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;
+  double seconds = 0;
+  int64_t bytes_held = 0;  // peak bytes autograd held for backward (SavedTensorMeter)
+  std::optional<int64_t> peak_device_bytes;  // CUDA only
+};
+
+struct TrainResult {
+  std::vector<StepRecord> steps;
+  int64_t parameters = 0;
+  int64_t tokens_per_step = 0;
+
+  double final_loss() const { return steps.back().loss; }
+  // Mean step time without the first step, which pays for one-time allocations and warm-up.
+  double mean_step_seconds() const;
+  int64_t peak_bytes_held() const;
+  std::optional<int64_t> peak_device_bytes() const;
+};
+
+// Trains a freshly built model; the same seed gives the same weights, batches and dropout masks
+// under every policy. Returns the trained model through `model_out` when given.
+TrainResult train(const Config& config, const CharDataset& data, const TrainOptions& options,
+                  GPT* model_out = nullptr);
+
+// Mean cross-entropy over `batches` validation batches, without dropout.
+double validation_loss(GPT& model, const CharDataset& data, int64_t batch, int64_t batches, uint64_t seed,
+                       const torch::Device& device);
+
+}  // namespace gpt

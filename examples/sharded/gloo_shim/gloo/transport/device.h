@@ -1,0 +1,5 @@
+#pragma once
+namespace gloo::transport {
+class Device;
+class UnboundBuffer;
+} // namespace gloo::transport

@@ -1,0 +1,268 @@
+// Activation swap: offload tensors saved for backward to host memory during the forward and
+// bring them back, ahead of need, during the backward.
+//
+//   auto manager = recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(1));
+//   {
+//     recompose::AsyncSaveOnCpu offload(manager);       // every saved tensor in scope is swapped
+//     for (auto& layer : layers) {
+//       recompose::SwapGroupScope group(*manager);       // one swap group per layer
+//       x = layer->forward(x);
+//     }
+//   }
+//   x.sum().backward();   // group i-1 is reloaded while backward works on group i
+//   std::cout << manager->stats().bytes_offloaded << " bytes went to host memory\n";
+//
+// Three ways in: AsyncSaveOnCpu (PyTorch's save_on_cpu, with asynchronous copies and prefetch,
+// no checkpointing), CheckpointOptions().swap_inputs(true) (a checkpointed region keeps its
+// inputs in host memory instead of device memory), and CheckpointPolicy::MUST_SWAP in selective
+// checkpointing (an op's output is kept, in host memory).
+//
+// How it works on an accelerator (CUDA): each offload records an event on the current (compute)
+// stream, and a side copy stream per device waits for it and copies the tensor into a pinned
+// host buffer (drawn from a pool that is reused across steps). The source is record_stream'ed on
+// the copy stream so that the caching allocator never hands its memory out while the copy reads
+// it. The manager drops its reference to the device tensor once the copy has landed (checked at
+// every offload and at group boundaries), which is when device memory is freed. In backward,
+// the first use of a tensor of group i reloads the rest of group i and prefetches groups
+// i-1 .. i-prefetch_groups on the copy stream; the consumer stream (the current stream of the
+// thread that unpacks, which is an autograd device thread for CUDA graphs) waits on the copy's
+// event, on the device, not on the host.
+//
+// What stays on the device (SwapManager::eligible): tensors smaller than min_bytes, parameters
+// (leaves that require grad) and views of them, tensors that do not cover their whole storage
+// (slices: offloading them frees nothing while the rest of the storage is alive), non-strided
+// tensors (sparse, mkldnn, nested) and tensors the optional filter rejects. A tensor that is
+// alive elsewhere anyway (a buffer, an input the caller keeps) is offloaded but frees nothing;
+// reject it with the filter.
+//
+// CPU tensors: the same code runs with synchronous host-to-host copies, so that the logic and
+// the gradients are tested on machines without a GPU. This saves NO memory; it only costs time.
+//
+// When swap beats recompute: swap costs PCIe bandwidth, recompute costs FLOPs. Swap wins when
+// the saved activations of a layer can cross the bus (about 25 GB/s per direction on PCIe 4 x16,
+// 50 on PCIe 5, much more on NVLink-C2C) in less time than the next layer's forward takes, i.e.
+// for compute-dense layers (large matrix products, attention) with moderate activations, and
+// when the host has pinned memory to spare. Recompute wins for cheap, activation-heavy ops
+// (pointwise, norms, dropout) and when the bus is shared (data loading, several GPUs per switch).
+// Selective checkpointing combines them: MUST_SWAP for the outputs of expensive ops, recompute
+// for the cheap ones.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace recompose {
+
+namespace detail {
+class SwapCore;  // lib/swap/swap_core.h
+class CopyFence;  // lib/swap/copy_fence.h
+}
+
+// Options of a SwapManager.
+struct SwapOptions {
+  // Saved tensors smaller than this (bytes) stay on the device: the copy would cost more in
+  // latency than it frees. Tests set 0.
+  TORCH_ARG(int64_t, min_bytes) = int64_t{1} << 20;
+  // How many earlier groups are reloaded when backward first uses a tensor of a group (0: none,
+  // each group is loaded on demand when backward reaches it).
+  TORCH_ARG(int64_t, prefetch_groups) = 1;
+  // Tensors saved outside any explicit group (SwapGroupScope) form implicit groups of about
+  // this many bytes, so that AsyncSaveOnCpu around a whole model still prefetches in steps.
+  TORCH_ARG(int64_t, implicit_group_bytes) = int64_t{64} << 20;
+  // Use pinned (page-locked) host buffers for accelerator tensors, required for copies that
+  // overlap with compute. Ignored for CPU tensors.
+  TORCH_ARG(bool, pin_memory) = true;
+  // Idle host buffers kept in the pool for the next step (bytes); -1: no limit.
+  TORCH_ARG(int64_t, max_pool_bytes) = -1;
+  // When a reload has not landed by the time backward needs it, wait for it on the host and
+  // add the time to SwapStats::wait_seconds (exact accounting, but the host stops queueing
+  // work meanwhile). When false the consumer stream waits on the device (no host stall) and
+  // such reloads are only counted in SwapStats::late_reloads.
+  TORCH_ARG(bool, measure_waits) = false;
+  // Optional veto: return false to keep an otherwise eligible tensor on the device.
+  TORCH_ARG(std::function<bool(const at::Tensor&)>, filter) = nullptr;
+};
+
+// Counters of a SwapManager since its creation or the last reset_stats().
+struct SwapStats {
+  int64_t tensors_offloaded = 0;  // copies to host memory launched
+  int64_t bytes_offloaded = 0;
+  int64_t tensors_reloaded = 0;  // copies back to the device launched
+  int64_t bytes_reloaded = 0;
+  int64_t tensors_kept = 0;  // saved tensors that policies left on the device (not eligible)
+  int64_t bytes_kept = 0;
+  int64_t shared_offloads = 0;  // saves of a tensor already offloaded: no second copy was made
+  int64_t prefetched = 0;  // reloads launched before the tensor was asked for
+  int64_t sync_loads = 0;  // reloads launched because the tensor was asked for (not prefetched)
+  int64_t late_reloads = 0;  // reloads launched but not landed when asked for
+  int64_t early_returns = 0;  // asked for while the copy to host was still in flight: no reload
+  int64_t pool_hits = 0;  // host buffers reused from the pool
+  int64_t pool_misses = 0;  // host buffers allocated
+  int64_t groups = 0;  // groups opened (explicit and implicit)
+  // Host time spent waiting for copies: synchronous copies (CPU tensors, pageable memory) and,
+  // with SwapOptions::measure_waits, reloads that had not landed when needed.
+  double wait_seconds = 0;
+};
+
+// Where the data of a SwappedTensor is.
+enum class SwapState {
+  Offloading,  // copy to host launched; the device tensor is still held
+  Offloaded,  // in host memory only
+  Reloaded,  // copy back launched (it may still be in flight); host copy kept
+  Released,  // release() was called: no data
+};
+
+// One tensor offloaded by a SwapManager (SwapManager::offload). Thread-safe.
+class SwappedTensor : public std::enable_shared_from_this<SwappedTensor> {
+ public:
+  ~SwappedTensor();
+  SwappedTensor(const SwappedTensor&) = delete;
+  SwappedTensor& operator=(const SwappedTensor&) = delete;
+
+  // The tensor, on its original device, with its original sizes, strides and dtype, detached.
+  // If its reload was not launched yet, launches it now (a synchronous load, counted in
+  // SwapStats::sync_loads); marks its group as used, which prefetches earlier groups. The
+  // current stream of the calling thread waits for the copy. Can be called again (backward
+  // with retain_graph): it reloads again. Throws CheckpointError after release().
+  //   at::Tensor t = swapped->get();
+  at::Tensor get();
+  // Launches the reload now, if it is not launched yet; does not wait.
+  void prefetch();
+  // Frees the host copy (back to the pool) and any device copy; get() throws afterwards.
+  void release();
+
+  SwapState state() const;
+  int64_t nbytes() const { return nbytes_; }
+  // The swap group it belongs to (SwapManager::begin_group ids).
+  int64_t group() const { return group_; }
+  c10::Device device() const { return device_; }
+
+ private:
+  friend class detail::SwapCore;
+  SwappedTensor(std::shared_ptr<detail::SwapCore> core, const at::Tensor& source, int64_t group);
+
+  std::shared_ptr<detail::SwapCore> core_;
+  const c10::Device device_;
+  const int64_t nbytes_;
+  const int64_t group_;
+  // State below is guarded by the core's mutex.
+  SwapState state_ = SwapState::Offloading;
+  at::Tensor device_copy_;  // the source, until its copy to host has landed
+  at::Tensor host_buffer_;  // 1-D pool buffer
+  at::Tensor host_view_;  // host_buffer_ with the source's sizes and strides
+  at::Tensor reloaded_;  // the reloaded device tensor until every user has it
+  std::shared_ptr<detail::CopyFence> fence_;  // the last copy (offload or reload)
+  bool keep_on_device_ = false;  // prefetched while offloading: keep device_copy_
+  bool pinned_ = false;
+  const c10::StorageImpl* storage_key_ = nullptr;  // the source's storage, for sharing offloads
+  int64_t users_ = 0;  // saved-tensor hooks that share this offload
+  int64_t gets_since_reload_ = 0;
+};
+
+class SwapManager;
+
+// RAII swap group: tensors offloaded on any thread while it is alive, and not inside a more
+// recently opened group, belong to it. Groups should follow the order of the forward (one per
+// layer): backward reloads them in reverse order. Must be destroyed in LIFO order.
+//   { recompose::SwapGroupScope group(*manager); y = layer(x); }
+class SwapGroupScope {
+ public:
+  explicit SwapGroupScope(SwapManager& manager);
+  ~SwapGroupScope();
+  SwapGroupScope(const SwapGroupScope&) = delete;
+  SwapGroupScope& operator=(const SwapGroupScope&) = delete;
+  int64_t id() const { return id_; }
+
+ private:
+  SwapManager& manager_;
+  int64_t id_;
+};
+
+// Offloads tensors to host memory and brings them back. One manager serves one training loop
+// (one forward at a time); its state is shared by all threads (backward may run on autograd
+// device threads). Create with SwapManager::create.
+class SwapManager {
+ public:
+  // A new manager.
+  //   auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+  static std::shared_ptr<SwapManager> create(SwapOptions options = {});
+  // The process-wide manager used where none is given (AsyncSaveOnCpu, swap_inputs). Created
+  // with default options on first use and never destroyed.
+  static std::shared_ptr<SwapManager> default_manager();
+
+  ~SwapManager();
+  SwapManager(const SwapManager&) = delete;
+  SwapManager& operator=(const SwapManager&) = delete;
+
+  const SwapOptions& options() const;
+
+  // Opens a group and returns its id (increasing in forward order). Prefer SwapGroupScope.
+  int64_t begin_group();
+  // Closes the group `id`, which must be the innermost open one; throws CheckpointError
+  // otherwise.
+  void end_group(int64_t id);
+
+  // Whether a policy offloads `tensor` (see the header comment for what stays on the device).
+  bool eligible(const at::Tensor& tensor) const;
+  // Starts copying `tensor` to host memory in the current group and returns its handle; the
+  // caller drops its own references to let device memory go. Offloading a tensor again while
+  // its first offload is alive (same storage, sizes, strides and version) shares the copy.
+  // Does not check eligible(). Throws CheckpointError for an undefined or non-strided tensor.
+  //   std::shared_ptr<recompose::SwappedTensor> s = manager->offload(activation);
+  //   activation.reset();
+  //   ... at::Tensor back = s->get();
+  std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor);
+
+  // Lets go of device tensors whose copy to host has landed. Called at every offload and group
+  // boundary; call it yourself to free memory at another point.
+  void poll();
+  // Waits on the host for every copy in flight, then polls.
+  void synchronize();
+
+  SwapStats stats() const;
+  void reset_stats();
+  // Idle bytes in the host buffer pool, and frees them.
+  int64_t pool_bytes() const;
+  void clear_pool();
+  // Offloaded tensors alive (any state but Released), and their bytes.
+  int64_t tensors_alive() const;
+  int64_t bytes_alive() const;
+
+  // Internal (lib/swap).
+  detail::SwapCore& core() const { return *core_; }
+
+ private:
+  explicit SwapManager(SwapOptions options);
+  std::shared_ptr<detail::SwapCore> core_;
+};
+
+// RAII: every tensor saved for backward on this thread while it is alive is offloaded through
+// `manager` (when eligible) and reloaded in backward (PyTorch's torch.autograd.graph.save_on_cpu,
+// with asynchronous copies and prefetch). Tensors saved inside checkpointed regions are not
+// (the regions keep none); the inputs of a region are. Closes the current implicit group on
+// entry and on exit. Must be destroyed on the thread that created it, in LIFO order with other
+// saved-tensor scopes. Throws CheckpointError if another autograd engine is installed.
+//   { recompose::AsyncSaveOnCpu offload; loss = model(x).sum(); }   // default manager
+//   loss.backward();
+class AsyncSaveOnCpu {
+ public:
+  explicit AsyncSaveOnCpu(std::shared_ptr<SwapManager> manager = nullptr);
+  ~AsyncSaveOnCpu();
+  AsyncSaveOnCpu(const AsyncSaveOnCpu&) = delete;
+  AsyncSaveOnCpu& operator=(const AsyncSaveOnCpu&) = delete;
+
+  SwapManager& manager() const { return *manager_; }
+
+ private:
+  struct Scope;
+  std::shared_ptr<SwapManager> manager_;
+  std::unique_ptr<Scope> scope_;
+};
+
+}  // namespace recompose

@@ -1,0 +1,86 @@
+// Composable checkpointing: hooks on an annotated module drive the same region protocol as the
+// functional checkpoint(); recomputation re-invokes the module with these hooks off.
+#include <recompose/apply_checkpoint.h>
+#include <recompose/checkpoint_error.h>
+#include <recompose/hooks/forward_hooks.h>
+#include <recompose/region_run.h>
+
+#include <torch/nn/module.h>
+
+namespace recompose {
+namespace {
+
+struct CheckpointState {
+  CheckpointOptions options;
+  hooks::HookHandle pre;
+  hooks::HookHandle post;
+};
+
+void validate(const CheckpointOptions& options) {
+  if (options.context_fn() && options.policy()) {
+    throw CheckpointError("recompose::apply_checkpoint: CheckpointOptions sets both policy and context_fn; set only one");
+  }
+}
+
+}  // namespace
+
+torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointOptions& options) {
+  validate(options);
+  if (!hooks::has_annotated_forward(module)) {
+    // Let the hook layer produce its message (names the type and the annotation).
+    hooks::register_forward_pre_hook(module, [](hooks::ForwardCall&) {});
+  }
+  auto state = hooks::attach_state(module, kCheckpointApi, std::make_shared<CheckpointState>());
+  state->options = options;
+  const auto owner = hooks::HookOptions().set_owner(kCheckpointApi);
+  try {
+    // The state is captured weakly: the module owns its hooks and state, a strong reference
+    // would keep it alive forever.
+    std::weak_ptr<CheckpointState> weak = state;
+    state->pre = hooks::register_forward_pre_hook(module, [weak](hooks::ForwardCall& call) {
+      auto st = weak.lock();
+      if (!st) return;
+      // Arguments are kept without their tensors (the region saves those) and with the module
+      // held alive until the graph no longer needs the recomputation.
+      std::shared_ptr<hooks::StoredCall> stored = call.store(/*keep_tensors=*/false);
+      auto recompute = [stored](const std::vector<at::Tensor>& leaves) {
+        // An empty leaf list means "use stored tensors"; this call has tensor-free arguments.
+        if (leaves.empty() && stored->leaf_count() == 0) {
+          stored->invoke({}, kCheckpointApi);
+          return;
+        }
+        stored->invoke(leaves, kCheckpointApi);
+      };
+      auto region = std::make_shared<detail::RegionRun>(
+          detail::RegionRun::begin(st->options, call.input_leaves(), std::move(recompute)));
+      call.slot(kCheckpointApi) = region;
+    }, owner);
+    state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {
+      auto region = std::static_pointer_cast<detail::RegionRun>(call.slot(kCheckpointApi));
+      if (!region) return;
+      call.slot(kCheckpointApi).reset();
+      region->end(call.error());
+    }, hooks::HookOptions(owner).set_always_call(true));
+  } catch (...) {
+    state->pre.remove();
+    state->post.remove();
+    hooks::detach_state(module, kCheckpointApi);
+    throw;
+  }
+  return module;
+}
+
+bool remove_checkpoint(torch::nn::Module& module) {
+  auto state = hooks::find_state<CheckpointState>(module, kCheckpointApi);
+  if (!state) return false;
+  state->pre.remove();
+  state->post.remove();
+  hooks::detach_state(module, kCheckpointApi);
+  return true;
+}
+
+bool is_checkpointed(const torch::nn::Module& module) {
+  return hooks::find_state<CheckpointState>(module, kCheckpointApi) != nullptr;
+}
+
+}  // namespace recompose

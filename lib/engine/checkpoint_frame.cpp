@@ -1,0 +1,222 @@
+#include "engine/checkpoint_frame.h"
+
+#include "engine/noop_save_inputs.h"
+#include "engine/op_trace.h"
+
+#include <recompose/checkpoint_error.h>
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/graph_task.h>
+
+#include <atomic>
+#include <optional>
+#include <sstream>
+
+namespace recompose::detail {
+namespace {
+
+// Thrown by the recomputation's pack hook once every needed tensor is back (rule 5). Not a
+// std::exception, so that user code catching std::exception inside the body cannot swallow it.
+struct StopRecomputation {};
+
+int64_t current_graph_task() {
+  const int64_t id = torch::autograd::get_current_graph_task_id();
+  if (id != -1) return id;
+  // Unpacked outside of a backward (e.g. by hand): a fresh id, so a fresh recomputation.
+  static std::atomic<int64_t> temporary{-2};
+  return temporary.fetch_sub(1);
+}
+
+TensorMeta meta_of(const at::Tensor& t) {
+  return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
+}
+
+struct DepthGuard {
+  explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
+  ~DepthGuard() { --depth_; }
+  int& depth_;
+};
+
+// Hooks of one tensor saved during a region's forward: the Holder stands in for the tensor.
+class RegionHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit RegionHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  void call_pack_hook(const at::Tensor& tensor) override { holder_ = frame_->record_saved(tensor); }
+  at::Tensor call_unpack_hook() override { return frame_->unpack(*holder_); }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+  std::shared_ptr<Holder> holder_;
+};
+
+// Hooks of one tensor saved during a recomputation: hands the recomputed tensor to the frame
+// and keeps it, so that a backward over the recomputed graph (rule 6) also works.
+class RecomputationHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  RecomputationHooks(std::shared_ptr<Frame> frame, int64_t graph_task)
+      : frame_(std::move(frame)), graph_task_(graph_task) {}
+  void call_pack_hook(const at::Tensor& tensor) override {
+    saved_ = tensor.requires_grad() ? tensor.detach() : tensor;
+    frame_->record_recomputed(graph_task_, saved_);
+  }
+  at::Tensor call_unpack_hook() override { return saved_; }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+  int64_t graph_task_;
+  at::Tensor saved_;
+};
+
+class RecomputationPolicy final : public SavedTensorPolicy {
+ public:
+  RecomputationPolicy(std::shared_ptr<Frame> frame, int64_t graph_task)
+      : frame_(std::move(frame)), graph_task_(graph_task) {}
+  std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override {
+    return std::make_unique<RecomputationHooks>(frame_, graph_task_);
+  }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+  int64_t graph_task_;
+};
+
+constexpr const char* kDebugTip =
+    "\nTip: to see the ops of the original forward and of the recomputation, pass "
+    "CheckpointOptions().debug(true) or keep a recompose::set_checkpoint_debug_enabled(true) guard "
+    "alive while the forward runs.";
+
+}  // namespace
+
+std::string TensorMeta::str() const {
+  std::ostringstream out;
+  out << "{shape: [";
+  for (std::size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
+  out << "], dtype: " << c10::toString(dtype) << ", device: " << device << "}";
+  return out.str();
+}
+
+int& CheckpointDepth::forward() {
+  thread_local int depth = 0;
+  return depth;
+}
+int& CheckpointDepth::recompute() {
+  thread_local int depth = 0;
+  return depth;
+}
+
+Frame::Frame(RecomputeFn recompute, bool early_stop, DeterminismCheck check, bool debug)
+    : recompute_fn_(std::move(recompute)), early_stop_(early_stop), check_(check), debug_(debug) {}
+
+std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
+  std::lock_guard lock(mutex_);
+  auto holder = std::make_shared<Holder>();
+  weak_holders_.push_back(holder);
+  if (check_ != DeterminismCheck::None) metadata_.push_back(meta_of(tensor));
+  return holder;
+}
+
+at::Tensor Frame::unpack(Holder& holder) {
+  const int64_t graph_task = current_graph_task();
+  std::lock_guard lock(mutex_);
+  if (!is_recomputed_[graph_task]) {
+    recompute(graph_task);
+    is_recomputed_[graph_task] = true;
+    check_recomputed_tensors_match(graph_task);
+  }
+  auto it = holder.by_graph_task.find(graph_task);
+  if (it == holder.by_graph_task.end()) {
+    fail("internal error: a saved tensor was not recomputed. Please report this with the model that triggers it.");
+  }
+  if (it->second.consumed) {
+    fail("Unpack is being triggered for a tensor that was already unpacked once. If you read "
+         "ctx->get_saved_variables() in a custom backward, do so only once.");
+  }
+  at::Tensor out = std::move(it->second.value);
+  it->second.value = at::Tensor();
+  it->second.consumed = true;  // rule 4: cleared as soon as it is unpacked, even with retain_graph
+  return out;
+}
+
+void Frame::recompute(int64_t graph_task) {
+  // Unpacking the inputs may recompute the enclosing regions first (rules 1 and 2).
+  std::vector<at::Tensor> inputs = unpack_region_inputs(input_saver_);
+  recompute_ops_->clear();
+  SavedTensorPolicyBarrier barrier;  // rule 3: start as if no region were active
+  RecomputationPolicy policy(shared_from_this(), graph_task);
+  SavedTensorPolicyScope scope(policy);
+  at::AutoGradMode grad_on(true);
+  ForwardStateRestorer restore(forward_state_);
+  DepthGuard depth(CheckpointDepth::recompute());
+  std::shared_ptr<void> context = contexts_ ? contexts_->enter_recompute() : nullptr;
+  std::optional<OpTrace> trace;
+  if (debug_) trace.emplace(recompute_ops_);
+  try {
+    recompute_fn_(inputs);
+  } catch (const StopRecomputation&) {
+  }
+}
+
+void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {
+  std::lock_guard lock(mutex_);
+  const std::size_t index = recompute_counter_[graph_task]++;
+  if (index >= weak_holders_.size()) {
+    if (!forward_completed_) {
+      // A backward inside the region's forward with early stop off: the forward has not saved
+      // everything yet, so counts cannot be compared.
+      ignore_saved_mismatch_ = true;
+      return;
+    }
+    fail("trying to save more tensors during recomputation than during the original forward pass.");
+  }
+  if (auto holder = weak_holders_[index].lock()) {
+    holder->by_graph_task[graph_task] = Holder::Slot{detached, false};
+  }
+  if (early_stop_ && recompute_counter_[graph_task] == weak_holders_.size()) throw StopRecomputation{};
+}
+
+void Frame::check_recomputed_tensors_match(int64_t graph_task) {
+  if (ignore_saved_mismatch_) return;
+  const std::size_t recomputed = recompute_counter_[graph_task];
+  if (recomputed != weak_holders_.size()) {
+    fail("A different number of tensors was saved during the original forward and recomputation.\n"
+         "Number of tensors saved during forward: " + std::to_string(weak_holders_.size()) +
+         "\nNumber of tensors saved during recomputation: " + std::to_string(recomputed) + ".");
+  }
+  if (check_ == DeterminismCheck::None) return;
+  std::ostringstream mismatches;
+  int count = 0;
+  for (std::size_t i = 0; i < weak_holders_.size(); ++i) {
+    auto holder = weak_holders_[i].lock();
+    if (!holder) continue;
+    auto it = holder->by_graph_task.find(graph_task);
+    if (it == holder->by_graph_task.end() || !it->second.value.defined()) continue;
+    const TensorMeta now = meta_of(it->second.value);
+    if (!(now == metadata_[i])) {
+      ++count;
+      mismatches << "tensor at position " << i << ":\nsaved metadata: " << metadata_[i].str()
+                 << "\nrecomputed metadata: " << now.str() << "\n";
+    }
+  }
+  if (count > 0) {
+    fail("Recomputed values for the following tensors have different metadata than during the forward pass.\n" +
+         mismatches.str());
+  }
+}
+
+void Frame::fail(const std::string& message) {
+  std::string text = "recompose::checkpoint: " + message;
+  if (debug_) {
+    text += "\n\nOperations executed during the original forward:\n" + format_ops(*forward_ops_) +
+            "Operations executed during recomputation:\n" + format_ops(*recompute_ops_) +
+            "Differences in detach calls between the two are expected and can be ignored.";
+  } else {
+    text += kDebugTip;
+  }
+  throw CheckpointError(text);
+}
+
+std::unique_ptr<torch::autograd::SavedVariableHooks> RegionForwardPolicy::make_hooks() {
+  return std::make_unique<RegionHooks>(frame_);
+}
+
+}  // namespace recompose::detail

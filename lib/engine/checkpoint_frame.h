@@ -1,0 +1,106 @@
+// The state of one invocation of a checkpointed region, from its forward to the end of the last
+// backward that needs it (PyTorch's _CheckpointFrame), and the saved-tensor policies of its
+// forward and of its recomputation.
+//
+// Lifetimes (NOTE [ Nestable Checkpoint ], rule 4): each tensor saved in the region's forward is
+// replaced by a Holder owned by autograd's SavedVariable; the frame keeps only weak references.
+// A recomputation stores the recomputed tensor in the holders still alive, keyed by the graph
+// task that asked; unpacking hands it out once and clears it, also with retain_graph.
+#pragma once
+
+#include "engine/rng_state.h"
+#include "engine/saved_tensor_policy.h"
+
+#include <recompose/checkpoint_options.h>
+#include <recompose/region_contexts.h>
+#include <recompose/region_run.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace recompose::detail {
+
+struct Holder {
+  struct Slot {
+    at::Tensor value;
+    bool consumed = false;
+  };
+  std::unordered_map<int64_t, Slot> by_graph_task;
+};
+
+struct TensorMeta {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype;
+  c10::Device device;
+  bool operator==(const TensorMeta& o) const { return sizes == o.sizes && dtype == o.dtype && device == o.device; }
+  std::string str() const;
+};
+
+class Frame : public std::enable_shared_from_this<Frame> {
+ public:
+  Frame(RecomputeFn recompute, bool early_stop, DeterminismCheck check, bool debug);
+
+  // Forward side.
+  std::shared_ptr<Holder> record_saved(const at::Tensor& tensor);
+  void set_input_saver(at::Tensor saver) { input_saver_ = std::move(saver); }
+  void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
+  void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
+  void mark_forward_completed() { forward_completed_ = true; }
+  std::shared_ptr<std::vector<std::string>> forward_ops() { return forward_ops_; }
+  bool debug() const { return debug_; }
+  const std::shared_ptr<RegionContexts>& contexts() const { return contexts_; }
+
+  // Backward side: the tensor `holder` stands for, recomputing the region first if this graph
+  // task has not yet done so.
+  at::Tensor unpack(Holder& holder);
+
+  // Recomputation side: called for each tensor saved during the recomputation. Throws
+  // StopRecomputation when every tensor needed has been recomputed (early stop).
+  void record_recomputed(int64_t graph_task, const at::Tensor& detached);
+
+ private:
+  void recompute(int64_t graph_task);
+  void check_recomputed_tensors_match(int64_t graph_task);
+  [[noreturn]] void fail(const std::string& message);
+
+  RecomputeFn recompute_fn_;
+  at::Tensor input_saver_;
+  std::vector<std::weak_ptr<Holder>> weak_holders_;
+  std::vector<TensorMeta> metadata_;
+  std::unordered_map<int64_t, std::size_t> recompute_counter_;
+  std::unordered_map<int64_t, bool> is_recomputed_;
+  bool early_stop_;
+  DeterminismCheck check_;
+  bool debug_;
+  bool forward_completed_ = false;
+  bool ignore_saved_mismatch_ = false;
+  ForwardState forward_state_;
+  std::shared_ptr<RegionContexts> contexts_;
+  std::shared_ptr<std::vector<std::string>> forward_ops_ = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::vector<std::string>> recompute_ops_ = std::make_shared<std::vector<std::string>>();
+  std::recursive_mutex mutex_;
+};
+
+// The policy active during a region's forward: every saved tensor becomes a Holder.
+class RegionForwardPolicy final : public SavedTensorPolicy {
+ public:
+  explicit RegionForwardPolicy(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override;
+
+ private:
+  std::shared_ptr<Frame> frame_;
+};
+
+// Thread-local depth counters behind is_checkpointing() / is_recomputing().
+struct CheckpointDepth {
+  static int& forward();
+  static int& recompute();
+};
+
+}  // namespace recompose::detail

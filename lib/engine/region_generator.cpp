@@ -1,0 +1,159 @@
+// The non-reentrant checkpoint protocol of one region invocation, as a C++20 coroutine (like
+// PyTorch's _checkpoint_without_reentrant_generator): the pre-forward step runs when the region
+// begins, the coroutine suspends while the body runs, and the post-forward step runs when it is
+// resumed with the body's outcome. The RAII scopes it holds across the suspension (the region's
+// saved-tensor policy, the forward context, the debug trace) are therefore exactly as long as
+// the body.
+#include "engine/checkpoint_frame.h"
+#include "engine/noop_save_inputs.h"
+#include "engine/op_trace.h"
+#include "engine/rng_state.h"
+#include "region_switches.h"
+
+#include <recompose/checkpoint_error.h>
+#include <recompose/region_run.h>
+#ifdef RECOMPOSE_HAS_SELECTIVE
+#include <recompose/selective_checkpoint.h>
+#endif
+#ifdef RECOMPOSE_HAS_SWAP
+#include "swap/input_swap.h"
+#endif
+
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+
+#include <coroutine>
+#include <optional>
+
+namespace recompose::detail {
+namespace {
+
+class RegionCoroutine {
+ public:
+  struct promise_type {
+    std::exception_ptr body_error;
+    std::exception_ptr step_error;
+    bool region_active = false;
+    RegionCoroutine get_return_object() {
+      return RegionCoroutine(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    std::suspend_never initial_suspend() noexcept { return {}; }  // run the pre-forward step now
+    std::suspend_always final_suspend() noexcept { return {}; }   // keep the frame for inspection
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { step_error = std::current_exception(); }
+  };
+
+  // co_await BodyRuns{}: suspends while the body runs; evaluates to the body's exception.
+  struct BodyRuns {
+    promise_type* promise = nullptr;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<promise_type> h) noexcept { promise = &h.promise(); }
+    std::exception_ptr await_resume() const noexcept { return promise->body_error; }
+  };
+
+  explicit RegionCoroutine(std::coroutine_handle<promise_type> h) : handle_(h) {}
+  RegionCoroutine(RegionCoroutine&& o) noexcept : handle_(std::exchange(o.handle_, {})) {}
+  RegionCoroutine& operator=(RegionCoroutine&&) = delete;
+  ~RegionCoroutine() {
+    // Destroying a suspended coroutine unwinds the scopes it holds (LIFO with the caller's).
+    if (handle_) handle_.destroy();
+  }
+  std::coroutine_handle<promise_type> handle() const { return handle_; }
+
+ private:
+  std::coroutine_handle<promise_type> handle_;
+};
+
+struct DepthGuard {
+  explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
+  ~DepthGuard() { --depth_; }
+  int& depth_;
+};
+
+std::shared_ptr<RegionContexts> make_contexts(const CheckpointOptions& options) {
+  if (options.context_fn() && options.policy()) {
+    throw CheckpointError("recompose: CheckpointOptions sets both policy and context_fn; a selective policy "
+                          "is itself a context_fn, so set only one of them");
+  }
+  if (options.context_fn()) return options.context_fn()();
+  if (options.policy()) {
+#ifdef RECOMPOSE_HAS_SELECTIVE
+    return create_selective_checkpoint_contexts(*options.policy());
+#else
+    throw CheckpointError("recompose: this build has no selective checkpointing");
+#endif
+  }
+  return nullptr;
+}
+
+std::unique_ptr<SavedTensorPolicyScope> input_saving_scope(const CheckpointOptions& options) {
+#ifdef RECOMPOSE_HAS_SWAP
+  return input_swap_scope(options);
+#else
+  if (options.swap_inputs()) throw CheckpointError("recompose: this build has no activation swap");
+  return nullptr;
+#endif
+}
+
+RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tensor> inputs, RecomputeFn recompute) {
+  // ---- pre-forward step ----
+  const bool early_stop = early_stop_override().value_or(options.early_stop());
+  const bool debug = debug_override().value_or(options.debug());
+  auto frame = std::make_shared<Frame>(std::move(recompute), early_stop, options.determinism_check(), debug);
+  frame->set_forward_state(capture_forward_state(inputs, options.preserve_rng_state()));
+  {
+    auto swap_scope = input_saving_scope(options);
+    frame->set_input_saver(save_region_inputs(inputs));
+  }
+  inputs.clear();  // the saver holds them now (or an enclosing region does)
+  frame->set_contexts(make_contexts(options));
+
+  RegionForwardPolicy policy(frame);
+  SavedTensorPolicyScope scope(policy);
+  std::shared_ptr<void> context = frame->contexts() ? frame->contexts()->enter_forward() : nullptr;
+  DepthGuard depth(CheckpointDepth::forward());
+  std::optional<OpTrace> trace;
+  if (debug) trace.emplace(frame->forward_ops());
+
+  std::exception_ptr body_error = co_await RegionCoroutine::BodyRuns{};
+
+  // ---- post-forward step ----
+  if (!body_error) frame->mark_forward_completed();
+}
+
+}  // namespace
+
+struct RegionRun::State {
+  RegionCoroutine coroutine;
+  bool ended = false;
+};
+
+RegionRun RegionRun::begin(const CheckpointOptions& options, const std::vector<at::Tensor>& input_leaves,
+                           RecomputeFn recompute) {
+  // No graph will be recorded: no region, the body just runs (as PyTorch does when the input
+  // saver has no grad_fn).
+  if (!at::GradMode::is_enabled() || c10::InferenceMode::is_enabled()) return RegionRun(nullptr);
+  auto state = std::make_shared<State>(State{region_protocol(options, input_leaves, std::move(recompute))});
+  auto& promise = state->coroutine.handle().promise();
+  if (promise.step_error) std::rethrow_exception(promise.step_error);
+  return RegionRun(std::move(state));
+}
+
+void RegionRun::end(std::exception_ptr body_error) {
+  if (!state_ || state_->ended) return;
+  state_->ended = true;
+  auto handle = state_->coroutine.handle();
+  handle.promise().body_error = body_error;
+  handle.resume();
+  std::exception_ptr step_error = handle.promise().step_error;
+  state_.reset();  // destroys the finished coroutine
+  if (step_error && !body_error) std::rethrow_exception(step_error);
+}
+
+RegionRun::~RegionRun() {
+  // A region abandoned without end() (the body's caller unwound past it): destroying the
+  // suspended coroutine pops its scopes.
+  state_.reset();
+}
+
+}  // namespace recompose::detail

@@ -1,0 +1,91 @@
+#include "engine/rng_state.h"
+
+#include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/Generator.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+
+namespace recompose::detail {
+namespace {
+
+at::Tensor get_generator_state(at::Generator gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_generator_state(at::Generator gen, const at::Tensor& state) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+std::vector<c10::DeviceType> autocast_device_types(const std::vector<at::Tensor>& inputs) {
+  std::vector<c10::DeviceType> types{c10::DeviceType::CPU};
+  for (const auto& t : inputs) {
+    if (!t.defined()) continue;
+    auto type = t.device().type();
+    if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
+  }
+  return types;
+}
+
+}  // namespace
+
+ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool preserve_rng) {
+  ForwardState state;
+  for (auto type : autocast_device_types(inputs)) {
+    if (!at::autocast::is_autocast_available(type)) continue;
+    state.autocast.push_back({type, at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)});
+  }
+  state.autocast_cache = at::autocast::is_autocast_cache_enabled();
+  if (!preserve_rng) return state;
+  state.has_rng = true;
+  state.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
+  for (const auto& t : inputs) {
+    if (!t.defined() || t.device().is_cpu() || t.device().is_meta()) continue;
+    const c10::Device device = t.device();
+    bool seen = false;
+    for (const auto& [d, s] : state.device_rng) seen = seen || d == device;
+    if (seen) continue;
+    state.device_rng.emplace_back(device, get_generator_state(at::globalContext().defaultGenerator(device)));
+  }
+  return state;
+}
+
+ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
+  // Remember what is in place now, then install the forward's state.
+  std::vector<at::Tensor> no_inputs;
+  saved_.autocast_cache = at::autocast::is_autocast_cache_enabled();
+  for (const auto& a : state.autocast) {
+    saved_.autocast.push_back({a.device_type, at::autocast::is_autocast_enabled(a.device_type),
+                               at::autocast::get_autocast_dtype(a.device_type)});
+    at::autocast::set_autocast_enabled(a.device_type, a.enabled);
+    at::autocast::set_autocast_dtype(a.device_type, a.dtype);
+  }
+  at::autocast::set_autocast_cache_enabled(state.autocast_cache);
+  if (!state.has_rng) return;
+  saved_.has_rng = true;
+  saved_.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
+  set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu_rng);
+  for (const auto& [device, rng] : state.device_rng) {
+    auto gen = at::globalContext().defaultGenerator(device);
+    saved_.device_rng.emplace_back(device, get_generator_state(gen));
+    set_generator_state(gen, rng);
+  }
+}
+
+ForwardStateRestorer::~ForwardStateRestorer() {
+  for (const auto& a : saved_.autocast) {
+    at::autocast::set_autocast_enabled(a.device_type, a.enabled);
+    at::autocast::set_autocast_dtype(a.device_type, a.dtype);
+  }
+  at::autocast::set_autocast_cache_enabled(saved_.autocast_cache);
+  if (!saved_.has_rng) return;
+  set_generator_state(at::detail::getDefaultCPUGenerator(), saved_.cpu_rng);
+  for (const auto& [device, rng] : saved_.device_rng) {
+    set_generator_state(at::globalContext().defaultGenerator(device), rng);
+  }
+}
+
+}  // namespace recompose::detail

@@ -1,0 +1,44 @@
+// The random-number and autocast state a region's forward ran with, restored around its
+// recomputation so that dropout masks and autocast choices match.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace recompose::detail {
+
+struct AutocastState {
+  c10::DeviceType device_type;
+  bool enabled;
+  at::ScalarType dtype;
+};
+
+struct ForwardState {
+  bool has_rng = false;
+  at::Tensor cpu_rng;
+  std::vector<std::pair<c10::Device, at::Tensor>> device_rng;  // devices the inputs live on
+  std::vector<AutocastState> autocast;
+  bool autocast_cache = true;
+};
+
+// Captures the state at a region's entry. RNG states only when preserve_rng is true.
+ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool preserve_rng);
+
+// Puts a captured state in place while alive, and restores the state it replaced.
+class ForwardStateRestorer {
+ public:
+  explicit ForwardStateRestorer(const ForwardState& state);
+  ~ForwardStateRestorer();
+  ForwardStateRestorer(const ForwardStateRestorer&) = delete;
+  ForwardStateRestorer& operator=(const ForwardStateRestorer&) = delete;
+
+ private:
+  ForwardState saved_;
+};
+
+}  // namespace recompose::detail

@@ -1,0 +1,128 @@
+// SavedTensorMeter: a saved-tensor policy that keeps each saved tensor itself (as LibTorch
+// would) and accounts the bytes of its storage until autograd releases it.
+#include "engine/saved_tensor_policy.h"
+
+#include <recompose/saved_tensor_meter.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace recompose {
+
+struct SavedTensorMeter::Counters {
+  std::mutex mutex;
+  std::unordered_map<const c10::StorageImpl*, std::pair<int64_t, int64_t>> storages;  // refs, bytes
+  int64_t bytes = 0;
+  int64_t peak = 0;
+  int64_t tensors = 0;
+
+  void add(const at::Tensor& t) {
+    std::lock_guard lock(mutex);
+    ++tensors;
+    auto& [refs, nbytes] = storages[t.storage().unsafeGetStorageImpl()];
+    if (refs++ == 0) {
+      nbytes = static_cast<int64_t>(t.storage().nbytes());
+      bytes += nbytes;
+      peak = std::max(peak, bytes);
+    }
+  }
+  void remove(const at::Tensor& t) {
+    std::lock_guard lock(mutex);
+    --tensors;
+    auto it = storages.find(t.storage().unsafeGetStorageImpl());
+    if (it != storages.end() && --it->second.first == 0) {
+      bytes -= it->second.second;
+      storages.erase(it);
+    }
+  }
+};
+
+namespace {
+
+// Parameters (and views of them, such as the transposed weight a linear layer saves) are held
+// by the model anyway; they are not activations.
+bool is_parameter_like(const at::Tensor& t) {
+  const at::Tensor base = t.is_view() ? at::Tensor(t._base()) : t;
+  return base.is_leaf() && base.requires_grad();
+}
+
+class MeteredHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit MeteredHooks(std::shared_ptr<SavedTensorMeter::Counters> counters) : counters_(std::move(counters)) {}
+  ~MeteredHooks() override {
+    if (counted_) counters_->remove(saved_);
+  }
+  void call_pack_hook(const at::Tensor& tensor) override {
+    // Keep a detached alias: holding the tensor with its grad_fn would make a reference cycle
+    // for outputs saved by their own node. LibTorch rebuilds the autograd metadata on unpack.
+    saved_ = tensor.defined() ? tensor.detach() : tensor;
+    version_ = tensor._version();
+    counted_ = tensor.defined() && tensor.has_storage() && !is_parameter_like(tensor);
+    if (counted_) counters_->add(saved_);
+  }
+  at::Tensor call_unpack_hook() override {
+    // LibTorch skips its version check when hooks are set: do it here.
+    if (saved_.defined() && saved_._version() != version_) {
+      throw std::runtime_error(
+          "one of the variables needed for gradient computation has been modified by an inplace "
+          "operation: saved at version " + std::to_string(version_) + ", now at version " +
+          std::to_string(saved_._version()) + " (recompose::SavedTensorMeter)");
+    }
+    return saved_;
+  }
+
+ private:
+  std::shared_ptr<SavedTensorMeter::Counters> counters_;
+  at::Tensor saved_;
+  int64_t version_ = 0;
+  bool counted_ = false;
+};
+
+class MeterPolicy final : public detail::SavedTensorPolicy {
+ public:
+  explicit MeterPolicy(std::shared_ptr<SavedTensorMeter::Counters> counters) : counters_(std::move(counters)) {}
+  std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override {
+    return std::make_unique<MeteredHooks>(counters_);
+  }
+
+ private:
+  std::shared_ptr<SavedTensorMeter::Counters> counters_;
+};
+
+struct MeterScope {
+  explicit MeterScope(std::shared_ptr<SavedTensorMeter::Counters> c) : policy(std::move(c)), scope(policy) {}
+  MeterPolicy policy;
+  detail::SavedTensorPolicyScope scope;
+};
+
+thread_local std::vector<std::unique_ptr<MeterScope>> tl_meter_scopes;
+
+}  // namespace
+
+SavedTensorMeter::SavedTensorMeter() : counters_(std::make_shared<Counters>()) {
+  tl_meter_scopes.push_back(std::make_unique<MeterScope>(counters_));
+}
+
+SavedTensorMeter::~SavedTensorMeter() { tl_meter_scopes.pop_back(); }
+
+int64_t SavedTensorMeter::bytes_held() const {
+  std::lock_guard lock(counters_->mutex);
+  return counters_->bytes;
+}
+int64_t SavedTensorMeter::peak_bytes_held() const {
+  std::lock_guard lock(counters_->mutex);
+  return counters_->peak;
+}
+int64_t SavedTensorMeter::tensors_held() const {
+  std::lock_guard lock(counters_->mutex);
+  return counters_->tensors;
+}
+
+}  // namespace recompose

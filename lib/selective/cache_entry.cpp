@@ -1,0 +1,115 @@
+#include "cache_entry.h"
+
+#include <recompose/checkpoint_error.h>
+
+#include <ATen/core/List.h>
+#include <c10/core/TensorImpl.h>
+
+#include <string>
+#include <utility>
+
+namespace recompose::detail {
+namespace {
+
+// A new TensorImpl on the same storage with the same version counter: in-place writes through
+// either are visible to the version check (what upstream's _detach_helper gets by detaching
+// with ADInplaceOrView enabled). No dispatch: cheap, and no interceptor sees it.
+at::Tensor alias_of(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return at::Tensor(impl->shallow_copy_and_detach(impl->version_counter(),
+                                                  /*allow_tensor_metadata_change=*/false));
+}
+
+// Applies f to every tensor of v (tensors, tensor lists, optional-tensor lists).
+template <class F>
+c10::IValue map_tensors(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(f(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+// Inference tensors have no version counter; they cannot be modified unnoticed by autograd
+// either, so they are not checked.
+constexpr uint32_t kUntracked = UINT32_MAX;
+uint32_t version_of(const at::Tensor& t) {
+  const c10::VariableVersion& vc = t.unsafeGetTensorImpl()->version_counter();
+  return vc.enabled() ? vc.current_version() : kUntracked;
+}
+
+}  // namespace
+
+CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs) {
+  CacheEntry e;
+  e.values_.reserve(outputs.size());
+  for (const c10::IValue& v : outputs) {
+    e.values_.push_back(map_tensors(v, [&](const at::Tensor& t) {
+      if (t.defined()) e.versions_.push_back(version_of(t));
+      return alias_of(t);
+    }));
+  }
+  return e;
+}
+
+void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
+                        torch::jit::Stack* stack) const {
+  size_t k = 0;
+  for (const c10::IValue& v : values_) {
+    // Check everything before pushing anything: an error leaves the stack as it was.
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      const uint32_t kept = versions_[k++];
+      if (!allow_mutation && kept != kUntracked && version_of(t) != kept) {
+        throw CheckpointError("recompose selective checkpoint: the output of " + op.schema().name() +
+                              " (call " + std::to_string(call_index) +
+                              " in the region) that was saved in the forward has been modified in "
+                              "place since. Avoid modifying it in place, or pass "
+                              "allow_cache_entry_mutation = true to use the modified values.");
+      }
+      return t;
+    });
+  }
+  for (const c10::IValue& v : values_) torch::jit::push(*stack, map_tensors(v, alias_of));
+}
+
+void CacheEntry::copy_on_write() {
+  versions_.clear();
+  for (c10::IValue& v : values_) {
+    v = map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      at::Tensor copy = t.clone();  // runs below this interceptor: not recorded, not seen again
+      versions_.push_back(version_of(copy));
+      return copy;
+    });
+  }
+}
+
+std::vector<const c10::StorageImpl*> CacheEntry::storages() const {
+  std::vector<const c10::StorageImpl*> out;
+  for (const c10::IValue& v : values_) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) out.push_back(t.storage().unsafeGetStorageImpl());
+      return t;
+    });
+  }
+  return out;
+}
+
+void CacheEntry::release() noexcept {
+  values_.clear();
+  values_.shrink_to_fit();
+  versions_.clear();
+}
+
+}  // namespace recompose::detail

@@ -1,0 +1,45 @@
+// What selective checkpointing recorded about the ops of one region invocation: per op overload,
+// one slot per call in the forward (kept outputs, or "recompute"), and how far the current
+// recomputation has replayed them. Ops are matched by (op overload, call index), as upstream.
+#pragma once
+
+#include "cache_entry.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace recompose::detail {
+
+struct OpSlot {
+  enum class Kind : uint8_t { Recompute, Saved, Consumed };
+  Kind kind = Kind::Recompute;
+  CacheEntry entry;  // Saved only
+};
+
+struct OpCalls {
+  std::vector<OpSlot> slots;  // one per forward call, in order
+  size_t replayed = 0;        // calls seen by the current recomputation
+};
+
+class OpLog {
+ public:
+  // The calls of `op` (created empty on first use). References stay valid as ops are added.
+  OpCalls& calls_of(const c10::OperatorHandle& op) { return ops_[op]; }
+  // nullptr if the forward never ran `op`.
+  OpCalls* find(const c10::OperatorHandle& op) {
+    auto it = ops_.find(op);
+    return it == ops_.end() ? nullptr : &it->second;
+  }
+  // A new recomputation matches calls from the first one again.
+  void restart_replay() {
+    for (auto& [op, calls] : ops_) calls.replayed = 0;
+  }
+
+ private:
+  std::unordered_map<c10::OperatorHandle, OpCalls> ops_;
+};
+
+}  // namespace recompose::detail

@@ -1,0 +1,226 @@
+// create_selective_checkpoint_contexts: the forward context caches the outputs of saved ops,
+// the recompute context replays them (upstream's _CachingTorchDispatchMode and
+// _CachedTorchDispatchMode). Both are OpInterceptors sharing one OpLog per region invocation.
+
+#include "dispatch_interceptor.h"
+#include "ignored_ops.h"
+#include "op_log.h"
+
+#include <recompose/checkpoint_error.h>
+#include <recompose/selective_checkpoint.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace recompose {
+namespace {
+
+using detail::OpCalls;
+using detail::OpSlot;
+
+// Shared by the contexts object and every token entered from it: a token may outlive the
+// contexts object (the engine drops it when the region ends).
+struct SacState {
+  SacState(SelectivePolicy p, bool allow) : policy(std::move(p)), allow_cache_entry_mutation(allow) {}
+  const SelectivePolicy policy;
+  const bool allow_cache_entry_mutation;
+  detail::OpLog log;
+  // Storages of the kept outputs of the forward -> their slots (forward thread only).
+  std::unordered_multimap<const c10::StorageImpl*, std::pair<OpCalls*, size_t>> kept_storages;
+  std::atomic<bool> forward_entered{false};
+  std::atomic<bool> recompute_active{false};
+};
+
+bool keeps_output(CheckpointPolicy p) {
+  // MUST_SWAP keeps the output in place until the swap component offloads it.
+  return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE || p == CheckpointPolicy::MUST_SWAP;
+}
+
+class CachingInterceptor final : public detail::OpInterceptor {
+ public:
+  explicit CachingInterceptor(SacState& s) : s_(s) {}
+
+  void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+    if (detail::is_sac_ignored(op)) {
+      detail::run_below(op, stack);
+      return;
+    }
+    if (!s_.kept_storages.empty()) protect_kept_outputs(op, *stack);
+    OpCalls& calls = s_.log.calls_of(op);
+    const auto call_index = static_cast<int64_t>(calls.slots.size());
+    if (detail::returns_alias(op)) {
+      detail::run_below(op, stack);
+      calls.slots.emplace_back();
+      return;
+    }
+    const c10::FunctionSchema& schema = op.schema();
+    const size_t n_args = schema.arguments().size();
+    TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
+    // The policy sees the arguments after the op ran (upstream passes the outputs too).
+    torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+    detail::run_below(op, stack);
+    const size_t n_out = schema.returns().size();
+    SelectiveCheckpointContext ctx;
+    ctx.outputs = c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out);
+    ctx.call_index = call_index;
+    const CheckpointPolicy decision = s_.policy(ctx, op, args);
+    OpSlot& slot = calls.slots.emplace_back();
+    if (keeps_output(decision)) {
+      slot.kind = OpSlot::Kind::Saved;
+      slot.entry = detail::CacheEntry::capture(ctx.outputs);
+      for (const c10::StorageImpl* st : slot.entry.storages()) {
+        s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
+      }
+    }
+  }
+
+ private:
+  // An op about to write into the storage of a kept output (possibly through a TensorImpl with
+  // its own version counter, as aten::_unsafe_view's output in a 3-d nn::Linear with bias): keep
+  // a copy instead, so that the recomputation gets the value the op produced, and writes into
+  // the copy rather than into the forward's tensors.
+  void protect_kept_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+    const auto& arguments = op.schema().arguments();
+    const size_t base = stack.size() - arguments.size();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const c10::AliasInfo* alias = arguments[i].alias_info();
+      if (alias == nullptr || !alias->isWrite()) continue;
+      const c10::IValue& v = stack[base + i];
+      if (v.isTensor()) {
+        copy_kept_in(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) copy_kept_in(t);
+      }
+    }
+  }
+
+  void copy_kept_in(const at::Tensor& written) {
+    if (!written.has_storage()) return;
+    auto [first, last] = s_.kept_storages.equal_range(written.storage().unsafeGetStorageImpl());
+    std::vector<std::pair<OpCalls*, size_t>> slots;
+    for (auto it = first; it != last; ++it) slots.push_back(it->second);
+    for (auto [calls, index] : slots) {
+      OpSlot& slot = calls->slots[index];
+      // Forget every storage of this entry, then keep copies (new storages, not registered:
+      // nothing else writes into them).
+      for (const c10::StorageImpl* st : slot.entry.storages()) {
+        auto [b, e] = s_.kept_storages.equal_range(st);
+        for (auto it = b; it != e;) {
+          it = (it->second.first == calls && it->second.second == index) ? s_.kept_storages.erase(it) : std::next(it);
+        }
+      }
+      slot.entry.copy_on_write();
+    }
+  }
+
+  SacState& s_;
+};
+
+class CachedInterceptor final : public detail::OpInterceptor {
+ public:
+  explicit CachedInterceptor(SacState& s) : s_(s) {}
+
+  void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+    if (detail::is_sac_ignored(op)) {
+      detail::run_below(op, stack);
+      return;
+    }
+    OpCalls* calls = s_.log.find(op);
+    const size_t index = calls == nullptr ? 0 : calls->replayed++;
+    if (calls == nullptr || index >= calls->slots.size()) {
+      throw CheckpointError(
+          "recompose selective checkpoint: " + op.schema().name() + " (call " + std::to_string(index) +
+          " in the region) ran during the recomputation, but the forward of the region ran it " +
+          std::to_string(calls == nullptr ? 0 : calls->slots.size()) +
+          " time(s). The region must run the same ops in the forward and in the recomputation; this "
+          "happens when it is nondeterministic or depends on global state that changed between "
+          "forward and backward.");
+    }
+    OpSlot& slot = calls->slots[index];
+    switch (slot.kind) {
+      case OpSlot::Kind::Recompute:
+        detail::run_below(op, stack);
+        return;
+      case OpSlot::Kind::Consumed:
+        throw CheckpointError(
+            "recompose selective checkpoint: Trying to backward an extra time. You are only allowed to "
+            "backward once on any region computed under selective activation checkpoint (the output "
+            "of " + op.schema().name() + " saved in the forward was already used by an earlier "
+            "recomputation, e.g. a backward with retain_graph).");
+      case OpSlot::Kind::Saved: {
+        const size_t n_args = op.schema().arguments().size();
+        TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
+        // Check (may throw) before touching the stack.
+        torch::jit::Stack replayed;
+        slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);
+        torch::jit::drop(*stack, n_args);
+        for (c10::IValue& v : replayed) stack->push_back(std::move(v));
+        // One replay per region: free the memory as backward goes.
+        slot.kind = OpSlot::Kind::Consumed;
+        slot.entry.release();
+        return;
+      }
+    }
+  }
+
+ private:
+  SacState& s_;
+};
+
+// What enter_*() returns: the interceptor installed on this thread while it is alive.
+template <class Interceptor>
+struct Entered {
+  explicit Entered(std::shared_ptr<SacState> s) : state(std::move(s)), interceptor(*state), scope(interceptor) {}
+  ~Entered() {
+    if constexpr (std::is_same_v<Interceptor, CachedInterceptor>) state->recompute_active.store(false);
+  }
+  std::shared_ptr<SacState> state;
+  Interceptor interceptor;
+  detail::InterceptorScope scope;  // declared last: uninstalled first
+};
+
+class SelectiveContexts final : public RegionContexts {
+ public:
+  explicit SelectiveContexts(std::shared_ptr<SacState> s) : state_(std::move(s)) {}
+
+  std::shared_ptr<void> enter_forward() override {
+    if (state_->forward_entered.exchange(true)) {
+      throw CheckpointError(
+          "recompose selective checkpoint: the forward context of these contexts was entered a second "
+          "time. create_selective_checkpoint_contexts() makes the contexts of ONE region invocation; "
+          "make new ones for every forward (as a ContextFn does).");
+    }
+    return std::make_shared<Entered<CachingInterceptor>>(state_);
+  }
+
+  std::shared_ptr<void> enter_recompute() override {
+    if (state_->recompute_active.exchange(true)) {
+      throw CheckpointError(
+          "recompose selective checkpoint: the recompute context was entered while a recomputation of "
+          "the same region invocation is still running (concurrent backward passes over one region "
+          "are not supported).");
+    }
+    try {
+      state_->log.restart_replay();
+      return std::make_shared<Entered<CachedInterceptor>>(state_);
+    } catch (...) {
+      state_->recompute_active.store(false);
+      throw;
+    }
+  }
+
+ private:
+  std::shared_ptr<SacState> state_;
+};
+
+}  // namespace
+
+std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
+                                                                     bool allow_cache_entry_mutation) {
+  return std::make_shared<SelectiveContexts>(std::make_shared<SacState>(policy, allow_cache_entry_mutation));
+}
+
+}  // namespace recompose

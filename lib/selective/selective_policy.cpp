@@ -1,0 +1,63 @@
+// SelectivePolicy: from a callable, or from a list of op names validated against the dispatcher.
+// Also defines CheckpointOptions::policy(const SelectivePolicy&).
+
+#include "op_names.h"
+
+#include <recompose/checkpoint_options.h>
+#include <recompose/selective_checkpoint.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace recompose {
+namespace {
+
+// Ops to save, by name (every overload) or by resolved overload.
+struct SaveList {
+  std::unordered_set<std::string> any_overload;
+  std::vector<c10::OperatorHandle> overloads;
+
+  bool contains(const c10::OperatorHandle& op) const {
+    for (const c10::OperatorHandle& h : overloads) {
+      if (h == op) return true;
+    }
+    return !any_overload.empty() && any_overload.contains(op.operator_name().name);
+  }
+};
+
+PolicyFn policy_from_names(const std::vector<std::string>& names) {
+  auto list = std::make_shared<SaveList>();
+  for (const std::string& name : names) {
+    detail::OpRef ref = detail::resolve_op_name(name);  // throws std::invalid_argument
+    if (ref.overload) {
+      list->overloads.push_back(*ref.overload);
+    } else {
+      list->any_overload.insert(std::move(ref.name));
+    }
+  }
+  return [list](const SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
+    return list->contains(op) ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_RECOMPUTE;
+  };
+}
+
+}  // namespace
+
+SelectivePolicy::SelectivePolicy(PolicyFn fn) : fn_(std::move(fn)) {
+  if (!fn_) throw std::invalid_argument("recompose::SelectivePolicy: the policy function is empty");
+}
+
+SelectivePolicy::SelectivePolicy(const std::vector<std::string>& save_ops) : fn_(policy_from_names(save_ops)) {}
+
+SelectivePolicy::SelectivePolicy(std::initializer_list<const char*> save_ops)
+    : SelectivePolicy(std::vector<std::string>(save_ops.begin(), save_ops.end())) {}
+
+CheckpointOptions& CheckpointOptions::policy(const SelectivePolicy& p) {
+  policy_ = std::make_shared<const SelectivePolicy>(p);
+  return *this;
+}
+
+}  // namespace recompose

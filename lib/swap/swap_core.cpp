@@ -1,0 +1,482 @@
+#include "swap/swap_core.h"
+
+#include "swap/copy_fence.h"
+#include "swap/swap_hooks.h"
+
+#include <recompose/checkpoint_error.h>
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <chrono>
+#include <string>
+
+namespace recompose::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Why `tensor` cannot be offloaded at all, or "" if it can.
+std::string unsupported(const at::Tensor& tensor) {
+  if (!tensor.defined()) return "it is undefined";
+  if (tensor.layout() != c10::kStrided) return "its layout is not strided";
+  if (tensor.is_nested()) return "it is a nested tensor";
+  if (tensor.is_quantized()) return "it is quantized";
+  if (tensor.is_meta()) return "it is on the meta device";
+  if (tensor.unsafeGetTensorImpl()->has_storage() == false) return "it has no storage";
+  return "";
+}
+
+}  // namespace
+
+SwapCore::SwapCore(SwapOptions options)
+    : options_(std::move(options)), policy_(std::make_unique<SwapPolicy>(*this)) {
+  if (options_.min_bytes() < 0) throw CheckpointError("recompose::SwapOptions: min_bytes must be >= 0");
+  if (options_.prefetch_groups() < 0) {
+    throw CheckpointError("recompose::SwapOptions: prefetch_groups must be >= 0");
+  }
+}
+
+SwapCore::~SwapCore() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Groups
+
+int64_t SwapCore::new_group_locked() {
+  const int64_t id = next_group_++;
+  groups_[id];
+  ++stats_.groups;
+  return id;
+}
+
+int64_t SwapCore::begin_group() {
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  poll_locked(graveyard);
+  prune_groups_locked(graveyard);
+  implicit_group_.reset();
+  const int64_t id = new_group_locked();
+  open_groups_.push_back(id);
+  return id;
+}
+
+void SwapCore::end_group(int64_t id) {
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  if (open_groups_.empty() || open_groups_.back() != id) {
+    throw CheckpointError("recompose::SwapManager::end_group(" + std::to_string(id) +
+                          "): not the innermost open group (" +
+                          (open_groups_.empty() ? std::string("none is open")
+                                                : "innermost is " + std::to_string(open_groups_.back())) +
+                          "); groups must close in LIFO order");
+  }
+  open_groups_.pop_back();
+  implicit_group_.reset();
+  poll_locked(graveyard);
+}
+
+void SwapCore::close_implicit_group() {
+  std::lock_guard lock(mutex_);
+  implicit_group_.reset();
+}
+
+int64_t SwapCore::group_for_locked(int64_t bytes) {
+  if (!open_groups_.empty()) return open_groups_.back();
+  if (implicit_group_) {
+    auto it = groups_.find(*implicit_group_);
+    if (it != groups_.end() &&
+        (it->second.bytes == 0 || it->second.bytes + bytes <= options_.implicit_group_bytes())) {
+      return *implicit_group_;
+    }
+  }
+  implicit_group_ = new_group_locked();
+  return *implicit_group_;
+}
+
+void SwapCore::prune_groups_locked(Graveyard& graveyard) {
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    auto& tensors = it->second.tensors;
+    std::erase_if(tensors, [&](const std::weak_ptr<SwappedTensor>& weak) {
+      auto s = weak.lock();
+      if (!s) return true;
+      const bool released = s->state_ == SwapState::Released;
+      graveyard.push_back(std::move(s));
+      return released;
+    });
+    const bool open = std::find(open_groups_.begin(), open_groups_.end(), it->first) != open_groups_.end() ||
+                      implicit_group_ == it->first;
+    it = tensors.empty() && !open ? groups_.erase(it) : std::next(it);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Offload
+
+bool SwapCore::eligible(const at::Tensor& tensor) const {
+  if (!unsupported(tensor).empty()) return false;
+  const auto nbytes = static_cast<int64_t>(tensor.nbytes());
+  if (nbytes == 0 || nbytes < options_.min_bytes()) return false;
+  // Parameters and their views: the module keeps them anyway.
+  if (tensor.is_leaf() && tensor.requires_grad()) return false;
+  if (tensor.is_view()) {
+    const auto& base = tensor._base();
+    if (base.is_leaf() && base.requires_grad()) return false;
+  }
+  // Slices and broadcasts: the storage outlives the offload, so nothing would be freed.
+  if (!tensor.is_non_overlapping_and_dense()) return false;
+  if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes) return false;
+  if (tensor.is_conj() || tensor.is_neg()) return false;
+  if (options_.filter() && !options_.filter()(tensor)) return false;
+  return true;
+}
+
+void SwapCore::note_kept(const at::Tensor& tensor) {
+  std::lock_guard lock(mutex_);
+  ++stats_.tensors_kept;
+  stats_.bytes_kept += static_cast<int64_t>(tensor.nbytes());
+}
+
+bool SwapCore::pinned_for(const c10::Device& device) const {
+  return options_.pin_memory() && uses_streams(device);
+}
+
+c10::Stream SwapCore::copy_stream_locked(const c10::Device& device) {
+  auto it = copy_streams_.find(device);
+  if (it == copy_streams_.end()) it = copy_streams_.emplace(device, side_stream(device)).first;
+  return it->second;
+}
+
+std::shared_ptr<SwappedTensor> SwapCore::find_alias_locked(const at::Tensor& source, Graveyard& graveyard) {
+  auto it = aliases_.find(source.storage().unsafeGetStorageImpl());
+  if (it == aliases_.end()) return nullptr;
+  const int64_t version = source._version();
+  for (const auto& alias : it->second) {
+    auto s = alias.swapped.lock();
+    if (!s) continue;
+    graveyard.push_back(s);
+    if (s->state_ == SwapState::Released || alias.storage.expired()) continue;
+    if (alias.storage_offset != source.storage_offset() || alias.version != version) continue;
+    if (s->host_view_.scalar_type() != source.scalar_type() || s->host_view_.sizes() != source.sizes() ||
+        s->host_view_.strides() != source.strides()) {
+      continue;
+    }
+    return s;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
+  if (const auto why = unsupported(tensor); !why.empty()) {
+    throw CheckpointError("recompose::SwapManager::offload: cannot offload this tensor: " + why);
+  }
+  at::Tensor source = tensor.detach();
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  poll_locked(graveyard);
+  if (auto shared = find_alias_locked(source, graveyard)) {
+    ++shared->users_;
+    ++stats_.shared_offloads;
+    return shared;
+  }
+  const int64_t group = group_for_locked(static_cast<int64_t>(source.nbytes()));
+  std::shared_ptr<SwappedTensor> swapped(new SwappedTensor(shared_from_this(), source, group));
+  launch_offload_locked(*swapped, source);
+  swapped->users_ = 1;
+  auto& g = groups_[group];
+  g.tensors.push_back(swapped);
+  g.bytes += swapped->nbytes();
+  swapped->storage_key_ = source.storage().unsafeGetStorageImpl();
+  aliases_[swapped->storage_key_].push_back(
+      Alias{swapped, swapped.get(), source.storage().getWeakStorageImpl(), source.storage_offset(), source._version()});
+  in_flight_.push_back(swapped);
+  ++tensors_alive_;
+  bytes_alive_ += swapped->nbytes();
+  // Lets the source go right away when the copy is synchronous (CPU, pageable memory).
+  poll_locked(graveyard);
+  return swapped;
+}
+
+void SwapCore::launch_offload_locked(SwappedTensor& s, const at::Tensor& source) {
+  at::NoGradGuard no_grad;
+  const c10::Device device = source.device();
+  s.pinned_ = pinned_for(device);
+  auto [buffer, hit] = pool_.acquire(device, source.scalar_type(), source.numel(), s.pinned_);
+  ++(hit ? stats_.pool_hits : stats_.pool_misses);
+  s.host_buffer_ = std::move(buffer);
+  // Dense tensors keep their strides (a permutation of contiguous ones fits the 1-D buffer).
+  s.host_view_ = source.is_non_overlapping_and_dense() ? s.host_buffer_.as_strided(source.sizes(), source.strides())
+                                                       : s.host_buffer_.view(source.sizes());
+  if (uses_streams(device)) {
+    const c10::Stream compute = current_stream(device);
+    const c10::Stream copy = copy_stream_locked(device);
+    // The copy must not start before the kernels that produce the source.
+    CopyFence::record(compute)->block(copy);
+    const auto start = Clock::now();
+    {
+      c10::StreamGuard on_copy(copy);
+      s.host_view_.copy_(source, /*non_blocking=*/s.pinned_);
+    }
+    if (!s.pinned_) stats_.wait_seconds += seconds_since(start);
+    // The caching allocator must not reuse the source's memory until the copy has read it,
+    // even if every reference to it is dropped before then.
+    source.record_stream(copy);
+    s.fence_ = CopyFence::record(copy);
+  } else {
+    const auto start = Clock::now();
+    s.host_view_.copy_(source);
+    stats_.wait_seconds += seconds_since(start);
+    s.fence_ = std::make_shared<CopyFence>();
+  }
+  s.device_copy_ = source;
+  s.state_ = SwapState::Offloading;
+  ++stats_.tensors_offloaded;
+  stats_.bytes_offloaded += s.nbytes();
+}
+
+void SwapCore::finish_offload_locked(SwappedTensor& s) {
+  s.device_copy_.reset();
+  s.state_ = SwapState::Offloaded;
+}
+
+void SwapCore::poll_locked(Graveyard& graveyard) {
+  while (!in_flight_.empty()) {
+    auto s = in_flight_.front().lock();
+    if (s) graveyard.push_back(s);
+    if (!s || s->state_ != SwapState::Offloading) {
+      in_flight_.pop_front();
+      continue;
+    }
+    if (!s->fence_->done()) break;  // copies on one stream land in order
+    in_flight_.pop_front();
+    // Prefetched before its copy landed: backward gets the device tensor itself; finished
+    // when its last user has it (get).
+    if (!s->keep_on_device_) finish_offload_locked(*s);
+  }
+}
+
+void SwapCore::poll() {
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  poll_locked(graveyard);
+}
+
+void SwapCore::synchronize() {
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  const auto start = Clock::now();
+  for (const auto& [device, stream] : copy_streams_) {
+    c10::impl::VirtualGuardImpl(device.type()).synchronizeStream(stream);
+  }
+  stats_.wait_seconds += seconds_since(start);
+  poll_locked(graveyard);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reload
+
+void SwapCore::launch_reload_locked(SwappedTensor& s) {
+  at::NoGradGuard no_grad;
+  const auto options = at::TensorOptions().dtype(s.host_view_.scalar_type()).device(s.device_);
+  if (uses_streams(s.device_)) {
+    const c10::Stream copy = copy_stream_locked(s.device_);
+    c10::StreamGuard on_copy(copy);
+    // Allocated on the copy stream; get() records it on the stream that consumes it.
+    s.reloaded_ = at::empty_strided(s.host_view_.sizes(), s.host_view_.strides(), options);
+    const auto start = Clock::now();
+    s.reloaded_.copy_(s.host_view_, /*non_blocking=*/s.pinned_);
+    if (!s.pinned_) stats_.wait_seconds += seconds_since(start);
+    s.fence_ = CopyFence::record(copy);
+  } else {
+    const auto start = Clock::now();
+    s.reloaded_ = at::empty_strided(s.host_view_.sizes(), s.host_view_.strides(), options);
+    s.reloaded_.copy_(s.host_view_);
+    stats_.wait_seconds += seconds_since(start);
+    s.fence_ = std::make_shared<CopyFence>();
+  }
+  s.state_ = SwapState::Reloaded;
+  s.gets_since_reload_ = 0;
+  ++stats_.tensors_reloaded;
+  stats_.bytes_reloaded += s.nbytes();
+}
+
+void SwapCore::reload_ahead_locked(SwappedTensor& s) {
+  if (s.state_ == SwapState::Offloaded) {
+    launch_reload_locked(s);
+    ++stats_.prefetched;
+  } else if (s.state_ == SwapState::Offloading) {
+    s.keep_on_device_ = true;
+  }
+}
+
+void SwapCore::use_group_locked(int64_t group, const SwappedTensor* asking, Graveyard& graveyard) {
+  auto it = groups_.find(group);
+  if (it == groups_.end() || it->second.used) return;
+  it->second.used = true;
+  auto reload_group = [&](Group& g) {
+    bool live = false;
+    for (const auto& weak : g.tensors) {
+      auto s = weak.lock();
+      if (!s) continue;
+      graveyard.push_back(s);
+      if (s->state_ == SwapState::Released) continue;
+      live = true;
+      if (s.get() != asking) reload_ahead_locked(*s);
+    }
+    return live;
+  };
+  reload_group(it->second);
+  // Lookahead: the nearest earlier groups that still hold tensors.
+  int64_t remaining = options_.prefetch_groups();
+  for (auto prev = std::make_reverse_iterator(it); prev != groups_.rend() && remaining > 0; ++prev) {
+    if (reload_group(prev->second)) --remaining;
+  }
+}
+
+at::Tensor SwapCore::get(SwappedTensor& s) {
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  if (s.state_ == SwapState::Released) {
+    throw CheckpointError("recompose::SwappedTensor::get: the tensor was released");
+  }
+  use_group_locked(s.group_, &s, graveyard);
+  at::Tensor result;
+  if (s.state_ == SwapState::Offloading) {
+    // Its copy to host is still in flight (or it was prefetched meanwhile): the device tensor
+    // is still here, no reload needed.
+    result = s.device_copy_;
+    ++stats_.early_returns;
+    if (++s.gets_since_reload_ >= s.users_ && s.keep_on_device_) {
+      s.keep_on_device_ = false;
+      if (s.fence_->done()) finish_offload_locked(s);
+      else in_flight_.push_back(s.weak_from_this());
+    }
+    return result;
+  }
+  if (s.state_ == SwapState::Offloaded) {
+    launch_reload_locked(s);
+    ++stats_.sync_loads;
+  }
+  result = s.reloaded_;
+  if (uses_streams(s.device_)) {
+    const c10::Stream consumer = current_stream(s.device_);
+    if (!s.fence_->done()) {
+      ++stats_.late_reloads;
+      if (options_.measure_waits()) {
+        const auto start = Clock::now();
+        s.fence_->synchronize();
+        stats_.wait_seconds += seconds_since(start);
+      }
+    }
+    s.fence_->block(consumer);
+    // Allocated on the copy stream: keep the allocator from reusing it while `consumer` reads it.
+    result.record_stream(consumer);
+  }
+  if (++s.gets_since_reload_ >= s.users_) {
+    // Every user has it: the host copy stays (a second backward reloads), the device one goes
+    // with autograd's last reference.
+    s.reloaded_.reset();
+    s.state_ = SwapState::Offloaded;
+  }
+  return result;
+}
+
+void SwapCore::prefetch(SwappedTensor& s) {
+  std::lock_guard lock(mutex_);
+  if (s.state_ == SwapState::Released) {
+    throw CheckpointError("recompose::SwappedTensor::prefetch: the tensor was released");
+  }
+  reload_ahead_locked(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifetime
+
+void SwapCore::free_buffers_locked(SwappedTensor& s) {
+  if (s.state_ == SwapState::Released) return;
+  if (s.host_buffer_.defined()) {
+    pool_.release(s.device_, std::move(s.host_buffer_), s.pinned_, s.fence_, options_.max_pool_bytes());
+  }
+  s.host_buffer_.reset();
+  s.host_view_.reset();
+  s.device_copy_.reset();
+  s.reloaded_.reset();
+  s.state_ = SwapState::Released;
+  --tensors_alive_;
+  bytes_alive_ -= s.nbytes();
+  if (auto it = aliases_.find(s.storage_key_); it != aliases_.end()) {
+    // No lock() here: a reference dropped under the mutex would re-enter destroy().
+    std::erase_if(it->second, [&](const Alias& alias) { return alias.raw == &s || alias.swapped.expired(); });
+    if (it->second.empty()) aliases_.erase(it);
+  }
+}
+
+void SwapCore::release(SwappedTensor& s) {
+  std::lock_guard lock(mutex_);
+  free_buffers_locked(s);
+}
+
+void SwapCore::destroy(SwappedTensor& s) {
+  std::lock_guard lock(mutex_);
+  free_buffers_locked(s);
+}
+
+void SwapCore::drop_user(SwappedTensor& s) {
+  std::lock_guard lock(mutex_);
+  if (s.state_ == SwapState::Released) return;
+  --s.users_;
+  if (s.gets_since_reload_ < s.users_) return;
+  // Nobody else will ask: let the device copy go.
+  if (s.state_ == SwapState::Reloaded) {
+    s.reloaded_.reset();
+    s.state_ = SwapState::Offloaded;
+  } else if (s.state_ == SwapState::Offloading && s.keep_on_device_) {
+    s.keep_on_device_ = false;
+    in_flight_.push_back(s.weak_from_this());
+  }
+}
+
+SwapState SwapCore::state(const SwappedTensor& s) const {
+  std::lock_guard lock(mutex_);
+  return s.state_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and pool
+
+SwapStats SwapCore::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void SwapCore::reset_stats() {
+  std::lock_guard lock(mutex_);
+  stats_ = SwapStats{};
+}
+
+int64_t SwapCore::pool_bytes() const {
+  std::lock_guard lock(mutex_);
+  return pool_.idle_bytes();
+}
+
+void SwapCore::clear_pool() {
+  std::lock_guard lock(mutex_);
+  pool_.clear();
+}
+
+int64_t SwapCore::tensors_alive() const {
+  std::lock_guard lock(mutex_);
+  return tensors_alive_;
+}
+
+int64_t SwapCore::bytes_alive() const {
+  std::lock_guard lock(mutex_);
+  return bytes_alive_;
+}
+
+}  // namespace recompose::detail

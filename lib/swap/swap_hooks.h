@@ -1,0 +1,47 @@
+// The saved-tensor hooks and policy through which autograd's saved tensors are swapped.
+#pragma once
+
+#include "engine/saved_tensor_policy.h"
+
+#include <recompose/swap.h>
+
+#include <c10/core/TensorImpl.h>
+
+#include <memory>
+#include <optional>
+
+namespace recompose::detail {
+
+class SwapCore;
+
+// One saved tensor: offloaded through the core if eligible, else kept (detached: a saved output
+// holding its own grad_fn would be a reference cycle). Checks the version counter at unpack,
+// which LibTorch skips when hooks are set.
+class SwapHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit SwapHooks(std::shared_ptr<SwapCore> core);
+  ~SwapHooks() override;
+  void call_pack_hook(const at::Tensor& tensor) override;
+  at::Tensor call_unpack_hook() override;
+
+ private:
+  std::shared_ptr<SwapCore> core_;
+  std::shared_ptr<SwappedTensor> swapped_;
+  at::Tensor kept_;
+  std::optional<c10::VariableVersion> version_;  // shared with the saved tensor
+  uint32_t saved_version_ = 0;
+  std::vector<int64_t> sizes_;  // for the error message
+  c10::ScalarType dtype_ = c10::ScalarType::Undefined;
+};
+
+// Gives SwapHooks for every saved tensor. Owned by its core; holds no reference to it.
+class SwapPolicy final : public SavedTensorPolicy {
+ public:
+  explicit SwapPolicy(SwapCore& core) : core_(core) {}
+  std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override;
+
+ private:
+  SwapCore& core_;
+};
+
+}  // namespace recompose::detail
