@@ -47,6 +47,8 @@ std::vector<torch::Tensor> with(std::vector<torch::Tensor> v, const torch::Tenso
 
 }  // namespace
 
+TEST_SUITE_BEGIN("swap");
+
 TEST_CASE("swap: AsyncSaveOnCpu gives bitwise the gradients of the plain forward") {
   Mlp mlp(3);
   torch::manual_seed(1);
@@ -419,3 +421,5 @@ TEST_CASE("swap: AsyncSaveOnCpu does not offload what a checkpointed region reco
   CHECK(manager->stats().tensors_offloaded == 1);
   CHECK(manager->stats().bytes_reloaded == manager->stats().bytes_offloaded);
 }
+
+TEST_SUITE_END();

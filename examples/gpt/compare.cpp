@@ -20,6 +20,8 @@ double max_relative_difference(const TrainResult& a, const TrainResult& b) {
   return worst;
 }
 
+double ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN; }
+
 }  // namespace
 
 CompareOutcome compare_policies(const Config& config, const CharDataset& data, TrainOptions options) {
@@ -30,37 +32,34 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
     outcome.results.emplace_back(policy, train(config, data, options));
   }
 
-  const bool on_cuda = options.device.is_cuda();
   const auto& base = outcome.results.front().second;
-  std::printf("\n%zu steps, batch %lld x context %lld, %lld blocks of width %lld, device %s\n", base.steps.size(),
+  std::printf("\n%zu steps, batch %lld x context %lld, %lld blocks of width %lld, device %s\n\n", base.steps.size(),
               static_cast<long long>(options.batch), static_cast<long long>(config.context),
               static_cast<long long>(config.layers), static_cast<long long>(config.width),
               options.device.str().c_str());
-  std::printf("| policy    | loss after %-4zu | max rel. diff | step ms | time x | held for backward | memory x |",
+  std::printf("| policy    | loss after %3zu | max rel. diff | step ms | time x | held for backward | x     "
+              "| step peak | x     |\n",
               base.steps.size());
-  std::printf(on_cuda ? " peak CUDA | CUDA x |\n" : "\n");
-  std::printf("|-----------|----------------|---------------|---------|--------|-------------------|----------|");
-  std::printf(on_cuda ? "-----------|--------|\n" : "\n");
+  std::printf("|-----------|----------------|---------------|---------|--------|-------------------|-------"
+              "|-----------|-------|\n");
   for (const auto& [policy, result] : outcome.results) {
     const double diff = max_relative_difference(base, result);
     const bool ok = diff <= kLossTolerance;
     outcome.losses_match = outcome.losses_match && ok;
-    const double held_ratio = base.peak_bytes_held() > 0 ? static_cast<double>(result.peak_bytes_held()) /
-                                                               static_cast<double>(base.peak_bytes_held())
-                                                         : NAN;
-    std::printf("| %-9s | %14.6f | %13.1e%s| %7.1f | %6.2f | %17s | %8.2f |", std::string(policy_name(policy)).c_str(),
-                result.final_loss(), diff, ok ? " " : "!", result.mean_step_seconds() * 1e3,
-                result.mean_step_seconds() / base.mean_step_seconds(), format_bytes(result.peak_bytes_held()).c_str(),
-                held_ratio);
-    if (on_cuda) {
-      const double peak = static_cast<double>(result.peak_device_bytes().value_or(0));
-      const double base_peak = static_cast<double>(base.peak_device_bytes().value_or(0));
-      std::printf(" %9s | %6.2f |", format_bytes(static_cast<int64_t>(peak)).c_str(), peak / base_peak);
-    }
-    std::printf("\n");
+    std::printf("| %-9s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f |\n",
+                std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
+                result.mean_step_seconds() * 1e3, result.mean_step_seconds() / base.mean_step_seconds(),
+                format_bytes(result.peak_bytes_held()).c_str(), ratio(result.peak_bytes_held(), base.peak_bytes_held()),
+                format_bytes(result.peak_step_memory()).c_str(),
+                ratio(result.peak_step_memory(), base.peak_step_memory()));
   }
-  std::printf("time x and memory x are against none; memory is the peak of bytes autograd holds for backward%s.\n",
-              on_cuda ? ", peak CUDA the caching allocator's peak per step" : "");
+  std::printf(
+      "\nx: against none. held for backward: peak bytes of the tensors autograd saves (SavedTensorMeter;\n"
+      "what checkpointed regions keep in their own cache, selective's saved products, is not in it).\n"
+      "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
+      "gradients, temporaries).%s\n",
+      options.device.is_cuda() ? "CUDA" : "CPU",
+      options.device.is_cuda() ? "" : " On CPU, swap copies host to host: it saves no memory there.");
   if (!outcome.losses_match) {
     std::printf("FAILED: losses differ across policies by more than %.0e (relative); marked with !\n",
                 kLossTolerance);

@@ -1,19 +1,25 @@
-// Peak device memory of a training step. On CUDA this is the caching allocator's peak of
-// allocated bytes; CPU has no such counter, so there the example reports the bytes autograd
-// holds for backward (recompose::SavedTensorMeter) instead.
+// Peak memory of a training step, on CPU and CUDA alike. CUDA has the caching allocator's
+// counters. CPU has none, so the example installs a thin counting wrapper around LibTorch's CPU
+// allocator: it sees every activation, including what selective checkpointing keeps in its own
+// cache (which recompose::SavedTensorMeter does not count, as autograd does not hold it).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <optional>
 
 namespace gpt {
 
-// Starts a new peak measurement on `device` (no-op off CUDA).
+// Routes CPU tensor allocations through the counter. Call once, before building the model;
+// tensors allocated earlier are simply not counted.
+void install_cpu_memory_counter();
+
+// Starts a new peak measurement on `device`.
 void reset_peak_memory(const torch::Device& device);
-// Peak bytes allocated on `device` since the last reset, or nullopt when it has no counter.
-std::optional<int64_t> peak_memory(const torch::Device& device);
+// Peak bytes of tensor memory allocated on `device` since the last reset.
+int64_t peak_memory(const torch::Device& device);
+// Bytes of tensor memory allocated on `device` now.
+int64_t current_memory(const torch::Device& device);
 // Waits for the device's queued work, so that wall-clock timings cover it.
 void synchronize(const torch::Device& device);
 

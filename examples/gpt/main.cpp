@@ -5,6 +5,7 @@
 //   gpt --compare --steps 20         # every policy, one table; exits 1 if the losses differ
 #include "compare.h"
 #include "data.h"
+#include "device_memory.h"
 #include "model.h"
 #include "options.h"
 #include "report.h"
@@ -31,6 +32,7 @@ torch::Device pick_device(const std::string& requested) {
 
 int run(const gpt::Options& options) {
   const torch::Device device = pick_device(options.device);
+  gpt::install_cpu_memory_counter();  // before any tensor of the run is allocated
   gpt::CharDataset data(options.data, options.context);
   gpt::Config config;
   config.vocab_size = data.vocab_size();
@@ -68,7 +70,7 @@ int run(const gpt::Options& options) {
   auto result = gpt::train(config, data, train_options, &model);
   std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
               static_cast<long long>(result.tokens_per_step));
-  gpt::print_summary(result, options.policy, device.is_cuda());
+  gpt::print_summary(result, options.policy, device);
   std::printf("  validation loss    %.4f\n",
               gpt::validation_loss(model, data, options.batch, 8, options.seed, device));
   const gpt::PolicyResults results{{options.policy, result}};

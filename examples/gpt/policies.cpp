@@ -1,9 +1,8 @@
 #include "policies.h"
 
-#ifndef RECOMPOSE_GPT_HOOKS_ONLY
 #include <recompose/recompose.h>
 #include <recompose/selective_checkpoint.h>
-#endif
+#include <recompose/swap.h>
 
 namespace gpt {
 
@@ -24,29 +23,28 @@ std::optional<Policy> parse_policy(std::string_view name) {
   return std::nullopt;
 }
 
-#ifndef RECOMPOSE_GPT_HOOKS_ONLY
 namespace {
 
-// Swap: matrix products (the outputs worth keeping) go to host memory between forward and
-// backward instead of staying on the device; everything else is recomputed.
-recompose::CheckpointOptions swap_options() {
-  return recompose::CheckpointOptions().policy(recompose::SelectivePolicy(
+// Swap: the outputs of matrix products (the expensive ops) are kept, in host memory between
+// forward and backward; everything else is recomputed. min_bytes(0): this example's tensors are
+// small, and the point is to show every product going through the swap path (the default
+// manager leaves tensors under 1 MiB on the device).
+recompose::CheckpointOptions swap_options(const std::shared_ptr<recompose::SwapManager>& manager) {
+  auto policy = recompose::SelectivePolicy(
       [](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
         const auto& name = op.schema().name();
         return name == "aten::mm" || name == "aten::addmm" || name == "aten::bmm"
                    ? recompose::CheckpointPolicy::MUST_SWAP
                    : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
-      }));
+      });
+  return recompose::CheckpointOptions().policy(policy).swap_manager(manager);
 }
 
 }  // namespace
-#endif
 
-void apply_policy(GPT& model, Policy policy) {
-#ifdef RECOMPOSE_GPT_HOOKS_ONLY
-  if (policy != Policy::None) throw std::runtime_error("built without the recompose library");
-  (void)model;
-#else
+std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy) {
+  auto manager = policy == Policy::Swap ? recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0))
+                                        : nullptr;
   for (auto& block : model->blocks) {
     switch (policy) {
       case Policy::None: break;
@@ -54,10 +52,10 @@ void apply_policy(GPT& model, Policy policy) {
       case Policy::Selective:
         recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
         break;
-      case Policy::Swap: recompose::apply_checkpoint(block, swap_options()); break;
+      case Policy::Swap: recompose::apply_checkpoint(block, swap_options(manager)); break;
     }
   }
-#endif
+  return manager;
 }
 
 }  // namespace gpt

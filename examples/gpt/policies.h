@@ -4,7 +4,10 @@
 
 #include "model.h"
 
+#include <recompose/swap.h>
+
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,7 +26,8 @@ inline constexpr std::array<Policy, 4> kAllPolicies = {Policy::None, Policy::Ful
 std::string_view policy_name(Policy policy);
 std::optional<Policy> parse_policy(std::string_view name);
 
-// Attaches `policy` to every block of `model` (one recompose call per block).
-void apply_policy(GPT& model, Policy policy);
+// Attaches `policy` to every block of `model` (one recompose call per block). Returns the swap
+// manager the blocks use under Policy::Swap (for its statistics), null otherwise.
+std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy);
 
 }  // namespace gpt

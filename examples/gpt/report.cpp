@@ -11,14 +11,12 @@ namespace gpt {
 
 void write_csv(const std::filesystem::path& path, const PolicyResults& results) {
   std::ofstream out(path);
-  out << "policy,step,loss,step_ms,bytes_held_for_backward,peak_device_bytes\n";
+  out << "policy,step,loss,step_ms,bytes_held_for_backward,step_peak_bytes,peak_bytes,bytes_swapped\n";
   out.precision(9);
   for (const auto& [policy, result] : results) {
     for (const auto& r : result.steps) {
       out << policy_name(policy) << ',' << r.step << ',' << r.loss << ',' << r.seconds * 1e3 << ',' << r.bytes_held
-          << ',';
-      if (r.peak_device_bytes) out << *r.peak_device_bytes;
-      out << '\n';
+          << ',' << r.peak_memory - r.resting_memory << ',' << r.peak_memory << ',' << r.bytes_swapped << '\n';
     }
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());
@@ -37,17 +35,19 @@ void write_loss_plot(const std::filesystem::path& path, const PolicyResults& res
   write_svg(path, chart);
 }
 
-void print_summary(const TrainResult& result, Policy policy, bool on_cuda) {
+void print_summary(const TrainResult& result, Policy policy, const torch::Device& device) {
   const double step = result.mean_step_seconds();
-  std::printf("policy %s: final loss %.4f after %zu steps\n", std::string(policy_name(policy)).c_str(),
-              result.final_loss(), result.steps.size());
-  std::printf("  step time  %.1f ms (mean without the first step), %.0f tokens/s\n", step * 1e3,
+  std::printf("policy %s: loss %.4f after %zu steps\n", std::string(policy_name(policy)).c_str(), result.final_loss(),
+              result.steps.size());
+  std::printf("  step time          %.1f ms (mean without the first step), %.0f tokens/s\n", step * 1e3,
               static_cast<double>(result.tokens_per_step) / step);
-  std::printf("  held for backward  %s at peak (activations autograd keeps between forward and backward)\n",
+  std::printf("  held for backward  %s (peak; tensors autograd keeps from forward to backward)\n",
               format_bytes(result.peak_bytes_held()).c_str());
-  if (on_cuda && result.peak_device_bytes()) {
-    std::printf("  peak CUDA memory   %s (caching allocator, weights and optimizer state included)\n",
-                format_bytes(*result.peak_device_bytes()).c_str());
+  std::printf("  step peak memory   %s above weights and optimizer state; %s in all (%s)\n",
+              format_bytes(result.peak_step_memory()).c_str(), format_bytes(result.peak_memory()).c_str(),
+              device.is_cuda() ? "CUDA caching allocator" : "CPU allocator");
+  if (result.steps.back().bytes_swapped > 0) {
+    std::printf("  swapped to host    %s per step\n", format_bytes(result.steps.back().bytes_swapped).c_str());
   }
 }
 

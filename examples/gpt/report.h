@@ -5,6 +5,7 @@
 #include "train.h"
 
 #include <filesystem>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,11 +13,12 @@ namespace gpt {
 
 using PolicyResults = std::vector<std::pair<Policy, TrainResult>>;
 
-// One row per policy and step: policy,step,loss,step_ms,bytes_held_for_backward,peak_device_bytes.
+// One row per policy and step: policy,step,loss,step_ms,bytes_held_for_backward,
+// step_peak_bytes,peak_bytes,bytes_swapped.
 void write_csv(const std::filesystem::path& path, const PolicyResults& results);
 // Loss against step, one line per policy.
 void write_loss_plot(const std::filesystem::path& path, const PolicyResults& results, const std::string& title);
 // Step time, throughput and memory of one run.
-void print_summary(const TrainResult& result, Policy policy, bool on_cuda);
+void print_summary(const TrainResult& result, Policy policy, const torch::Device& device);
 
 }  // namespace gpt

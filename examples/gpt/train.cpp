@@ -3,9 +3,8 @@
 #include "device_memory.h"
 #include "progress.h"
 
-#ifndef RECOMPOSE_GPT_HOOKS_ONLY
 #include <recompose/saved_tensor_meter.h>
-#endif
+#include <recompose/swap.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,13 +19,12 @@ torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tens
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
-std::string status_line(const StepRecord& r, int64_t tokens_per_step, bool on_cuda) {
+std::string status_line(const StepRecord& r, int64_t tokens_per_step) {
   char buffer[160];
   const double tokens_per_second = static_cast<double>(tokens_per_step) / std::max(r.seconds, 1e-9);
-  const std::string memory = on_cuda && r.peak_device_bytes
-                                 ? "peak " + format_bytes(*r.peak_device_bytes)
-                                 : "held for backward " + format_bytes(r.bytes_held);
-  std::snprintf(buffer, sizeof buffer, "loss %.4f | %.0f tok/s | %s", r.loss, tokens_per_second, memory.c_str());
+  std::snprintf(buffer, sizeof buffer, "loss %.4f | %.0f tok/s | held for backward %s | step peak %s", r.loss,
+                tokens_per_second, format_bytes(r.bytes_held).c_str(),
+                format_bytes(r.peak_memory - r.resting_memory).c_str());
   return buffer;
 }
 
@@ -45,11 +43,15 @@ int64_t TrainResult::peak_bytes_held() const {
   return peak;
 }
 
-std::optional<int64_t> TrainResult::peak_device_bytes() const {
-  std::optional<int64_t> peak;
-  for (const auto& r : steps) {
-    if (r.peak_device_bytes) peak = std::max(peak.value_or(0), *r.peak_device_bytes);
-  }
+int64_t TrainResult::peak_step_memory() const {
+  int64_t peak = 0;
+  for (const auto& r : steps) peak = std::max(peak, r.peak_memory - r.resting_memory);
+  return peak;
+}
+
+int64_t TrainResult::peak_memory() const {
+  int64_t peak = 0;
+  for (const auto& r : steps) peak = std::max(peak, r.peak_memory);
   return peak;
 }
 
@@ -58,7 +60,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   GPT model(config);
   model->to(options.device);
   model->train();
-  apply_policy(model, options.policy);
+  const auto swap_manager = apply_policy(model, options.policy);
 
   torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
@@ -68,34 +70,32 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   result.parameters = model->parameter_count();
   result.tokens_per_step = options.batch * config.context;
   ProgressBar progress(options.label, options.steps);
-  const bool on_cuda = options.device.is_cuda();
 
   for (int64_t step = 1; step <= options.steps; ++step) {
     auto [inputs, targets] = data.batch(options.batch, /*validation=*/false, batches, options.device);
     StepRecord record;
     record.step = step;
+    optimizer.zero_grad();  // frees last step's gradients before the step is measured
     synchronize(options.device);
     reset_peak_memory(options.device);
+    record.resting_memory = current_memory(options.device);
     const auto start = std::chrono::steady_clock::now();
+    if (swap_manager) swap_manager->reset_stats();
     {
-#ifndef RECOMPOSE_GPT_HOOKS_ONLY
       recompose::SavedTensorMeter meter;  // what autograd holds between this forward and backward
-#endif
       auto loss = loss_of(model, inputs, targets);
-      optimizer.zero_grad();
       loss.backward();
-#ifndef RECOMPOSE_GPT_HOOKS_ONLY
       record.bytes_held = meter.peak_bytes_held();
-#endif
       torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
       optimizer.step();
       record.loss = loss.item<double>();  // also waits for the device
     }
     synchronize(options.device);
     record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    record.peak_device_bytes = peak_memory(options.device);
+    record.peak_memory = peak_memory(options.device);
+    if (swap_manager) record.bytes_swapped = swap_manager->stats().bytes_offloaded;
     result.steps.push_back(record);
-    progress.update(step, status_line(record, result.tokens_per_step, on_cuda));
+    progress.update(step, status_line(record, result.tokens_per_step));
   }
   progress.finish();
   if (model_out) *model_out = model;

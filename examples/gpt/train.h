@@ -7,7 +7,6 @@
 #include "policies.h"
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +26,10 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0;
   double seconds = 0;
-  int64_t bytes_held = 0;  // peak bytes autograd held for backward (SavedTensorMeter)
-  std::optional<int64_t> peak_device_bytes;  // CUDA only
+  int64_t bytes_held = 0;    // peak bytes autograd held for backward (SavedTensorMeter)
+  int64_t peak_memory = 0;   // peak tensor memory allocated on the device during the step
+  int64_t resting_memory = 0;  // allocated when the step starts: weights, optimizer state, batch
+  int64_t bytes_swapped = 0; // bytes offloaded to host memory (swap policy)
 };
 
 struct TrainResult {
@@ -40,7 +41,9 @@ struct TrainResult {
   // Mean step time without the first step, which pays for one-time allocations and warm-up.
   double mean_step_seconds() const;
   int64_t peak_bytes_held() const;
-  std::optional<int64_t> peak_device_bytes() const;
+  int64_t peak_memory() const;
+  // Highest peak above the resting memory: activations, gradients and temporaries of a step.
+  int64_t peak_step_memory() const;
 };
 
 // Trains a freshly built model; the same seed gives the same weights, batches and dropout masks

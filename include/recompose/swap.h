@@ -161,8 +161,9 @@ class SwappedTensor : public std::enable_shared_from_this<SwappedTensor> {
   bool keep_on_device_ = false;  // prefetched while offloading: keep device_copy_
   bool pinned_ = false;
   const c10::StorageImpl* storage_key_ = nullptr;  // the source's storage, for sharing offloads
-  int64_t users_ = 0;  // saved-tensor hooks that share this offload
-  int64_t gets_since_reload_ = 0;
+  int64_t users_ = 0;  // holders that share this offload (one per offload() call)
+  int64_t gets_since_reload_ = 0;  // users served from the current device copy
+  int64_t generation_ = 0;  // reloads launched so far
 };
 
 class SwapManager;

@@ -301,6 +301,7 @@ void SwapCore::launch_reload_locked(SwappedTensor& s) {
   }
   s.state_ = SwapState::Reloaded;
   s.gets_since_reload_ = 0;
+  ++s.generation_;
   ++stats_.tensors_reloaded;
   stats_.bytes_reloaded += s.nbytes();
 }
@@ -338,7 +339,7 @@ void SwapCore::use_group_locked(int64_t group, const SwappedTensor* asking, Grav
   }
 }
 
-at::Tensor SwapCore::get(SwappedTensor& s) {
+at::Tensor SwapCore::get(SwappedTensor& s, int64_t* generation) {
   Graveyard graveyard;
   std::lock_guard lock(mutex_);
   if (s.state_ == SwapState::Released) {
@@ -346,6 +347,7 @@ at::Tensor SwapCore::get(SwappedTensor& s) {
   }
   use_group_locked(s.group_, &s, graveyard);
   at::Tensor result;
+  if (generation) *generation = s.generation_;
   if (s.state_ == SwapState::Offloading) {
     // Its copy to host is still in flight (or it was prefetched meanwhile): the device tensor
     // is still here, no reload needed.
@@ -362,6 +364,7 @@ at::Tensor SwapCore::get(SwappedTensor& s) {
     launch_reload_locked(s);
     ++stats_.sync_loads;
   }
+  if (generation) *generation = s.generation_;
   result = s.reloaded_;
   if (uses_streams(s.device_)) {
     const c10::Stream consumer = current_stream(s.device_);
@@ -426,10 +429,12 @@ void SwapCore::destroy(SwappedTensor& s) {
   free_buffers_locked(s);
 }
 
-void SwapCore::drop_user(SwappedTensor& s) {
+void SwapCore::drop_user(SwappedTensor& s, int64_t served) {
   std::lock_guard lock(mutex_);
   if (s.state_ == SwapState::Released) return;
   --s.users_;
+  // A user served from the current copy no longer counts on either side.
+  if (served == s.generation_ && s.gets_since_reload_ > 0) --s.gets_since_reload_;
   if (s.gets_since_reload_ < s.users_) return;
   // Nobody else will ask: let the device copy go.
   if (s.state_ == SwapState::Reloaded) {

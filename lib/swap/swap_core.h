@@ -39,11 +39,14 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void note_kept(const at::Tensor& tensor);
 
   // SwappedTensor operations.
-  at::Tensor get(SwappedTensor& swapped);
+  // `generation`, if given, receives the reload generation the caller was served from (for
+  // drop_user).
+  at::Tensor get(SwappedTensor& swapped, int64_t* generation = nullptr);
   void prefetch(SwappedTensor& swapped);
   void release(SwappedTensor& swapped);
-  // A saved-tensor hook sharing `swapped` is gone: it will not ask for it again.
-  void drop_user(SwappedTensor& swapped);
+  // A saved-tensor hook sharing `swapped` is gone: it will not ask for it again. `served` is the
+  // generation get() last served it from (-1: never served).
+  void drop_user(SwappedTensor& swapped, int64_t served);
   // From ~SwappedTensor: returns its buffer.
   void destroy(SwappedTensor& swapped);
   SwapState state(const SwappedTensor& swapped) const;

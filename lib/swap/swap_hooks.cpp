@@ -11,7 +11,7 @@ namespace recompose::detail {
 SwapHooks::SwapHooks(std::shared_ptr<SwapCore> core) : core_(std::move(core)) {}
 
 SwapHooks::~SwapHooks() {
-  if (swapped_) core_->drop_user(*swapped_);
+  if (swapped_) core_->drop_user(*swapped_, served_);
 }
 
 void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
@@ -38,7 +38,7 @@ at::Tensor SwapHooks::call_unpack_hook() {
             << " instead (it was saved for backward under recompose activation swap)";
     TORCH_CHECK(false, message.str());
   }
-  return swapped_ ? swapped_->get() : kept_;
+  return swapped_ ? core_->get(*swapped_, &served_) : kept_;
 }
 
 std::unique_ptr<torch::autograd::SavedVariableHooks> SwapPolicy::make_hooks() {

@@ -27,6 +27,7 @@ class SwapHooks final : public torch::autograd::SavedVariableHooks {
  private:
   std::shared_ptr<SwapCore> core_;
   std::shared_ptr<SwappedTensor> swapped_;
+  int64_t served_ = -1;  // reload generation the last unpack was served from
   at::Tensor kept_;
   std::optional<c10::VariableVersion> version_;  // shared with the saved tensor
   uint32_t saved_version_ = 0;

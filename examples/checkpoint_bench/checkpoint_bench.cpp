@@ -1,0 +1,108 @@
+// Step time and bytes held for backward of a stack of transformer blocks, with and without
+// apply_checkpoint on every block, measured side by side (interleaved repetitions, medians).
+//
+//   ./build/examples/checkpoint_bench/checkpoint_bench [--layers 8] [--width 128] [--heads 4]
+//       [--seq 64] [--batch 8] [--reps 7]
+#include "../common/transformer_block.h"
+
+#include <recompose/recompose.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Config {
+  int64_t layers = 8, width = 128, heads = 4, seq = 64, batch = 8, reps = 7;
+};
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const int64_t v = std::stoll(argv[i + 1]);
+    if (k == "--layers") c.layers = v;
+    else if (k == "--width") c.width = v;
+    else if (k == "--heads") c.heads = v;
+    else if (k == "--seq") c.seq = v;
+    else if (k == "--batch") c.batch = v;
+    else if (k == "--reps") c.reps = v;
+    else throw std::invalid_argument("unknown flag " + k);
+  }
+  return c;
+}
+
+struct Stack {
+  std::vector<examples::TransformerBlock> blocks;
+  Stack(const Config& c, bool checkpointed) {
+    torch::manual_seed(0);
+    for (int64_t i = 0; i < c.layers; ++i) {
+      blocks.emplace_back(c.width, c.heads);
+      if (checkpointed) recompose::apply_checkpoint(blocks.back());
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : blocks) x = b(x);
+    return x;
+  }
+};
+
+struct Sample {
+  double seconds;
+  int64_t bytes_held;
+};
+
+Sample step(Stack& stack, const torch::Tensor& x) {
+  const auto t0 = std::chrono::steady_clock::now();
+  recompose::SavedTensorMeter meter;
+  torch::Tensor loss = stack.forward(x).pow(2).mean();
+  const int64_t held = meter.bytes_held();
+  loss.backward();
+  const auto t1 = std::chrono::steady_clock::now();
+  return {std::chrono::duration<double>(t1 - t0).count(), held};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Config c = parse(argc, argv);
+  Stack plain(c, false), ckpt(c, true);
+  torch::Tensor x = torch::randn({c.batch, c.seq, c.width});
+  const int64_t input_bytes = x.numel() * static_cast<int64_t>(sizeof(float));
+
+  step(plain, x);  // warm-up: allocator, thread pools
+  step(ckpt, x);
+  std::vector<double> t_plain, t_ckpt;
+  int64_t held_plain = 0, held_ckpt = 0;
+  for (int64_t r = 0; r < c.reps; ++r) {
+    const Sample a = step(plain, x);
+    const Sample b = step(ckpt, x);
+    t_plain.push_back(a.seconds);
+    t_ckpt.push_back(b.seconds);
+    held_plain = a.bytes_held;
+    held_ckpt = b.bytes_held;
+  }
+  const double tp = median(t_plain), tc = median(t_ckpt);
+  std::printf("recompose checkpoint_bench: %lld transformer blocks, width %lld, heads %lld, seq %lld, batch %lld, "
+              "%lld interleaved reps, LibTorch %s, %d threads\n",
+              (long long)c.layers, (long long)c.width, (long long)c.heads, (long long)c.seq, (long long)c.batch,
+              (long long)c.reps, TORCH_VERSION, at::get_num_threads());
+  std::printf("%-12s %14s %18s\n", "", "step (ms)", "held for bwd (MiB)");
+  std::printf("%-12s %14.1f %18.2f\n", "none", tp * 1e3, held_plain / 1048576.0);
+  std::printf("%-12s %14.1f %18.2f\n", "full", tc * 1e3, held_ckpt / 1048576.0);
+  std::printf("ratios full/none: step time %.3f, bytes held %.4f (1/L = %.4f; held = %.2f block inputs)\n", tc / tp,
+              static_cast<double>(held_ckpt) / held_plain, 1.0 / c.layers,
+              static_cast<double>(held_ckpt) / input_bytes);
+  return 0;
+}
