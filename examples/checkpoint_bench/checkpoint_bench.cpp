@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <ctime>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -19,7 +20,7 @@
 namespace {
 
 struct Config {
-  int64_t layers = 8, width = 128, heads = 4, seq = 64, batch = 8, reps = 7;
+  int64_t layers = 8, width = 128, heads = 4, seq = 64, batch = 8, reps = 7, threads = 0;
 };
 
 Config parse(int argc, char** argv) {
@@ -33,6 +34,7 @@ Config parse(int argc, char** argv) {
     else if (k == "--seq") c.seq = v;
     else if (k == "--batch") c.batch = v;
     else if (k == "--reps") c.reps = v;
+    else if (k == "--threads") c.threads = v;
     else throw std::invalid_argument("unknown flag " + k);
   }
   return c;
@@ -55,17 +57,25 @@ struct Stack {
 
 struct Sample {
   double seconds;
+  double cpu_seconds;  // process CPU time: less disturbed than wall time on a shared machine
   int64_t bytes_held;
 };
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
 Sample step(Stack& stack, const torch::Tensor& x) {
+  const double c0 = process_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   recompose::SavedTensorMeter meter;
   torch::Tensor loss = stack.forward(x).pow(2).mean();
   const int64_t held = meter.bytes_held();
   loss.backward();
   const auto t1 = std::chrono::steady_clock::now();
-  return {std::chrono::duration<double>(t1 - t0).count(), held};
+  return {std::chrono::duration<double>(t1 - t0).count(), process_cpu_seconds() - c0, held};
 }
 
 double median(std::vector<double> v) {
@@ -77,31 +87,35 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const Config c = parse(argc, argv);
+  if (c.threads > 0) at::set_num_threads(static_cast<int>(c.threads));
   Stack plain(c, false), ckpt(c, true);
   torch::Tensor x = torch::randn({c.batch, c.seq, c.width});
   const int64_t input_bytes = x.numel() * static_cast<int64_t>(sizeof(float));
 
   step(plain, x);  // warm-up: allocator, thread pools
   step(ckpt, x);
-  std::vector<double> t_plain, t_ckpt;
+  std::vector<double> t_plain, t_ckpt, c_plain, c_ckpt;
   int64_t held_plain = 0, held_ckpt = 0;
   for (int64_t r = 0; r < c.reps; ++r) {
     const Sample a = step(plain, x);
     const Sample b = step(ckpt, x);
     t_plain.push_back(a.seconds);
     t_ckpt.push_back(b.seconds);
+    c_plain.push_back(a.cpu_seconds);
+    c_ckpt.push_back(b.cpu_seconds);
     held_plain = a.bytes_held;
     held_ckpt = b.bytes_held;
   }
-  const double tp = median(t_plain), tc = median(t_ckpt);
+  const double tp = median(t_plain), tc = median(t_ckpt), cp = median(c_plain), cc = median(c_ckpt);
   std::printf("recompose checkpoint_bench: %lld transformer blocks, width %lld, heads %lld, seq %lld, batch %lld, "
               "%lld interleaved reps, LibTorch %s, %d threads\n",
               (long long)c.layers, (long long)c.width, (long long)c.heads, (long long)c.seq, (long long)c.batch,
               (long long)c.reps, TORCH_VERSION, at::get_num_threads());
-  std::printf("%-12s %14s %18s\n", "", "step (ms)", "held for bwd (MiB)");
-  std::printf("%-12s %14.1f %18.2f\n", "none", tp * 1e3, held_plain / 1048576.0);
-  std::printf("%-12s %14.1f %18.2f\n", "full", tc * 1e3, held_ckpt / 1048576.0);
-  std::printf("ratios full/none: step time %.3f, bytes held %.4f (1/L = %.4f; held = %.2f block inputs)\n", tc / tp,
+  std::printf("%-12s %14s %14s %18s\n", "", "step (ms)", "CPU (ms)", "held for bwd (MiB)");
+  std::printf("%-12s %14.1f %14.1f %18.2f\n", "none", tp * 1e3, cp * 1e3, held_plain / 1048576.0);
+  std::printf("%-12s %14.1f %14.1f %18.2f\n", "full", tc * 1e3, cc * 1e3, held_ckpt / 1048576.0);
+  std::printf("ratios full/none: step time %.3f, CPU time %.3f, bytes held %.4f (1/L = %.4f; held = %.2f block inputs)\n",
+              tc / tp, cc / cp,
               static_cast<double>(held_ckpt) / held_plain, 1.0 / c.layers,
               static_cast<double>(held_ckpt) / input_bytes);
   return 0;

@@ -138,6 +138,12 @@ at::Tensor Frame::unpack(Holder& holder) {
 }
 
 void Frame::recompute(int64_t graph_task) {
+  if (!rng_problem_.empty()) {
+    fail("the device state of " + rng_problem_ + " was initialised in the forward of a checkpointed region, "
+         "so its RNG state could not be stashed and the recomputation would draw other random numbers. "
+         "Initialise the device before the region (e.g. create a tensor on it), or pass "
+         "CheckpointOptions().preserve_rng_state(false) if the region draws no random numbers there.");
+  }
   // Unpacking the inputs may recompute the enclosing regions first (rules 1 and 2).
   std::vector<at::Tensor> inputs = unpack_region_inputs(input_saver_);
   recompute_ops_->clear();

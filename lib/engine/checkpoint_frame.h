@@ -50,8 +50,11 @@ class Frame : public std::enable_shared_from_this<Frame> {
   std::shared_ptr<Holder> record_saved(const at::Tensor& tensor);
   void set_input_saver(at::Tensor saver) { input_saver_ = std::move(saver); }
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
+  const ForwardState& forward_state() const { return forward_state_; }
   void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
   void mark_forward_completed() { forward_completed_ = true; }
+  // The forward initialised a device whose RNG state could not be stashed (see rng_state.h).
+  void set_rng_problem(std::string device) { rng_problem_ = std::move(device); }
   std::shared_ptr<std::vector<std::string>> forward_ops() { return forward_ops_; }
   bool debug() const { return debug_; }
   const std::shared_ptr<RegionContexts>& contexts() const { return contexts_; }
@@ -81,6 +84,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   bool forward_completed_ = false;
   bool ignore_saved_mismatch_ = false;
   ForwardState forward_state_;
+  std::string rng_problem_;
   std::shared_ptr<RegionContexts> contexts_;
   std::shared_ptr<std::vector<std::string>> forward_ops_ = std::make_shared<std::vector<std::string>>();
   std::shared_ptr<std::vector<std::string>> recompute_ops_ = std::make_shared<std::vector<std::string>>();

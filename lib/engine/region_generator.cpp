@@ -119,6 +119,9 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
 
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
+  if (options.preserve_rng_state()) {
+    if (auto device = device_initialised_since(frame->forward_state()); !device.empty()) frame->set_rng_problem(device);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <mutex>
 
 namespace recompose::detail {
@@ -41,6 +43,13 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
   state.autocast_cache = at::autocast::is_autocast_cache_enabled();
   if (!preserve_rng) return state;
   state.has_rng = true;
+  if (at::hasCUDA()) {
+    const auto& hooks = at::globalContext().getAcceleratorHooksInterface(c10::DeviceType::CUDA);
+    const auto count = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount();
+    for (c10::DeviceIndex i = 0; i < count; ++i) {
+      if (!hooks.hasPrimaryContext(i)) state.uninitialised_cuda.push_back(i);
+    }
+  }
   state.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
   for (const auto& t : inputs) {
     if (!t.defined() || t.device().is_cpu() || t.device().is_meta()) continue;
@@ -51,6 +60,15 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
     state.device_rng.emplace_back(device, get_generator_state(at::globalContext().defaultGenerator(device)));
   }
   return state;
+}
+
+std::string device_initialised_since(const ForwardState& state) {
+  if (state.uninitialised_cuda.empty()) return {};
+  const auto& hooks = at::globalContext().getAcceleratorHooksInterface(c10::DeviceType::CUDA);
+  for (c10::DeviceIndex i : state.uninitialised_cuda) {
+    if (hooks.hasPrimaryContext(i)) return "cuda:" + std::to_string(i);
+  }
+  return {};
 }
 
 ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {

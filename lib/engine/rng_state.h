@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,7 +25,14 @@ struct ForwardState {
   std::vector<std::pair<c10::Device, at::Tensor>> device_rng;  // devices the inputs live on
   std::vector<AutocastState> autocast;
   bool autocast_cache = true;
+  // CUDA devices with no context yet at the region's entry: their RNG state did not exist to be
+  // stashed, so a forward that initialises one cannot be replayed faithfully.
+  std::vector<c10::DeviceIndex> uninitialised_cuda;
 };
+
+// Names a device that the region's forward initialised (see ForwardState::uninitialised_cuda),
+// or returns an empty string.
+std::string device_initialised_since(const ForwardState& state);
 
 // Captures the state at a region's entry. RNG states only when preserve_rng is true.
 ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool preserve_rng);
