@@ -42,20 +42,23 @@ struct Args {
   int64_t heads = 16;
   int64_t steps = 5;
   int64_t warmup = 2;
+  int64_t rounds = 3;
   int64_t prefetch = 1;
   std::string dtype = "bf16";
 };
 
 void usage() {
   std::cout << "usage: swap_bench [--device cpu|cuda] [--layers N] [--batch B] [--seq T] [--dim D] [--heads H]\n"
-               "                  [--steps S] [--warmup W] [--prefetch GROUPS] [--dtype fp32|bf16]\n";
+               "                  [--steps S] [--warmup W] [--rounds R] [--prefetch GROUPS] [--dtype fp32|bf16]\n"
+               "Step time: median over R interleaved rounds of S steps. Swap counters: per step.\n";
 }
 
 Args parse(int argc, char** argv) {
   Args a;
   std::map<std::string, int64_t*> ints{{"--layers", &a.layers}, {"--batch", &a.batch}, {"--seq", &a.seq},
                                        {"--dim", &a.dim},       {"--heads", &a.heads}, {"--steps", &a.steps},
-                                       {"--warmup", &a.warmup}, {"--prefetch", &a.prefetch}};
+                                       {"--warmup", &a.warmup}, {"--prefetch", &a.prefetch},
+                                       {"--rounds", &a.rounds}};
   for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
     if (key == "--help" || key == "-h") {
@@ -77,6 +80,10 @@ Args parse(int argc, char** argv) {
       usage();
       std::exit(2);
     }
+  }
+  if (a.steps < 1 || a.rounds < 1 || a.layers < 1 || a.warmup < 0 || a.dim % a.heads != 0) {
+    std::cerr << "swap_bench: steps, rounds and layers must be >= 1, warmup >= 0, dim a multiple of heads\n";
+    std::exit(2);
   }
   return a;
 }
@@ -135,7 +142,8 @@ torch::Tensor run_layers(std::vector<Layer>& layers, torch::Tensor x, Mode mode,
   std::optional<recompose::AsyncSaveOnCpu> offload;
   if (mode == Mode::Swap) offload.emplace(manager);
   for (auto& layer : layers) {
-    auto body = [layer](const torch::Tensor& in) mutable { return layer->forward(in); };
+    auto* impl = layer.get();
+    auto body = [impl](const torch::Tensor& in) { return impl->forward(in); };
     switch (mode) {
       case Mode::None: x = layer->forward(x); break;
       case Mode::Full: x = recompose::checkpoint(body, x); break;
@@ -158,47 +166,67 @@ struct Result {
   recompose::SwapStats swap;
 };
 
+// Times every mode in `rounds` interleaved rounds (so that drift of a shared machine hits all
+// modes alike) and keeps the median step time and the highest activation peak of each.
 template <class Layer>
-Result measure(std::vector<Layer>& layers, const torch::Tensor& input, Mode mode, const Args& args,
-               const std::function<void()>& sync) {
-  auto manager = recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(args.prefetch));
-  auto step = [&] {
-    auto loss = run_layers(layers, input, mode, manager).to(torch::kFloat32).pow(2).mean();
+std::vector<std::pair<Mode, Result>> measure(std::vector<Layer>& layers, const torch::Tensor& input,
+                                             const std::vector<Mode>& modes, const Args& args,
+                                             const std::function<void()>& sync) {
+  std::vector<std::shared_ptr<recompose::SwapManager>> managers;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    managers.push_back(recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(args.prefetch)));
+  }
+  auto step = [&](size_t m) {
+    auto loss = run_layers(layers, input, modes[m], managers[m]).to(torch::kFloat32).pow(2).mean();
     loss.backward();
     for (auto& layer : layers) {
       for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     }
   };
-  for (int64_t i = 0; i < args.warmup; ++i) step();
-  sync();
-  manager->reset_stats();
-  Result r;
-#ifdef RECOMPOSE_WITH_CUDA
-  const bool cuda = input.is_cuda();
-  int64_t before = 0;
-  if (cuda) {
-    namespace alloc = c10::cuda::CUDACachingAllocator;
-    const auto dev = input.device().index();
-    alloc::resetPeakStats(dev);
-    before = alloc::getDeviceStats(dev).allocated_bytes[static_cast<size_t>(alloc::StatType::AGGREGATE)].current;
+  for (size_t m = 0; m < modes.size(); ++m) {
+    for (int64_t i = 0; i < args.warmup; ++i) step(m);
+    managers[m]->reset_stats();
   }
-#endif
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < args.steps; ++i) step();
   sync();
-  r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / static_cast<double>(args.steps);
+  std::vector<std::vector<double>> times(modes.size());
+  std::vector<Result> results(modes.size());
+  for (int64_t round = 0; round < args.rounds; ++round) {
+    for (size_t m = 0; m < modes.size(); ++m) {
 #ifdef RECOMPOSE_WITH_CUDA
-  if (cuda) {
-    namespace alloc = c10::cuda::CUDACachingAllocator;
-    const auto dev = input.device().index();
-    r.activation_bytes =
-        alloc::getDeviceStats(dev).allocated_bytes[static_cast<size_t>(alloc::StatType::AGGREGATE)].peak - before;
-  }
+      namespace alloc = c10::cuda::CUDACachingAllocator;
+      const bool cuda = input.is_cuda();
+      const auto dev = input.device().index();
+      constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      int64_t before = 0;
+      if (cuda) {
+        alloc::resetPeakStats(dev);
+        before = alloc::getDeviceStats(dev).allocated_bytes[all].current;
+      }
 #endif
-  r.swap = manager->stats();
-  return r;
+      const auto start = Clock::now();
+      for (int64_t i = 0; i < args.steps; ++i) step(m);
+      sync();
+      times[m].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count() /
+                         static_cast<double>(args.steps));
+#ifdef RECOMPOSE_WITH_CUDA
+      if (cuda) {
+        results[m].activation_bytes = std::max(
+            results[m].activation_bytes, alloc::getDeviceStats(dev).allocated_bytes[all].peak - before);
+      }
+#endif
+    }
+  }
+  std::vector<std::pair<Mode, Result>> out;
+  for (size_t m = 0; m < modes.size(); ++m) {
+    std::sort(times[m].begin(), times[m].end());
+    results[m].step_ms = times[m][times[m].size() / 2];
+    results[m].swap = managers[m]->stats();
+    out.emplace_back(modes[m], results[m]);
+  }
+  return out;
 }
 
+// `steps`: the number of timed steps the counters cover.
 void print(const std::vector<std::pair<Mode, Result>>& results, int64_t steps) {
   const Result& base = results.front().second;
   std::printf("%-10s %10s %8s %14s %8s %14s %8s %6s %6s\n", "mode", "step ms", "ratio", "act MiB", "ratio",
@@ -206,14 +234,14 @@ void print(const std::vector<std::pair<Mode, Result>>& results, int64_t steps) {
   for (const auto& [mode, r] : results) {
     const double mib = 1024.0 * 1024.0;
     const bool mem = r.activation_bytes >= 0 && base.activation_bytes > 0;
-    std::printf("%-10s %10.2f %8.3f %14s %8s %14.1f %8lld %6lld %6lld\n", name(mode), r.step_ms,
+    std::printf("%-10s %10.2f %8.3f %14s %8s %14.1f %8.1f %6.1f %6.1f\n", name(mode), r.step_ms,
                 r.step_ms / base.step_ms,
                 mem ? std::to_string(static_cast<int64_t>(r.activation_bytes / mib)).c_str() : "-",
                 mem ? std::to_string(static_cast<double>(r.activation_bytes) / base.activation_bytes).substr(0, 5).c_str()
                     : "-",
                 static_cast<double>(r.swap.bytes_offloaded) / mib / static_cast<double>(steps),
-                static_cast<long long>(r.swap.sync_loads), static_cast<long long>(r.swap.late_reloads),
-                static_cast<long long>(r.swap.early_returns));
+                static_cast<double>(r.swap.sync_loads) / steps, static_cast<double>(r.swap.late_reloads) / steps,
+                static_cast<double>(r.swap.early_returns) / steps);
   }
 }
 
@@ -246,11 +274,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(args.seq), static_cast<long long>(args.dim),
                 static_cast<long long>(args.heads), args.dtype.c_str(), static_cast<long long>(args.prefetch));
     auto sync = [] { torch::cuda::synchronize(); };
-    std::vector<std::pair<Mode, Result>> results;
-    for (Mode m : {Mode::None, Mode::Full, Mode::Selective, Mode::Swap}) {
-      results.emplace_back(m, measure(blocks, input, m, args, sync));
-    }
-    print(results, args.steps);
+    print(measure(blocks, input, {Mode::None, Mode::Full, Mode::Selective, Mode::Swap}, args, sync),
+          args.steps * args.rounds);
     return 0;
   }
 
@@ -262,8 +287,6 @@ int main(int argc, char** argv) {
               "memory; this shows its overhead)\n",
               static_cast<long long>(args.layers), static_cast<long long>(args.batch * 32),
               static_cast<long long>(args.dim));
-  std::vector<std::pair<Mode, Result>> results;
-  for (Mode m : {Mode::None, Mode::Swap}) results.emplace_back(m, measure(layers, input, m, args, [] {}));
-  print(results, args.steps);
+  print(measure(layers, input, {Mode::None, Mode::Swap}, args, [] {}), args.steps * args.rounds);
   return 0;
 }

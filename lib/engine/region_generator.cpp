@@ -88,6 +88,9 @@ std::shared_ptr<RegionContexts> make_contexts(const CheckpointOptions& options) 
 
 std::unique_ptr<SavedTensorPolicyScope> input_saving_scope(const CheckpointOptions& options) {
 #ifdef RECOMPOSE_HAS_SWAP
+  // Only a top-level region's inputs are really held: an enclosing region already replaces a
+  // nested region's inputs by placeholders, and a recomputation's are transient.
+  if (CheckpointDepth::forward() > 0 || CheckpointDepth::recompute() > 0) return nullptr;
   return input_swap_scope(options);
 #else
   if (options.swap_inputs()) throw CheckpointError("recompose: this build has no activation swap");
