@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <memory>
@@ -516,6 +517,221 @@ TEST_CASE("an in-place write into a kept output through another tensor keeps the
   CHECK(ran["aten::mm"] == 0);
   CHECK(torch::equal(y_rec, y_plain));  // the bias is added once, not twice
   CHECK(torch::equal(y_fwd, y_plain));  // and the forward's output was not written by the recomputation
+}
+
+}  // TEST_SUITE
+
+// ---------------------------------------------------------------------------------------------
+// Whole regions through the engine.
+
+#include "support/test_modules.h"
+
+#include <recompose/recompose.h>
+
+namespace {
+
+// Gradients of body() on fresh copies of the leaves, with the body run through `run`.
+std::vector<torch::Tensor> grads_with(const std::function<torch::Tensor(const Leaves&)>& run, OpCounter* counter = nullptr) {
+  Leaves l = Leaves::make();
+  torch::Tensor y = run(l);
+  torch::Tensor loss = y.square().sum();
+  if (counter != nullptr) {
+    recompose::detail::InterceptorScope scope(*counter);
+    loss.backward();
+  } else {
+    loss.backward();
+  }
+  return l.grads();
+}
+
+std::function<torch::Tensor(const Leaves&)> checkpointed(const recompose::CheckpointOptions& options) {
+  return [options](const Leaves& l) { return recompose::checkpoint(options, body, l.a, l.b, l.c); };
+}
+
+}  // namespace
+
+TEST_SUITE("selective") {
+
+TEST_CASE("end to end: every policy gives the gradients of no checkpoint and of full checkpoint, bitwise") {
+  OpCounter none_bwd, full_bwd;
+  const auto none = grads_with([](const Leaves& l) { return body(l.a, l.b, l.c); }, &none_bwd);
+  const auto full = grads_with(checkpointed(recompose::CheckpointOptions()), &full_bwd);
+  REQUIRE(bitwise_equal(none, full));
+  // Full checkpointing reruns both mm and the bmm during backward.
+  CHECK(full_bwd["aten::mm"] == none_bwd["aten::mm"] + 2);
+  CHECK(full_bwd["aten::bmm"] == none_bwd["aten::bmm"] + 1);
+
+  struct Case {
+    const char* name;
+    SelectivePolicy policy;
+    int extra_mm, extra_bmm;  // matrix products run again in backward, beyond no checkpoint
+  };
+  const std::vector<Case> cases{
+      {"save everything", always(CheckpointPolicy::MUST_SAVE), 0, 0},
+      {"recompute everything", always(CheckpointPolicy::PREFER_RECOMPUTE), 2, 1},
+      {"mm only", SelectivePolicy({"aten::mm"}), 0, 1},
+      {"callable (bmm)",
+       SelectivePolicy([](const SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
+         return op.schema().name() == "aten::bmm" ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
+       }),
+       2, 0},
+      {"transformer_policy", recompose::transformer_policy(), 0, 0},
+      {"transformer_policy, every second mm",
+       recompose::transformer_policy(recompose::TransformerPolicyOptions().recompute_every_second_mm(true)), 1, 0},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    OpCounter bwd;
+    const auto got = grads_with(checkpointed(recompose::CheckpointOptions().policy(c.policy)), &bwd);
+    CHECK(bitwise_equal(got, none));
+    CHECK(bwd["aten::mm"] == none_bwd["aten::mm"] + c.extra_mm);
+    CHECK(bwd["aten::bmm"] == none_bwd["aten::bmm"] + c.extra_bmm);
+  }
+}
+
+TEST_CASE("end to end: the same policy over several invocations (fresh contexts per invocation)") {
+  const auto none = grads_with([](const Leaves& l) { return body(body(l.a, l.b, l.c), l.a, l.b.t()); });
+  const auto options = recompose::CheckpointOptions().policy(
+      recompose::transformer_policy(recompose::TransformerPolicyOptions().recompute_every_second_mm(true)));
+  const auto got = grads_with([&](const Leaves& l) {
+    torch::Tensor h = recompose::checkpoint(options, body, l.a, l.b, l.c);
+    return recompose::checkpoint(options, body, h, l.a, l.b.t());
+  });
+  CHECK(bitwise_equal(got, none));
+}
+
+TEST_CASE("end to end: apply_checkpoint on several modules with different policies") {
+  auto make = [] {
+    torch::manual_seed(3);
+    return std::vector<rt::TinyBlock>{rt::TinyBlock(4), rt::TinyBlock(4), rt::TinyBlock(4)};
+  };
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({3, 4});
+  auto run = [&](std::vector<rt::TinyBlock>& blocks, OpCounter* counter) {
+    torch::Tensor loss = blocks[2](blocks[1](blocks[0](x))).square().sum();
+    recompose::detail::InterceptorScope scope(*counter);
+    loss.backward();
+    std::vector<torch::Tensor> g;
+    for (auto& b : blocks) {
+      for (auto& p : b->parameters()) g.push_back(p.grad());
+    }
+    return g;
+  };
+  auto plain = make();
+  OpCounter plain_bwd;
+  const auto expected = run(plain, &plain_bwd);
+
+  auto blocks = make();
+  recompose::apply_checkpoint(blocks[0], recompose::CheckpointOptions().policy({"aten::addmm"}));
+  recompose::apply_checkpoint(blocks[1]);
+  recompose::apply_checkpoint(blocks[2], recompose::CheckpointOptions().policy(always(CheckpointPolicy::MUST_RECOMPUTE)));
+  OpCounter bwd;
+  const auto got = run(blocks, &bwd);
+  CHECK(bitwise_equal(got, expected));
+  // nn::Linear on a 2-d input is one addmm; blocks 1 and 2 recompute theirs, block 0 replays it.
+  CHECK(bwd["aten::addmm"] == plain_bwd["aten::addmm"] + 2);
+  CHECK(bwd["aten::tanh"] == plain_bwd["aten::tanh"] + 3);  // every block recomputes its tanh
+  CHECK(blocks[0]->body_runs == 2);
+}
+
+TEST_CASE("end to end: selective regions nested inside and around full-checkpoint regions") {
+  const auto none = grads_with([](const Leaves& l) { return body(body(l.a, l.b, l.c), l.a, l.b.t()); });
+  const auto sac = recompose::CheckpointOptions().policy({"aten::mm"});
+  const auto full = recompose::CheckpointOptions();
+  auto nested = [](const recompose::CheckpointOptions& outer, const recompose::CheckpointOptions& inner) {
+    return [outer, inner](const Leaves& l) {
+      auto f = [inner](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+        torch::Tensor h = recompose::checkpoint(inner, body, a, b, c);
+        return body(h, a, b.t());
+      };
+      return recompose::checkpoint(outer, f, l.a, l.b, l.c);
+    };
+  };
+  SUBCASE("SAC inside full") { CHECK(bitwise_equal(grads_with(nested(full, sac)), none)); }
+  SUBCASE("full inside SAC") { CHECK(bitwise_equal(grads_with(nested(sac, full)), none)); }
+  SUBCASE("SAC inside SAC") {
+    CHECK(bitwise_equal(grads_with(nested(sac, recompose::CheckpointOptions().policy(recompose::transformer_policy()))), none));
+  }
+}
+
+TEST_CASE("end to end: a saved output modified in place before backward is an error") {
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  auto fn = [](const torch::Tensor& t) { return torch::mm(t.sin(), t); };
+  auto run = [&](bool allow) {
+    // Without early stop: the recomputation must reach the mm (with early stop it ends as soon
+    // as mm's inputs are saved again, and the kept output is never needed).
+    recompose::CheckpointOptions options;
+    options.early_stop(false);
+    if (allow) {
+      const SelectivePolicy policy({"aten::mm"});
+      options.context_fn([policy] { return create_selective_checkpoint_contexts(policy, true); });
+    } else {
+      options.policy({"aten::mm"});
+    }
+    torch::Tensor y = recompose::checkpoint(options, fn, a);
+    {
+      torch::NoGradGuard no_grad;
+      y.add_(1);
+    }
+    y.sum().backward();
+  };
+  CHECK_THROWS_WITH(run(false), doctest::Contains("modified in place"));
+  CHECK_NOTHROW(run(true));
+}
+
+TEST_CASE("end to end: a second backward over a SAC region is 'backward an extra time'") {
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  torch::Tensor y = recompose::checkpoint(recompose::CheckpointOptions().policy({"aten::mm"}),
+                                          [](const torch::Tensor& t) { return torch::mm(t, t).sin(); }, a);
+  torch::Tensor loss = y.sum();
+  loss.backward({}, /*retain_graph=*/true);
+  CHECK_THROWS_WITH(loss.backward(), doctest::Contains("Trying to backward an extra time"));
+}
+
+TEST_CASE("end to end: an op run in the recomputation but not in the forward is an error") {
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  auto in_backward = std::make_shared<bool>(false);
+  torch::Tensor y = recompose::checkpoint(
+      recompose::CheckpointOptions().policy({"aten::mm"}).determinism_check(recompose::DeterminismCheck::None),
+      [in_backward](const torch::Tensor& t) {
+        torch::Tensor u = *in_backward ? t.cos() : t;  // depends on global state
+        return torch::mm(u, t).sin();
+      },
+      a);
+  *in_backward = true;
+  CHECK_THROWS_WITH(y.sum().backward(), doctest::Contains("aten::cos (call 0 in the region) ran during the recomputation"));
+}
+
+TEST_CASE("end to end: an unknown op name is an error when the options are made") {
+  CHECK_THROWS_AS(recompose::CheckpointOptions().policy({"aten::mm", "aten::not_an_op"}), std::invalid_argument);
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("selective") {
+
+TEST_CASE("selective_checkpoint_bytes_kept counts kept outputs until they are replayed or dropped") {
+  const int64_t before = recompose::selective_checkpoint_bytes_kept();
+  torch::Tensor a = torch::randn({8, 8}, torch::requires_grad());
+  {
+    auto contexts = create_selective_checkpoint_contexts({"aten::mm"});
+    {
+      auto token = contexts->enter_forward();
+      (void)torch::mm(a, a).sin();  // one 8x8 float output kept
+    }
+    CHECK(recompose::selective_checkpoint_bytes_kept() - before == 8 * 8 * 4);
+    {
+      auto token = contexts->enter_recompute();
+      (void)torch::mm(a, a).sin();
+    }
+    CHECK(recompose::selective_checkpoint_bytes_kept() == before);  // released by the replay
+  }
+  {
+    auto contexts = create_selective_checkpoint_contexts({"aten::mm"});
+    auto token = contexts->enter_forward();
+    (void)torch::mm(a, a);
+  }
+  CHECK(recompose::selective_checkpoint_bytes_kept() == before);  // contexts gone: released
 }
 
 }  // TEST_SUITE

@@ -166,13 +166,11 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   configs.push_back({"selective (every second mm)", make_stack(layers, dim, heads), {}, {}});
   for (auto& b : configs[1].stack.blocks) recompose::apply_checkpoint(b);
   for (auto& b : configs[2].stack.blocks) {
-    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(std::make_shared<const recompose::SelectivePolicy>(
-                                       recompose::transformer_policy())));
+    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
   }
   for (auto& b : configs[3].stack.blocks) {
-    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(std::make_shared<const recompose::SelectivePolicy>(
-                                       recompose::transformer_policy(
-                                           recompose::TransformerPolicyOptions().recompute_every_second_mm(true)))));
+    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy(
+                                       recompose::TransformerPolicyOptions().recompute_every_second_mm(true))));
   }
 
   torch::manual_seed(1);
@@ -186,7 +184,8 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
       {
         recompose::SavedTensorMeter meter;
         loss = c.stack.forward(input).square().mean();
-        held = meter.bytes_held();
+        // Autograd's saved tensors plus the outputs selective checkpointing keeps.
+        held = meter.bytes_held() + recompose::selective_checkpoint_bytes_kept();
       }
       loss.backward();
     });

@@ -110,6 +110,17 @@ class SelectivePolicy {
 std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
                                                                      bool allow_cache_entry_mutation = false);
 
+// Bytes of the op outputs that selective checkpointing keeps for backward right now, in this
+// process (all regions, all threads): the sizes of their storages, each storage once per kept
+// op output. SavedTensorMeter does not see these (they are not autograd's saved tensors); add
+// both for the memory a checkpointed model holds for backward. Kept outputs are released as
+// the recomputation replays them, and when the region's autograd graph is freed.
+//
+//   recompose::SavedTensorMeter meter;
+//   auto loss = model(x).sum();
+//   int64_t held = meter.bytes_held() + recompose::selective_checkpoint_bytes_kept();
+int64_t selective_checkpoint_bytes_kept();
+
 struct TransformerPolicyOptions {
   // Recompute every second aten::mm of a region invocation (its 2nd, 4th, ... call) instead of
   // saving all of them (torchtitan's "op" SAC option). Other matrix products are not counted.

@@ -1,10 +1,13 @@
 #include "cache_entry.h"
 
 #include <recompose/checkpoint_error.h>
+#include <recompose/selective_checkpoint.h>
 
 #include <ATen/core/List.h>
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -48,7 +51,36 @@ uint32_t version_of(const at::Tensor& t) {
   return vc.enabled() ? vc.current_version() : kUntracked;
 }
 
+std::atomic<int64_t> g_bytes_kept{0};
+
 }  // namespace
+
+CacheEntry::CacheEntry(CacheEntry&& other) noexcept
+    : values_(std::move(other.values_)), versions_(std::move(other.versions_)), bytes_(other.bytes_) {
+  other.bytes_ = 0;
+}
+
+CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
+  if (this != &other) {
+    release();
+    values_ = std::move(other.values_);
+    versions_ = std::move(other.versions_);
+    bytes_ = other.bytes_;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+// The bytes of the storages this entry holds (each once), added to the process-wide figure.
+void CacheEntry::account() {
+  g_bytes_kept.fetch_sub(bytes_, std::memory_order_relaxed);
+  bytes_ = 0;
+  auto seen = storages();
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  for (const c10::StorageImpl* st : seen) bytes_ += static_cast<int64_t>(st->nbytes());
+  g_bytes_kept.fetch_add(bytes_, std::memory_order_relaxed);
+}
 
 CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs) {
   CacheEntry e;
@@ -59,6 +91,7 @@ CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs) {
       return alias_of(t);
     }));
   }
+  e.account();
   return e;
 }
 
@@ -93,10 +126,11 @@ void CacheEntry::copy_on_write() {
       return copy;
     });
   }
+  account();
 }
 
-std::vector<const c10::StorageImpl*> CacheEntry::storages() const {
-  std::vector<const c10::StorageImpl*> out;
+c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::storages() const {
+  c10::SmallVector<const c10::StorageImpl*, 4> out;
   for (const c10::IValue& v : values_) {
     map_tensors(v, [&](const at::Tensor& t) {
       if (t.defined() && t.has_storage()) out.push_back(t.storage().unsafeGetStorageImpl());
@@ -107,9 +141,17 @@ std::vector<const c10::StorageImpl*> CacheEntry::storages() const {
 }
 
 void CacheEntry::release() noexcept {
+  g_bytes_kept.fetch_sub(bytes_, std::memory_order_relaxed);
+  bytes_ = 0;
   values_.clear();
   values_.shrink_to_fit();
   versions_.clear();
 }
 
 }  // namespace recompose::detail
+
+namespace recompose {
+
+int64_t selective_checkpoint_bytes_kept() { return detail::g_bytes_kept.load(std::memory_order_relaxed); }
+
+}  // namespace recompose

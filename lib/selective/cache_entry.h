@@ -7,6 +7,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <vector>
@@ -15,6 +16,13 @@ namespace recompose::detail {
 
 class CacheEntry {
  public:
+  CacheEntry() = default;
+  CacheEntry(CacheEntry&& other) noexcept;
+  CacheEntry& operator=(CacheEntry&& other) noexcept;
+  CacheEntry(const CacheEntry&) = delete;
+  CacheEntry& operator=(const CacheEntry&) = delete;
+  ~CacheEntry() { release(); }
+
   // Keeps `outputs` (an op's results): tensors as detached aliases that share the storage and
   // the version counter of the original, anything else as is.
   static CacheEntry capture(c10::ArrayRef<c10::IValue> outputs);
@@ -31,7 +39,7 @@ class CacheEntry {
   void copy_on_write();
 
   // The storages of the kept tensors (to find the entries an in-place op writes into).
-  std::vector<const c10::StorageImpl*> storages() const;
+  c10::SmallVector<const c10::StorageImpl*, 4> storages() const;
 
   // Drops the kept outputs (after the single replay a region allows).
   void release() noexcept;
@@ -39,6 +47,8 @@ class CacheEntry {
  private:
   std::vector<c10::IValue> values_;
   std::vector<uint32_t> versions_;  // one per defined tensor, in order of appearance in values_
+  int64_t bytes_ = 0;               // counted in selective_checkpoint_bytes_kept()
+  void account();
 };
 
 }  // namespace recompose::detail
