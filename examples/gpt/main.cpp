@@ -32,6 +32,7 @@ torch::Device pick_device(const std::string& requested) {
 
 int run(const gpt::Options& options) {
   const torch::Device device = pick_device(options.device);
+  if (options.threads > 0) torch::set_num_threads(static_cast<int>(options.threads));
   gpt::install_cpu_memory_counter();  // before any tensor of the run is allocated
   gpt::CharDataset data(options.data, options.context);
   gpt::Config config;

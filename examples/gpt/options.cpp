@@ -73,6 +73,8 @@ Options parse_options(int argc, char** argv) {
       if (o.dropout >= 1.0) throw UsageError("--dropout must be below 1");
     } else if (flag == "--seed") {
       o.seed = parse_number<uint64_t>(flag, value(), 0);
+    } else if (flag == "--threads") {
+      o.threads = parse_number<int64_t>(flag, value(), 0);
     } else if (flag == "--sample") {
       o.sample = parse_number<int64_t>(flag, value(), 0);
     } else if (flag == "--data") {
@@ -108,6 +110,7 @@ std::string usage(const char* program) {
     << "  --lr X               AdamW learning rate (default " << d.lr << ")\n"
     << "  --dropout X          dropout probability (default " << d.dropout << ")\n"
     << "  --seed N             seed of the weights, dropout and batches (default " << d.seed << ")\n"
+    << "  --threads N          CPU threads, 0 for one per core (default " << d.threads << ")\n"
     << "  --sample N           characters to generate after training, 0 for none (default " << d.sample << ")\n"
     << "  --data FILE          training text (default " << RECOMPOSE_GPT_DATA << ")\n"
     << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n";

@@ -14,7 +14,7 @@ struct Options {
   Policy policy = Policy::None;
   bool compare = false;
   std::string device = "auto";  // auto: CUDA when available, else CPU
-  int64_t steps = 150;
+  int64_t steps = 300;
   int64_t layers = 4;
   int64_t width = 128;
   int64_t heads = 4;
@@ -23,6 +23,9 @@ struct Options {
   double lr = 3e-3;
   double dropout = 0.1;
   uint64_t seed = 1337;
+  // One CPU thread by default: on a shared 2-core machine LibTorch's OpenMP threads spin while
+  // a core is busy elsewhere, and a step takes ten times longer than with one thread.
+  int64_t threads = 1;
   int64_t sample = 200;  // characters generated at the end; 0 turns it off
   std::filesystem::path data;
   std::filesystem::path out = "gpt_out";

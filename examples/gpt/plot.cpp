@@ -101,11 +101,14 @@ void write_svg(const std::filesystem::path& path, const Chart& chart) {
       << escape(chart.x_label) << "</text>\n"
       << "<text transform=\"translate(18," << kTop + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
       << escape(chart.y_label) << "</text>\n";
-  // Series, drawn in order so that a later one lies on top of an identical earlier one.
-  for (size_t i = 0; i < chart.series.size(); ++i) {
+  // Series, each thinner than the one before: identical curves (policies that must agree) show
+  // as nested bands instead of hiding one another.
+  const size_t n = chart.series.size();
+  for (size_t i = 0; i < n; ++i) {
     const auto& s = chart.series[i];
     const char* color = kColors[i % kColors.size()];
-    svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
+    svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << 1.2 * static_cast<double>(n - i)
+        << "\" stroke-linejoin=\"round\" points=\"";
     for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
       if (std::isfinite(s.y[j])) svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';
     }

@@ -26,9 +26,9 @@ std::optional<Policy> parse_policy(std::string_view name) {
 namespace {
 
 // Swap: the outputs of matrix products (the expensive ops) are kept, in host memory between
-// forward and backward; everything else is recomputed. min_bytes(0): this example's tensors are
-// small, and the point is to show every product going through the swap path (the default
-// manager leaves tensors under 1 MiB on the device).
+// forward and backward, and so is the block's input; everything else is recomputed.
+// min_bytes(0): this example's tensors are small, and the point is to show them all going
+// through the swap path (the default manager leaves tensors under 1 MiB on the device).
 recompose::CheckpointOptions swap_options(const std::shared_ptr<recompose::SwapManager>& manager) {
   auto policy = recompose::SelectivePolicy(
       [](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
@@ -37,7 +37,7 @@ recompose::CheckpointOptions swap_options(const std::shared_ptr<recompose::SwapM
                    ? recompose::CheckpointPolicy::MUST_SWAP
                    : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
       });
-  return recompose::CheckpointOptions().policy(policy).swap_manager(manager);
+  return recompose::CheckpointOptions().policy(policy).swap_inputs(true).swap_manager(manager);
 }
 
 }  // namespace

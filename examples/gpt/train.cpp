@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -28,6 +29,15 @@ std::string status_line(const StepRecord& r, int64_t tokens_per_step) {
   return buffer;
 }
 
+// Linear warm-up over the first 10% of the steps (Adam's early updates are noisy), then cosine
+// decay to a tenth of the peak.
+double learning_rate(double peak, int64_t step, int64_t steps) {
+  const int64_t warmup = std::max<int64_t>(steps / 10, 1);
+  if (step <= warmup) return peak * static_cast<double>(step) / static_cast<double>(warmup);
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(steps - warmup, 1));
+  return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * progress)));
+}
+
 }  // namespace
 
 double TrainResult::mean_step_seconds() const {
@@ -44,8 +54,10 @@ int64_t TrainResult::peak_bytes_held() const {
 }
 
 int64_t TrainResult::peak_step_memory() const {
+  // Without the first step, which also allocates the optimizer's state.
+  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
   int64_t peak = 0;
-  for (const auto& r : steps) peak = std::max(peak, r.peak_memory - r.resting_memory);
+  for (auto r = first; r != steps.end(); ++r) peak = std::max(peak, r->peak_memory - r->resting_memory);
   return peak;
 }
 
@@ -72,6 +84,8 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   ProgressBar progress(options.label, options.steps);
 
   for (int64_t step = 1; step <= options.steps; ++step) {
+    const double lr = learning_rate(options.lr, step, options.steps);
+    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     auto [inputs, targets] = data.batch(options.batch, /*validation=*/false, batches, options.device);
     StepRecord record;
     record.step = step;

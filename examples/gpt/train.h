@@ -14,7 +14,7 @@ namespace gpt {
 
 struct TrainOptions {
   Policy policy = Policy::None;
-  int64_t steps = 150;
+  int64_t steps = 300;
   int64_t batch = 16;
   double lr = 3e-3;
   uint64_t seed = 1337;
