@@ -48,9 +48,11 @@ enum class CheckpointPolicy {
   PREFER_SAVE,
   MUST_RECOMPUTE,
   PREFER_RECOMPUTE,
-  // Keep the output, offloaded to host memory between forward and backward (recompose/swap.h).
-  // For now it behaves exactly as MUST_SAVE (the output stays where it is); the swap component
-  // will offload it.
+  // Keep the output, offloaded to host memory between forward and backward through a
+  // SwapManager (CheckpointOptions::swap_manager, else the default one; recompose/swap.h) and
+  // reloaded for the recomputation. Outputs the manager does not find eligible (below its size
+  // threshold, views that would free nothing) stay on the device as with MUST_SAVE. An output
+  // that the forward later writes into in place is brought back and kept on the device.
   MUST_SWAP,
 };
 
@@ -107,18 +109,18 @@ class SelectivePolicy {
 //   auto contexts = recompose::create_selective_checkpoint_contexts({"aten::mm"});
 //   { auto fwd = contexts->enter_forward(); y = torch::relu(torch::mm(a, b)); }   // mm kept
 //   { auto rec = contexts->enter_recompute(); torch::relu(torch::mm(a, b)); }     // mm replayed
+// `swap_manager` receives the outputs of MUST_SWAP ops (SwapManager::default_manager() if null).
 std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
-                                                                     bool allow_cache_entry_mutation = false);
+                                                                     bool allow_cache_entry_mutation = false,
+                                                                     std::shared_ptr<SwapManager> swap_manager = nullptr);
 
 // Bytes of the op outputs that selective checkpointing keeps for backward right now, in this
 // process (all regions, all threads): the sizes of their storages, each storage once per kept
-// op output. SavedTensorMeter does not see these (they are not autograd's saved tensors); add
-// both for the memory a checkpointed model holds for backward. Kept outputs are released as
-// the recomputation replays them, and when the region's autograd graph is freed.
+// op output. A SavedTensorMeter alive on the forward thread counts them too. Kept outputs are
+// released as the recomputation replays them, and when the region's autograd graph is freed.
 //
-//   recompose::SavedTensorMeter meter;
 //   auto loss = model(x).sum();
-//   int64_t held = meter.bytes_held() + recompose::selective_checkpoint_bytes_kept();
+//   int64_t kept = recompose::selective_checkpoint_bytes_kept();
 int64_t selective_checkpoint_bytes_kept();
 
 struct TransformerPolicyOptions {

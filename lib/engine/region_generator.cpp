@@ -78,7 +78,8 @@ std::shared_ptr<RegionContexts> make_contexts(const CheckpointOptions& options) 
   if (options.context_fn()) return options.context_fn()();
   if (options.policy()) {
 #ifdef RECOMPOSE_HAS_SELECTIVE
-    return create_selective_checkpoint_contexts(*options.policy());
+    return create_selective_checkpoint_contexts(*options.policy(), /*allow_cache_entry_mutation=*/false,
+                                                options.swap_manager());
 #else
     throw CheckpointError("recompose: this build has no selective checkpointing");
 #endif

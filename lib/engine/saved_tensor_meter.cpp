@@ -1,5 +1,6 @@
 // SavedTensorMeter: a saved-tensor policy that keeps each saved tensor itself (as LibTorch
 // would) and accounts the bytes of its storage until autograd releases it.
+#include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
 
 #include <recompose/saved_tensor_meter.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <utility>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -32,6 +34,15 @@ struct SavedTensorMeter::Counters {
       bytes += nbytes;
       peak = std::max(peak, bytes);
     }
+  }
+  void add_bytes(int64_t n) {
+    std::lock_guard lock(mutex);
+    bytes += n;
+    peak = std::max(peak, bytes);
+  }
+  void remove_bytes(int64_t n) {
+    std::lock_guard lock(mutex);
+    bytes -= n;
   }
   void remove(const at::Tensor& t) {
     std::lock_guard lock(mutex);
@@ -97,7 +108,8 @@ class MeterPolicy final : public detail::SavedTensorPolicy {
 };
 
 struct MeterScope {
-  explicit MeterScope(std::shared_ptr<SavedTensorMeter::Counters> c) : policy(std::move(c)), scope(policy) {}
+  explicit MeterScope(std::shared_ptr<SavedTensorMeter::Counters> c) : counters(c), policy(std::move(c)), scope(policy) {}
+  std::shared_ptr<SavedTensorMeter::Counters> counters;
   MeterPolicy policy;
   detail::SavedTensorPolicyScope scope;
 };
@@ -105,6 +117,33 @@ struct MeterScope {
 thread_local std::vector<std::unique_ptr<MeterScope>> tl_meter_scopes;
 
 }  // namespace
+
+namespace detail {
+
+MeterCharge::MeterCharge(int64_t bytes) : bytes_(bytes) {
+  if (bytes_ == 0) return;
+  for (const auto& scope : tl_meter_scopes) {
+    scope->counters->add_bytes(bytes_);
+    meters_.push_back(scope->counters);
+  }
+}
+
+MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
+  if (this != &other) {
+    refund();
+    bytes_ = std::exchange(other.bytes_, 0);
+    meters_ = std::move(other.meters_);
+  }
+  return *this;
+}
+
+void MeterCharge::refund() noexcept {
+  for (const auto& m : meters_) static_cast<SavedTensorMeter::Counters*>(m.get())->remove_bytes(bytes_);
+  meters_.clear();
+  bytes_ = 0;
+}
+
+}  // namespace detail
 
 SavedTensorMeter::SavedTensorMeter() : counters_(std::make_shared<Counters>()) {
   tl_meter_scopes.push_back(std::make_unique<MeterScope>(counters_));

@@ -1,5 +1,9 @@
 #include "cache_entry.h"
 
+#include <recompose/swap.h>
+
+#include <ATen/ops/empty.h>
+
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
 
@@ -56,7 +60,12 @@ std::atomic<int64_t> g_bytes_kept{0};
 }  // namespace
 
 CacheEntry::CacheEntry(CacheEntry&& other) noexcept
-    : values_(std::move(other.values_)), versions_(std::move(other.versions_)), bytes_(other.bytes_) {
+    : values_(std::move(other.values_)),
+      versions_(std::move(other.versions_)),
+      swapped_(std::move(other.swapped_)),
+      swapped_storages_(std::move(other.swapped_storages_)),
+      bytes_(other.bytes_),
+      charge_(std::move(other.charge_)) {
   other.bytes_ = 0;
 }
 
@@ -65,7 +74,10 @@ CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
     release();
     values_ = std::move(other.values_);
     versions_ = std::move(other.versions_);
+    swapped_ = std::move(other.swapped_);
+    swapped_storages_ = std::move(other.swapped_storages_);
     bytes_ = other.bytes_;
+    charge_ = std::move(other.charge_);
     other.bytes_ = 0;
   }
   return *this;
@@ -75,19 +87,30 @@ CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
 void CacheEntry::account() {
   g_bytes_kept.fetch_sub(bytes_, std::memory_order_relaxed);
   bytes_ = 0;
-  auto seen = storages();
+  auto seen = device_storages();  // offloaded tensors hold no device memory here
   std::sort(seen.begin(), seen.end());
   seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
   for (const c10::StorageImpl* st : seen) bytes_ += static_cast<int64_t>(st->nbytes());
   g_bytes_kept.fetch_add(bytes_, std::memory_order_relaxed);
+  charge_ = MeterCharge(bytes_);
 }
 
-CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs) {
+CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, SwapManager* swap) {
   CacheEntry e;
   e.values_.reserve(outputs.size());
   for (const c10::IValue& v : outputs) {
     e.values_.push_back(map_tensors(v, [&](const at::Tensor& t) {
-      if (t.defined()) e.versions_.push_back(version_of(t));
+      if (!t.defined()) return t;
+      e.versions_.push_back(version_of(t));
+      if (swap != nullptr && swap->eligible(t)) {
+        e.swapped_.push_back(swap->offload(t));
+        if (t.has_storage()) e.swapped_storages_.push_back(t.storage().unsafeGetStorageImpl());
+        // Holds no memory but shares the version counter, so the mutation check still works.
+        at::Tensor marker = at::empty({0}, t.options());
+        marker.unsafeGetTensorImpl()->set_version_counter(t.unsafeGetTensorImpl()->version_counter());
+        return marker;
+      }
+      e.swapped_.push_back(nullptr);
       return alias_of(t);
     }));
   }
@@ -113,27 +136,47 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
       return t;
     });
   }
-  for (const c10::IValue& v : values_) torch::jit::push(*stack, map_tensors(v, alias_of));
+  size_t j = 0;
+  for (const c10::IValue& v : values_) {
+    torch::jit::push(*stack, map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      const auto& swapped = swapped_[j++];
+      // get() waits for (or launches) the reload; the stream that needs it waits on its event.
+      return swapped ? alias_of(swapped->get()) : alias_of(t);
+    }));
+  }
 }
 
 void CacheEntry::copy_on_write() {
   versions_.clear();
+  size_t j = 0;
   for (c10::IValue& v : values_) {
     v = map_tensors(v, [&](const at::Tensor& t) {
       if (!t.defined()) return t;
-      at::Tensor copy = t.clone();  // runs below this interceptor: not recorded, not seen again
+      // An offloaded output is brought back before the write (its copy may still be in flight on
+      // a side stream and must not see the new values); it then stays on the device.
+      const at::Tensor& source = swapped_[j] ? swapped_[j]->get() : t;
+      swapped_[j++] = nullptr;
+      at::Tensor copy = source.clone();  // runs below this interceptor: not recorded, not seen again
       versions_.push_back(version_of(copy));
       return copy;
     });
   }
+  swapped_storages_.clear();
   account();
 }
 
 c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::storages() const {
+  auto out = device_storages();
+  out.append(swapped_storages_.begin(), swapped_storages_.end());
+  return out;
+}
+
+c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::device_storages() const {
   c10::SmallVector<const c10::StorageImpl*, 4> out;
   for (const c10::IValue& v : values_) {
     map_tensors(v, [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) out.push_back(t.storage().unsafeGetStorageImpl());
+      if (t.defined() && t.has_storage() && t.storage().nbytes() > 0) out.push_back(t.storage().unsafeGetStorageImpl());
       return t;
     });
   }
@@ -142,10 +185,13 @@ c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::storages() const {
 
 void CacheEntry::release() noexcept {
   g_bytes_kept.fetch_sub(bytes_, std::memory_order_relaxed);
+  charge_.refund();
   bytes_ = 0;
   values_.clear();
   values_.shrink_to_fit();
   versions_.clear();
+  swapped_.clear();  // frees the host copies (back to the manager's pool)
+  swapped_storages_.clear();
 }
 
 }  // namespace recompose::detail

@@ -3,6 +3,8 @@
 // memory) without touching the interception.
 #pragma once
 
+#include "engine/meter_charge.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/StorageImpl.h>
@@ -10,7 +12,13 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+namespace recompose {
+class SwapManager;
+class SwappedTensor;
+}  // namespace recompose
 
 namespace recompose::detail {
 
@@ -24,8 +32,10 @@ class CacheEntry {
   ~CacheEntry() { release(); }
 
   // Keeps `outputs` (an op's results): tensors as detached aliases that share the storage and
-  // the version counter of the original, anything else as is.
-  static CacheEntry capture(c10::ArrayRef<c10::IValue> outputs);
+  // the version counter of the original, anything else as is. With `swap` (MUST_SWAP), each
+  // tensor the manager finds eligible is offloaded instead: the entry then holds an empty marker
+  // sharing the original's version counter, and the device memory is freed once the copy landed.
+  static CacheEntry capture(c10::ArrayRef<c10::IValue> outputs, SwapManager* swap = nullptr);
 
   // Pushes the kept outputs onto `stack`, each tensor as a fresh detached alias (a TensorImpl
   // nobody else uses, as OpInterceptor requires). Throws CheckpointError naming `op` if a kept
@@ -38,7 +48,8 @@ class CacheEntry {
   // counter the replay check would not see (e.g. aten::_unsafe_view followed by add_).
   void copy_on_write();
 
-  // The storages of the kept tensors (to find the entries an in-place op writes into).
+  // The storages of the kept tensors, offloaded ones included (to find the entries an in-place
+  // op writes into). Offloaded storages are only compared, never read: they may be gone.
   c10::SmallVector<const c10::StorageImpl*, 4> storages() const;
 
   // Drops the kept outputs (after the single replay a region allows).
@@ -47,8 +58,14 @@ class CacheEntry {
  private:
   std::vector<c10::IValue> values_;
   std::vector<uint32_t> versions_;  // one per defined tensor, in order of appearance in values_
+  // One per defined tensor: its offloaded copy (MUST_SWAP), or nullptr when kept on the device.
+  std::vector<std::shared_ptr<SwappedTensor>> swapped_;
+  // Storages of offloaded tensors, so that an in-place write into them is still noticed.
+  c10::SmallVector<const c10::StorageImpl*, 4> swapped_storages_;
   int64_t bytes_ = 0;               // counted in selective_checkpoint_bytes_kept()
+  MeterCharge charge_;              // the same bytes, charged to the meters of the forward thread
   void account();
+  c10::SmallVector<const c10::StorageImpl*, 4> device_storages() const;
 };
 
 }  // namespace recompose::detail

@@ -3,6 +3,8 @@
 // _CachedTorchDispatchMode). Both are OpInterceptors sharing one OpLog per region invocation.
 
 #include "dispatch_interceptor.h"
+
+#include <recompose/swap.h>
 #include "ignored_ops.h"
 #include "op_log.h"
 
@@ -32,10 +34,16 @@ struct SacState {
   std::unordered_multimap<const c10::StorageImpl*, std::pair<OpCalls*, size_t>> kept_storages;
   std::atomic<bool> forward_entered{false};
   std::atomic<bool> recompute_active{false};
+  // Where MUST_SWAP outputs go (the process's default manager unless one was given).
+  std::shared_ptr<SwapManager> swap;
+  SwapManager* swap_manager() {
+    if (!swap) swap = SwapManager::default_manager();
+    return swap.get();
+  }
 };
 
 bool keeps_output(CheckpointPolicy p) {
-  // MUST_SWAP keeps the output in place until the swap component offloads it.
+  // MUST_SWAP keeps the output too, offloaded to host memory (CacheEntry::capture).
   return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE || p == CheckpointPolicy::MUST_SWAP;
 }
 
@@ -70,7 +78,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
     OpSlot& slot = calls.slots.emplace_back();
     if (keeps_output(decision)) {
       slot.kind = OpSlot::Kind::Saved;
-      slot.entry = detail::CacheEntry::capture(ctx.outputs);
+      slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.swap_manager() : nullptr);
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
       }
@@ -219,8 +227,11 @@ class SelectiveContexts final : public RegionContexts {
 }  // namespace
 
 std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
-                                                                     bool allow_cache_entry_mutation) {
-  return std::make_shared<SelectiveContexts>(std::make_shared<SacState>(policy, allow_cache_entry_mutation));
+                                                                     bool allow_cache_entry_mutation,
+                                                                     std::shared_ptr<SwapManager> swap_manager) {
+  auto state = std::make_shared<SacState>(policy, allow_cache_entry_mutation);
+  state->swap = std::move(swap_manager);
+  return std::make_shared<SelectiveContexts>(std::move(state));
 }
 
 }  // namespace recompose
