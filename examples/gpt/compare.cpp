@@ -54,8 +54,8 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
                 ratio(result.peak_step_memory(), base.peak_step_memory()));
   }
   std::printf(
-      "\nx: against none. held for backward: peak bytes of the tensors autograd saves (SavedTensorMeter;\n"
-      "what checkpointed regions keep in their own cache, selective's saved products, is not in it).\n"
+      "\nx: against none. held for backward: peak bytes held for backward on the device (SavedTensorMeter:\n"
+      "tensors autograd saves and the products selective checkpointing keeps; swapped ones are not).\n"
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
       "gradients, temporaries).%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",

@@ -1,7 +1,7 @@
 // Peak memory of a training step, on CPU and CUDA alike. CUDA has the caching allocator's
 // counters. CPU has none, so the example installs a thin counting wrapper around LibTorch's CPU
-// allocator: it sees every activation, including what selective checkpointing keeps in its own
-// cache (which recompose::SavedTensorMeter does not count, as autograd does not hold it).
+// allocator: it sees every allocation of a step (activations, gradients, temporaries), where
+// recompose::SavedTensorMeter sees only what is held for backward.
 #pragma once
 
 #include <torch/torch.h>

@@ -51,8 +51,8 @@ enum class CheckpointPolicy {
   // Keep the output, offloaded to host memory between forward and backward through a
   // SwapManager (CheckpointOptions::swap_manager, else the default one; recompose/swap.h) and
   // reloaded for the recomputation. Outputs the manager does not find eligible (below its size
-  // threshold, views that would free nothing) stay on the device as with MUST_SAVE. An output
-  // that the forward later writes into in place is brought back and kept on the device.
+  // threshold, views that would free nothing) stay on the device as with MUST_SAVE. If the forward
+  // later writes into an offloaded output in place, the write waits for its copy to land first.
   MUST_SWAP,
 };
 

@@ -64,6 +64,7 @@ CacheEntry::CacheEntry(CacheEntry&& other) noexcept
       versions_(std::move(other.versions_)),
       swapped_(std::move(other.swapped_)),
       swapped_storages_(std::move(other.swapped_storages_)),
+      swap_(other.swap_),
       bytes_(other.bytes_),
       charge_(std::move(other.charge_)) {
   other.bytes_ = 0;
@@ -76,6 +77,7 @@ CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
     versions_ = std::move(other.versions_);
     swapped_ = std::move(other.swapped_);
     swapped_storages_ = std::move(other.swapped_storages_);
+    swap_ = other.swap_;
     bytes_ = other.bytes_;
     charge_ = std::move(other.charge_);
     other.bytes_ = 0;
@@ -97,6 +99,7 @@ void CacheEntry::account() {
 
 CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, SwapManager* swap) {
   CacheEntry e;
+  e.swap_ = swap;
   e.values_.reserve(outputs.size());
   for (const c10::IValue& v : outputs) {
     e.values_.push_back(map_tensors(v, [&](const at::Tensor& t) {
@@ -148,16 +151,21 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
 }
 
 void CacheEntry::copy_on_write() {
+  // An offloaded output's host copy is what the replay needs, as long as it has landed before
+  // the write: wait for the copies in flight (the write has not been launched yet), then keep it.
+  if (swap_ != nullptr && !swapped_storages_.empty()) swap_->synchronize();
   versions_.clear();
   size_t j = 0;
   for (c10::IValue& v : values_) {
     v = map_tensors(v, [&](const at::Tensor& t) {
       if (!t.defined()) return t;
-      // An offloaded output is brought back before the write (its copy may still be in flight on
-      // a side stream and must not see the new values); it then stays on the device.
-      const at::Tensor& source = swapped_[j] ? swapped_[j]->get() : t;
-      swapped_[j++] = nullptr;
-      at::Tensor copy = source.clone();  // runs below this interceptor: not recorded, not seen again
+      if (swapped_[j++]) {
+        // A fresh marker: later writes to the original no longer concern this entry.
+        at::Tensor marker = at::empty({0}, t.options());
+        versions_.push_back(version_of(marker));
+        return marker;
+      }
+      at::Tensor copy = t.clone();  // runs below this interceptor: not recorded, not seen again
       versions_.push_back(version_of(copy));
       return copy;
     });

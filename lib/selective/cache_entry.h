@@ -62,6 +62,7 @@ class CacheEntry {
   std::vector<std::shared_ptr<SwappedTensor>> swapped_;
   // Storages of offloaded tensors, so that an in-place write into them is still noticed.
   c10::SmallVector<const c10::StorageImpl*, 4> swapped_storages_;
+  SwapManager* swap_ = nullptr;  // owned by the region's selective state, which outlives entries
   int64_t bytes_ = 0;               // counted in selective_checkpoint_bytes_kept()
   MeterCharge charge_;              // the same bytes, charged to the meters of the forward thread
   void account();
