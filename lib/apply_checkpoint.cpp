@@ -16,16 +16,10 @@ struct CheckpointState {
   hooks::HookHandle post;
 };
 
-void validate(const CheckpointOptions& options) {
-  if (options.context_fn() && options.policy()) {
-    throw CheckpointError("recompose::apply_checkpoint: CheckpointOptions sets both policy and context_fn; set only one");
-  }
-}
-
 }  // namespace
 
 torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointOptions& options) {
-  validate(options);
+  detail::validate_options(options);  // refuse bad options when attaching, not at the first forward
   if (!hooks::has_annotated_forward(module)) {
     // Let the hook layer produce its message (names the type and the annotation).
     hooks::register_forward_pre_hook(module, [](hooks::ForwardCall&) {});
@@ -43,14 +37,7 @@ torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointO
       // Arguments are kept without their tensors (the region saves those) and with the module
       // held alive until the graph no longer needs the recomputation.
       std::shared_ptr<hooks::StoredCall> stored = call.store(/*keep_tensors=*/false);
-      auto recompute = [stored](const std::vector<at::Tensor>& leaves) {
-        // An empty leaf list means "use stored tensors"; this call has tensor-free arguments.
-        if (leaves.empty() && stored->leaf_count() == 0) {
-          stored->invoke({}, kCheckpointApi);
-          return;
-        }
-        stored->invoke(leaves, kCheckpointApi);
-      };
+      auto recompute = [stored](const std::vector<at::Tensor>& leaves) { stored->invoke(leaves, kCheckpointApi); };
       auto region = std::make_shared<detail::RegionRun>(
           detail::RegionRun::begin(st->options, call.input_leaves(), std::move(recompute)));
       call.slot(kCheckpointApi) = region;

@@ -19,6 +19,9 @@ namespace recompose::detail {
 // Runs the region's body again with `input_leaves` in place of the original tensor arguments.
 using RecomputeFn = std::function<void(const std::vector<at::Tensor>& input_leaves)>;
 
+// Throws CheckpointError if `options` contradict each other (policy together with context_fn).
+void validate_options(const CheckpointOptions& options);
+
 class RegionRun {
  public:
   // Pre-forward step. With grad mode off (or in inference mode) no region is made and the body

@@ -31,12 +31,6 @@ TensorMeta meta_of(const at::Tensor& t) {
   return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
 }
 
-struct DepthGuard {
-  explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
-  ~DepthGuard() { --depth_; }
-  int& depth_;
-};
-
 // Hooks of one tensor saved during a region's forward: the Holder stands in for the tensor.
 class RegionHooks final : public torch::autograd::SavedVariableHooks {
  public:

@@ -107,4 +107,13 @@ struct CheckpointDepth {
   static int& recompute();
 };
 
+// Increments a CheckpointDepth counter while alive.
+struct DepthGuard {
+  explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+  int& depth_;
+};
+
 }  // namespace recompose::detail

@@ -64,17 +64,8 @@ class RegionCoroutine {
   std::coroutine_handle<promise_type> handle_;
 };
 
-struct DepthGuard {
-  explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
-  ~DepthGuard() { --depth_; }
-  int& depth_;
-};
-
 std::shared_ptr<RegionContexts> make_contexts(const CheckpointOptions& options) {
-  if (options.context_fn() && options.policy()) {
-    throw CheckpointError("recompose: CheckpointOptions sets both policy and context_fn; a selective policy "
-                          "is itself a context_fn, so set only one of them");
-  }
+  validate_options(options);
   if (options.context_fn()) return options.context_fn()();
   if (options.policy()) {
 #ifdef RECOMPOSE_HAS_SELECTIVE
@@ -129,6 +120,13 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
 }
 
 }  // namespace
+
+void validate_options(const CheckpointOptions& options) {
+  if (options.context_fn() && options.policy()) {
+    throw CheckpointError("recompose: CheckpointOptions sets both policy and context_fn; a selective policy "
+                          "is itself a context_fn, so set only one of them");
+  }
+}
 
 struct RegionRun::State {
   RegionCoroutine coroutine;
