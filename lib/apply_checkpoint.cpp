@@ -38,8 +38,9 @@ torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointO
       // held alive until the graph no longer needs the recomputation.
       std::shared_ptr<hooks::StoredCall> stored = call.store(/*keep_tensors=*/false);
       auto recompute = [stored](const std::vector<at::Tensor>& leaves) { stored->invoke(leaves, kCheckpointApi); };
-      auto region = std::make_shared<detail::RegionRun>(
-          detail::RegionRun::begin(st->options, call.input_leaves(), std::move(recompute)));
+      // The module's own state (buffers, train/eval mode) is preserved across the recomputation.
+      auto region = std::make_shared<detail::RegionRun>(detail::RegionRun::begin(
+          st->options, call.input_leaves(), std::move(recompute), call.module().shared_from_this()));
       call.slot(kCheckpointApi) = region;
     }, owner);
     state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {

@@ -24,7 +24,10 @@ torch::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int
   int64_t end = -1;
   for (int64_t start = 0; start < size * (segments - 1); start += size) {
     end = start + size - 1;
-    h = checkpoint(options, [run, start, end](const torch::Tensor& x) { return run(start, end, x); }, h);
+    // The segment's modules are known here: preserve their state across the recomputation.
+    CheckpointOptions segment_options = options;
+    for (int64_t i = start; i <= end; ++i) segment_options.state_modules().push_back(seq->ptr(i));
+    h = checkpoint(segment_options, [run, start, end](const torch::Tensor& x) { return run(start, end, x); }, h);
   }
   return run(end + 1, n - 1, h);
 }

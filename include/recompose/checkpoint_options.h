@@ -10,6 +10,11 @@
 #include <torch/arg.h>
 
 #include <memory>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
 
 namespace recompose {
 
@@ -45,8 +50,22 @@ struct CheckpointOptions {
   // forward and backward. Uses swap_manager, or the default manager when it is null.
   TORCH_ARG(bool, swap_inputs) = false;
   TORCH_ARG(std::shared_ptr<SwapManager>, swap_manager) = nullptr;
-
- public:
+  // Module state. A recomputation runs the region's modules a second time: it would update
+  // their buffers twice (BatchNorm's running statistics, counters, EMAs) and run in whatever
+  // train/eval mode they are in at backward time. With preserve_module_state (the default),
+  // the recomputation runs every module of the preserved trees in the mode the forward ran in,
+  // sees each buffer with the value it had when the forward began, and leaves every buffer as it
+  // was before the recomputation: training computes exactly what it computes without
+  // checkpointing. Cost: a copy of the trees' buffers at each forward of the region; the copies
+  // of the buffers the forward writes are held until backward.
+  //
+  // apply_checkpoint preserves the checkpointed module's tree by itself. The functional
+  // checkpoint() cannot know which modules its body calls: name them in state_modules, or the
+  // body's buffer updates happen twice and a mode switch before backward changes the
+  // recomputation. Buffers written through .data() or by reassignment escape the version
+  // check and are not restored.
+  TORCH_ARG(bool, preserve_module_state) = true;
+  TORCH_ARG(std::vector<std::shared_ptr<torch::nn::Module>>, state_modules) = {};
 };
 
 }  // namespace recompose

@@ -1,6 +1,7 @@
 // Where the calling thread is with respect to checkpointing, and the process-wide switches.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 namespace recompose {
@@ -14,7 +15,8 @@ bool is_checkpointing();
 // trainer's unshard/reshard hooks, use it to tell recomputation from the original forward.
 bool is_recomputing();
 
-// Restores a process-wide switch when it goes out of scope.
+// Holds a process-wide switch while alive. Guards may end in any order: the switch follows the
+// most recently made guard that is still alive, and is unset when none is.
 class [[nodiscard]] SwitchGuard {
  public:
   SwitchGuard(const SwitchGuard&) = delete;
@@ -26,9 +28,9 @@ class [[nodiscard]] SwitchGuard {
   friend SwitchGuard set_checkpoint_early_stop(bool enable);
   friend SwitchGuard set_checkpoint_debug_enabled(std::optional<bool> enable);
   enum class Which { EarlyStop, Debug };
-  SwitchGuard(Which which, int previous) : which_(which), previous_(previous) {}
+  SwitchGuard(Which which, int value);
   Which which_;
-  int previous_;  // -1 unset, 0 false, 1 true
+  uint64_t id_;  // this guard's entry in the switch's stack
   bool active_ = true;
 };
 

@@ -8,6 +8,7 @@
 // task that asked; unpacking hands it out once and clears it, also with retain_graph.
 #pragma once
 
+#include "engine/module_state_snapshot.h"
 #include "engine/rng_state.h"
 #include "engine/saved_tensor_policy.h"
 
@@ -52,6 +53,8 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
   const ForwardState& forward_state() const { return forward_state_; }
   void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
+  void set_module_state(std::unique_ptr<ModuleStateSnapshot> state) { module_state_ = std::move(state); }
+  ModuleStateSnapshot* module_state() const { return module_state_.get(); }
   void mark_forward_completed() { forward_completed_ = true; }
   // The forward initialised a device whose RNG state could not be stashed (see rng_state.h).
   void set_rng_problem(std::string device) { rng_problem_ = std::move(device); }
@@ -86,6 +89,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   ForwardState forward_state_;
   std::string rng_problem_;
   std::shared_ptr<RegionContexts> contexts_;
+  std::unique_ptr<ModuleStateSnapshot> module_state_;
   std::shared_ptr<std::vector<std::string>> forward_ops_ = std::make_shared<std::vector<std::string>>();
   std::shared_ptr<std::vector<std::string>> recompute_ops_ = std::make_shared<std::vector<std::string>>();
   std::recursive_mutex mutex_;

@@ -90,12 +90,24 @@ std::unique_ptr<SavedTensorPolicyScope> input_saving_scope(const CheckpointOptio
 #endif
 }
 
-RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tensor> inputs, RecomputeFn recompute) {
+std::unique_ptr<ModuleStateSnapshot> snapshot_module_state(const CheckpointOptions& options,
+                                                           std::shared_ptr<torch::nn::Module> owner) {
+  if (!options.preserve_module_state()) return nullptr;
+  std::vector<std::shared_ptr<torch::nn::Module>> roots = options.state_modules();
+  if (owner) roots.push_back(std::move(owner));
+  if (roots.empty()) return nullptr;
+  auto snapshot = std::make_unique<ModuleStateSnapshot>(roots);
+  return snapshot->empty() ? nullptr : std::move(snapshot);
+}
+
+RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tensor> inputs, RecomputeFn recompute,
+                                std::shared_ptr<torch::nn::Module> owner) {
   // ---- pre-forward step ----
   const bool early_stop = early_stop_override().value_or(options.early_stop());
   const bool debug = debug_override().value_or(options.debug());
   auto frame = std::make_shared<Frame>(std::move(recompute), early_stop, options.determinism_check(), debug);
   frame->set_forward_state(capture_forward_state(inputs, options.preserve_rng_state()));
+  frame->set_module_state(snapshot_module_state(options, std::move(owner)));
   {
     auto swap_scope = input_saving_scope(options);
     frame->set_input_saver(save_region_inputs(inputs));
@@ -114,6 +126,7 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
 
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
+  if (auto* state = frame->module_state()) state->forward_done();
   if (options.preserve_rng_state()) {
     if (auto device = device_initialised_since(frame->forward_state()); !device.empty()) frame->set_rng_problem(device);
   }
@@ -134,11 +147,11 @@ struct RegionRun::State {
 };
 
 RegionRun RegionRun::begin(const CheckpointOptions& options, const std::vector<at::Tensor>& input_leaves,
-                           RecomputeFn recompute) {
+                           RecomputeFn recompute, std::shared_ptr<torch::nn::Module> owner) {
   // No graph will be recorded: no region, the body just runs (as PyTorch does when the input
   // saver has no grad_fn).
   if (!at::GradMode::is_enabled() || c10::InferenceMode::is_enabled()) return RegionRun(nullptr);
-  auto state = std::make_shared<State>(State{region_protocol(options, input_leaves, std::move(recompute))});
+  auto state = std::make_shared<State>(State{region_protocol(options, input_leaves, std::move(recompute), std::move(owner))});
   auto& promise = state->coroutine.handle().promise();
   if (promise.step_error) std::rethrow_exception(promise.step_error);
   return RegionRun(std::move(state));

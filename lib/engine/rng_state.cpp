@@ -82,15 +82,19 @@ ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
     at::autocast::set_autocast_dtype(a.device_type, a.dtype);
   }
   at::autocast::set_autocast_cache_enabled(state.autocast_cache);
-  if (!state.has_rng) return;
-  saved_.has_rng = true;
-  saved_.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
-  set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu_rng);
-  for (const auto& [device, rng] : state.device_rng) {
-    auto gen = at::globalContext().defaultGenerator(device);
-    saved_.device_rng.emplace_back(device, get_generator_state(gen));
-    set_generator_state(gen, rng);
+  if (state.has_rng) {
+    saved_.has_rng = true;
+    saved_.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
+    set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu_rng);
+    for (const auto& [device, rng] : state.device_rng) {
+      auto gen = at::globalContext().defaultGenerator(device);
+      saved_.device_rng.emplace_back(device, get_generator_state(gen));
+      set_generator_state(gen, rng);
+    }
   }
+  // As torch.autocast does on entry: the recomputation is one more autocast scope, so the casts
+  // it caches are dropped when it leaves (below) unless an enclosing scope is still open.
+  at::autocast::increment_nesting();
 }
 
 ForwardStateRestorer::~ForwardStateRestorer() {
@@ -99,6 +103,9 @@ ForwardStateRestorer::~ForwardStateRestorer() {
     at::autocast::set_autocast_dtype(a.device_type, a.dtype);
   }
   at::autocast::set_autocast_cache_enabled(saved_.autocast_cache);
+  // Casts cached by the recomputation are copies of the weights as they are now; left in the
+  // cache, the next forward (after the optimizer's step) would use them.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   if (!saved_.has_rng) return;
   set_generator_state(at::detail::getDefaultCPUGenerator(), saved_.cpu_rng);
   for (const auto& [device, rng] : saved_.device_rng) {

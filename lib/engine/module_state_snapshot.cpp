@@ -1,0 +1,92 @@
+#include "engine/module_state_snapshot.h"
+
+#include "engine/internal_ops.h"
+
+#include <ATen/Functions.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/nn/module.h>
+
+#include <unordered_set>
+
+namespace recompose::detail {
+namespace {
+
+// Sets each module's own mode, parents first: train(bool) recurses, so a child's mode is set
+// after its parent's.
+void set_modes(const std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>>& modes) {
+  for (const auto& [module, training] : modes) {
+    if (module->is_training() != training) module->train(training);
+  }
+  // A parent's train() may have overwritten a child set before it when a module appears
+  // under two parents; a second pass settles it.
+  for (const auto& [module, training] : modes) {
+    if (module->is_training() != training) module->train(training);
+  }
+}
+
+}  // namespace
+
+ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots) {
+  InternalOpsGuard internal;
+  at::NoGradGuard no_grad;
+  std::unordered_set<const torch::nn::Module*> seen_modules;
+  std::unordered_set<const c10::TensorImpl*> seen_buffers;
+  for (const auto& root : roots) {
+    if (!root) continue;
+    for (const auto& module : root->modules(/*include_self=*/true)) {
+      if (!seen_modules.insert(module.get()).second) continue;
+      modes_.emplace_back(module, module->is_training());
+      for (const auto& buffer : module->buffers(/*recurse=*/false)) {
+        if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl()).second) continue;
+        buffers_.push_back(BufferEntry{buffer, buffer.clone(), buffer._version()});
+      }
+    }
+  }
+}
+
+void ModuleStateSnapshot::forward_done() {
+  InternalOpsGuard internal;
+  at::NoGradGuard no_grad;
+  // A moved version counter means the forward wrote the buffer. Some kernels write their inputs
+  // without moving it (BatchNorm's running statistics): floating-point buffers that kept their
+  // version are compared by value (on a device that waits for the forward's kernels).
+  std::erase_if(buffers_, [](const BufferEntry& e) {
+    if (e.buffer._version() != e.version) return false;
+    if (!at::isFloatingType(e.buffer.scalar_type()) && !at::isComplexType(e.buffer.scalar_type())) return true;
+    return e.buffer.sizes() == e.at_entry.sizes() && at::equal(e.buffer, e.at_entry);
+  });
+}
+
+ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* snapshot) {
+  if (!snapshot || snapshot->empty()) return;
+  InternalOpsGuard internal;
+  at::NoGradGuard no_grad;
+  c10::InferenceMode not_inference(false);
+  for (const auto& [module, training] : snapshot->modes_) {
+    if (module->is_training() != training) {
+      // Record every mode, so that restoring (which recurses) puts each one back.
+      for (const auto& [m, _] : snapshot->modes_) modes_.emplace_back(m, m->is_training());
+      break;
+    }
+  }
+  set_modes(snapshot->modes_);
+  buffers_.reserve(snapshot->buffers_.size());
+  for (const auto& entry : snapshot->buffers_) {
+    at::Tensor buffer = entry.buffer;
+    // A copy each time: with retain_graph the region may be recomputed again.
+    buffers_.push_back(LiveBuffer{buffer, buffer.detach()});
+    buffer.set_(entry.at_entry.clone());
+  }
+}
+
+ModuleStateSnapshot::RecomputeScope::~RecomputeScope() {
+  if (buffers_.empty() && modes_.empty()) return;
+  InternalOpsGuard internal;
+  at::NoGradGuard no_grad;
+  c10::InferenceMode not_inference(false);
+  for (auto& b : buffers_) b.buffer.set_(b.live);
+  set_modes(modes_);
+}
+
+}  // namespace recompose::detail
