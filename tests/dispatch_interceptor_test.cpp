@@ -3,6 +3,8 @@
 // upgrade breaks the c10::impl mechanism, these cases fail first.
 #include "selective/dispatch_interceptor.h"
 
+#include "engine/internal_ops.h"
+
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -103,12 +105,12 @@ TEST_CASE("a replaced result gets autograd history from the layers above") {
   CHECK(torch::allclose(b.grad(), a.detach().t().mm(torch::ones({3, 5}))));
 }
 
-TEST_CASE("nested interceptors: run_below reaches the outer one, own ops skip the inner one") {
+TEST_CASE("nested interceptors: run_below reaches the outer one; ops intercept() runs itself reach none") {
   struct Inner final : OpInterceptor {
     int calls = 0;
     void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
       ++calls;
-      if (op.schema().name() == "aten::mm") (void)torch::ones({1}).clone();  // goes to the outer only
+      if (op.schema().name() == "aten::mm") (void)torch::ones({1}).clone();  // the interceptor's own op
       run_below(op, stack);
     }
   } inner;
@@ -122,7 +124,8 @@ TEST_CASE("nested interceptors: run_below reaches the outer one, own ops skip th
   }
   CHECK(inner.calls == 1);
   CHECK(outer["aten::mm"] == 1);
-  CHECK(outer["aten::clone"] == 1);
+  CHECK(outer["aten::clone"] == 0);  // an outer interceptor must not mistake it for the program's
+  CHECK(outer["aten::ones"] == 0);
   CHECK(torch::equal(y, torch::full({2, 2}, 2.0)));
 }
 
@@ -155,6 +158,83 @@ TEST_CASE("interceptors are per thread") {
   CHECK(counter["aten::mm"] == 0);
   (void)torch::mm(torch::ones({2, 2}), torch::ones({2, 2}));
   CHECK(counter["aten::mm"] == 1);
+}
+
+TEST_CASE("ops intercept() runs itself reach no interceptor, also from nested intercept() calls") {
+  // The inner interceptor runs its own ops; the middle one sees the mm through run_below and runs
+  // its own op too; the outer one sees only the mm.
+  struct Runs final : OpInterceptor {
+    Counter* log;
+    explicit Runs(Counter* l) : log(l) {}
+    void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+      ++log->seen[op.schema().name()];
+      (void)torch::zeros({2}).add(1).sum().item<float>();
+      run_below(op, stack);
+      (void)torch::ones({2}).detach().clone();
+    }
+  };
+  Counter inner_log, middle_log;
+  Runs inner(&inner_log), middle(&middle_log);
+  Counter outer;
+  torch::Tensor a = torch::ones({2, 2}), y;
+  {
+    InterceptorScope o(outer);
+    InterceptorScope m(middle);
+    InterceptorScope i(inner);
+    y = torch::mm(a, a);
+    CHECK(active_interceptor_count() == 3);
+  }
+  CHECK(inner_log.seen == std::map<std::string, int>{{"aten::mm", 1}});
+  CHECK(middle_log.seen == std::map<std::string, int>{{"aten::mm", 1}});
+  CHECK(outer.seen == std::map<std::string, int>{{"aten::mm", 1}});
+  CHECK(torch::equal(y, torch::full({2, 2}, 2.0)));
+}
+
+TEST_CASE("detach and shallow copies work under active interceptors, inside and outside intercept()") {
+  struct Detaching final : OpInterceptor {
+    void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+      run_below(op, stack);
+      if (op.schema().name() == "aten::mul") {
+        const at::Tensor& out = stack->back().toTensor();
+        at::Tensor d = out.detach();
+        CHECK(d.data_ptr() == out.data_ptr());
+        CHECK(out.variable_data().data_ptr() == out.data_ptr());
+      }
+    }
+  } inner;
+  Counter outer;
+  torch::Tensor a = torch::ones({2, 2}, torch::requires_grad());
+  {
+    InterceptorScope o(outer);
+    InterceptorScope i(inner);
+    torch::Tensor y = a * 3;
+    torch::Tensor d = y.detach();  // through the mode's interpreter
+    CHECK(d.data_ptr() == y.data_ptr());
+    CHECK_FALSE(d.requires_grad());
+    CHECK(y.tensor_data().data_ptr() == y.data_ptr());
+    y.sum().backward();  // saved variables are shallow copies too
+  }
+  CHECK(outer["aten::mul"] >= 1);
+  CHECK(torch::equal(a.grad(), torch::full({2, 2}, 3.0)));
+}
+
+TEST_CASE("InternalOpsGuard hides ops from every interceptor; detach still works under it") {
+  Counter outer, inner;
+  torch::Tensor a = torch::ones({2, 2}, torch::requires_grad());
+  {
+    InterceptorScope o(outer);
+    InterceptorScope i(inner);
+    {
+      recompose::detail::InternalOpsGuard internal;
+      torch::Tensor y = torch::mm(a, a).clone();
+      torch::Tensor d = y.detach();
+      CHECK(d.data_ptr() == y.data_ptr());
+      CHECK(y.requires_grad());  // autograd still records
+    }
+    (void)torch::mm(a, a);  // the guard is gone: seen again
+  }
+  CHECK(outer.seen == std::map<std::string, int>{{"aten::mm", 1}});
+  CHECK(inner.seen == std::map<std::string, int>{{"aten::mm", 1}});
 }
 
 }  // TEST_SUITE

@@ -801,3 +801,397 @@ TEST_CASE("MUST_SWAP: an output the forward writes into in place is brought back
 }
 
 }  // TEST_SUITE
+
+// ---------------------------------------------------------------------------------------------
+// No silent wrong results: random ops, nested regions, recompose's own ops, autocast, misuse.
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+namespace {
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const at::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+// A random op whose output the policies keep, followed in the region by randn_like (recomputed
+// unless the policy keeps everything): if the replay of the first does not advance the
+// generator, the second draws other numbers in the recomputation.
+struct RandomOp {
+  const char* name;  // the op the policy sees
+  std::function<torch::Tensor(const torch::Tensor&)> apply;
+};
+
+const std::vector<RandomOp>& random_ops() {
+  static const std::vector<RandomOp> ops{
+      {"aten::rand_like", [](const torch::Tensor& x) { return x * torch::rand_like(x); }},
+      {"aten::randn_like", [](const torch::Tensor& x) { return x * torch::randn_like(x); }},
+      {"aten::bernoulli", [](const torch::Tensor& x) { return x * torch::bernoulli(torch::full_like(x, 0.5)); }},
+      {"aten::multinomial",
+       [](const torch::Tensor& x) {
+         return x.index_select(1, torch::multinomial(torch::ones({x.size(1)}), x.size(1), /*replacement=*/true));
+       }},
+      {"aten::native_dropout", [](const torch::Tensor& x) { return std::get<0>(at::native_dropout(x, 0.5, true)); }},
+      {"aten::normal", [](const torch::Tensor& x) { return x * at::normal(torch::zeros_like(x), 1.0); }},
+      {"aten::randint_like", [](const torch::Tensor& x) { return x * at::randint_like(x.detach(), 5); }},
+  };
+  return ops;
+}
+
+torch::Tensor random_body(const RandomOp& first, const torch::Tensor& x) {
+  torch::Tensor h = first.apply(x.sin());
+  return (h * torch::randn_like(h)).cos() + h.square();
+}
+
+SelectivePolicy keep_named(const std::string& name, CheckpointPolicy keep) {
+  return SelectivePolicy([name, keep](const SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
+    return op.schema().name() == name ? keep : CheckpointPolicy::PREFER_RECOMPUTE;
+  });
+}
+
+}  // namespace
+
+TEST_SUITE("selective") {
+
+TEST_CASE("random ops: the replay of a kept random op leaves the generator where the forward left it") {
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({4, 6});
+  for (const RandomOp& op : random_ops()) {
+    INFO(std::string(op.name));
+    auto contexts = create_selective_checkpoint_contexts(keep_named(op.name, CheckpointPolicy::MUST_SAVE));
+    torch::manual_seed(5);
+    torch::Tensor y_fwd;
+    {
+      auto token = contexts->enter_forward();
+      y_fwd = random_body(op, x);
+    }
+    const at::Tensor after_forward = cpu_rng_state();
+    torch::manual_seed(5);  // what the engine does with preserve_rng_state
+    torch::Tensor y_rec;
+    {
+      auto token = contexts->enter_recompute();
+      y_rec = random_body(op, x);
+    }
+    CHECK(torch::equal(y_rec, y_fwd));
+    CHECK(torch::equal(cpu_rng_state(), after_forward));
+  }
+}
+
+TEST_CASE("random ops: a replay from another generator state advances it as running the op would") {
+  // Without the forward's generator state (preserve_rng_state(false)) the replay must not rewind
+  // the generator into the forward's past: it advances it exactly as recomputing the op would.
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({4, 6});
+  for (const RandomOp& op : random_ops()) {
+    INFO(std::string(op.name));
+    auto contexts = create_selective_checkpoint_contexts(keep_named(op.name, CheckpointPolicy::MUST_SAVE));
+    torch::manual_seed(5);
+    {
+      auto token = contexts->enter_forward();
+      (void)random_body(op, x);
+    }
+    const at::Tensor start = cpu_rng_state();  // past the forward
+    (void)random_body(op, x);                   // no checkpointing, from `start`
+    const at::Tensor expected = cpu_rng_state();
+    set_cpu_rng_state(start);
+    {
+      auto token = contexts->enter_recompute();
+      (void)random_body(op, x);
+    }
+    CHECK(torch::equal(cpu_rng_state(), expected));
+  }
+}
+
+TEST_CASE("random ops: every keeping policy gives the gradients of plain autograd, bitwise, and the generator of plain autograd") {
+  auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+  torch::manual_seed(1);
+  const torch::Tensor x0 = torch::randn({4, 6});
+  for (const RandomOp& op : random_ops()) {
+    // Plain autograd: gradients, and where the generator is after backward.
+    torch::Tensor x = x0.clone().requires_grad_();
+    torch::manual_seed(9);
+    random_body(op, x).sum().backward();
+    const torch::Tensor expected = x.grad();
+    const at::Tensor expected_rng = cpu_rng_state();
+
+    struct Case {
+      const char* name;
+      SelectivePolicy policy;
+    };
+    const std::vector<Case> cases{
+        {"callable MUST_SAVE", keep_named(op.name, CheckpointPolicy::MUST_SAVE)},
+        {"callable PREFER_SAVE", keep_named(op.name, CheckpointPolicy::PREFER_SAVE)},
+        {"callable MUST_SWAP", keep_named(op.name, CheckpointPolicy::MUST_SWAP)},
+        {"op list", SelectivePolicy(std::vector<std::string>{op.name})},
+        {"save everything", always(CheckpointPolicy::MUST_SAVE)},
+    };
+    for (const Case& c : cases) {
+      const std::string what = std::string(op.name) + " / " + c.name;
+      INFO(what);
+      for (bool early_stop : {true, false}) {
+        INFO("early stop ", early_stop);
+        auto options = recompose::CheckpointOptions().swap_manager(manager);
+        options.early_stop(early_stop);
+        options.policy(c.policy);
+        torch::Tensor xc = x0.clone().requires_grad_();
+        torch::manual_seed(9);
+        recompose::checkpoint(options, [&op](const torch::Tensor& t) { return random_body(op, t); }, xc).sum().backward();
+        CHECK(torch::equal(xc.grad(), expected));
+        CHECK(torch::equal(cpu_rng_state(), expected_rng));
+      }
+    }
+  }
+}
+
+}  // TEST_SUITE
+
+namespace {
+
+// A nested pair of regions where the inner one's kept matrix product is written in place
+// (3-d nn::Linear with bias: mm, _unsafe_view, add_), so that the inner region keeps a
+// copy-on-write clone of it, and the outer body clones a tensor of the same shape itself.
+struct NestedClones {
+  torch::nn::Linear lin{nullptr};
+  torch::Tensor x;
+  NestedClones() {
+    torch::manual_seed(11);
+    lin = torch::nn::Linear(4, 3);
+    x = torch::randn({2, 5, 4});
+  }
+  torch::Tensor inner(const torch::Tensor& t) { return lin->forward(t).tanh(); }
+  torch::Tensor outer(const recompose::CheckpointOptions* inner_options, const torch::Tensor& t) {
+    torch::Tensor h = inner_options ? recompose::checkpoint(*inner_options, [this](const torch::Tensor& u) { return inner(u); }, t)
+                                    : inner(t);
+    torch::Tensor flat = h.reshape({10, 3});
+    torch::Tensor mine = (flat * 2 + 1).clone();  // the user's own clone, shaped like the mm output
+    return mine.sin() * flat.cos() + torch::mm(flat, lin->weight).sum();
+  }
+  // Gradients of the weight, the bias and the input; outer/inner null: not checkpointed.
+  std::vector<torch::Tensor> grads(const recompose::CheckpointOptions* outer_options,
+                                   const recompose::CheckpointOptions* inner_options) {
+    lin->zero_grad();
+    torch::Tensor xi = x.clone().requires_grad_();
+    auto body = [this, inner_options](const torch::Tensor& t) { return outer(inner_options, t); };
+    torch::Tensor y = outer_options ? recompose::checkpoint(*outer_options, body, xi) : body(xi);
+    y.square().sum().backward();
+    return {lin->weight.grad().clone(), lin->bias.grad().clone(), xi.grad()};
+  }
+};
+
+recompose::CheckpointOptions with_policy(const SelectivePolicy& p, bool early_stop = true) {
+  recompose::CheckpointOptions o;
+  o.policy(p);
+  o.early_stop(early_stop);
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("selective") {
+
+TEST_CASE("nested regions: an inner region's copy-on-write clone is not the outer region's user clone") {
+  NestedClones n;
+  const auto expected = n.grads(nullptr, nullptr);
+  struct Named {
+    const char* name;
+    std::optional<recompose::CheckpointOptions> options;  // nullopt: full checkpoint
+  };
+  const SelectivePolicy keep_clone({"aten::clone"});
+  const SelectivePolicy keep_mm({"aten::mm"});
+  const std::vector<Named> outers{
+      {"outer keeps clone", with_policy(keep_clone)},
+      {"outer keeps clone, no early stop", with_policy(keep_clone, false)},
+      {"outer keeps clone and mm", with_policy(SelectivePolicy({"aten::clone", "aten::mm"}))},
+      {"outer MUST_SAVE", with_policy(always(CheckpointPolicy::MUST_SAVE))},
+      {"outer PREFER_SAVE, no early stop", with_policy(always(CheckpointPolicy::PREFER_SAVE), false)},
+      {"outer PREFER_RECOMPUTE", with_policy(always(CheckpointPolicy::PREFER_RECOMPUTE))},
+      {"outer full", recompose::CheckpointOptions()},
+  };
+  const std::vector<Named> inners{
+      {"inner keeps mm", with_policy(keep_mm)},
+      {"inner keeps mm, no early stop", with_policy(keep_mm, false)},
+      {"inner MUST_SAVE", with_policy(always(CheckpointPolicy::MUST_SAVE))},
+      {"inner PREFER_SAVE", with_policy(always(CheckpointPolicy::PREFER_SAVE))},
+      {"inner PREFER_RECOMPUTE", with_policy(always(CheckpointPolicy::PREFER_RECOMPUTE))},
+      {"inner full", recompose::CheckpointOptions()},
+  };
+  for (const Named& o : outers) {
+    for (const Named& i : inners) {
+      const std::string what = std::string(o.name) + " / " + i.name;
+      INFO(what);
+      std::vector<torch::Tensor> got;
+      CHECK_NOTHROW(got = n.grads(&*o.options, &*i.options));
+      CHECK(bitwise_equal(got, expected));
+    }
+  }
+}
+
+TEST_CASE("nested regions: both MUST_SWAP an mm" * doctest::may_fail()) {
+  // The reload of the inner region's offloaded mm output runs recompose's own ops (copies,
+  // as_strided); the enclosing region must not see them. Needs lib/swap's half of the fix too.
+  auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+  auto swap_mm = SelectivePolicy([](const SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
+    return op.schema().name() == "aten::mm" ? CheckpointPolicy::MUST_SWAP : CheckpointPolicy::PREFER_RECOMPUTE;
+  });
+  NestedClones n;
+  const auto expected = n.grads(nullptr, nullptr);
+  auto options = recompose::CheckpointOptions().swap_manager(manager);
+  options.policy(swap_mm);
+  std::vector<torch::Tensor> got;
+  CHECK_NOTHROW(got = n.grads(&options, &options));
+  CHECK(bitwise_equal(got, expected));
+}
+
+}  // TEST_SUITE
+
+namespace {
+
+// Python's `with torch.autocast("cpu", dtype=torch.bfloat16):` in C++: on, and on leaving the
+// outermost one the cast cache is cleared.
+struct CpuAutocast {
+  bool was_enabled = at::autocast::is_autocast_enabled(at::kCPU);
+  at::ScalarType was_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  CpuAutocast() {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~CpuAutocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCPU, was_enabled);
+    at::autocast::set_autocast_dtype(at::kCPU, was_dtype);
+  }
+};
+
+struct AutocastModel {
+  torch::nn::Linear lin1{nullptr}, lin2{nullptr};
+  std::unique_ptr<torch::optim::SGD> sgd;
+  AutocastModel() {
+    torch::manual_seed(21);
+    lin1 = torch::nn::Linear(8, 16);
+    lin2 = torch::nn::Linear(16, 8);
+    std::vector<torch::Tensor> params = lin1->parameters();
+    for (auto& p : lin2->parameters()) params.push_back(p);
+    sgd = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1));
+  }
+  torch::Tensor block(const torch::Tensor& x) { return lin2(torch::gelu(lin1(x))) + x; }
+  std::vector<torch::Tensor> grads() {
+    return {lin1->weight.grad().clone(), lin1->bias.grad().clone(), lin2->weight.grad().clone(), lin2->bias.grad().clone()};
+  }
+};
+
+// Losses and gradients of `steps` SGD steps; the forward runs under CPU bf16 autocast, the
+// backward outside it (as in Python). With `before`, lin1 also runs before the region in the
+// same autocast scope, so its cast weights are already in autocast's cache when the region runs.
+// With `clear`, autocast's cache is cleared after each backward, as the engine should do after a
+// recomputation.
+std::vector<torch::Tensor> autocast_steps(const recompose::CheckpointOptions* options, bool before, int steps = 3,
+                                          bool clear = false) {
+  AutocastModel m;
+  torch::manual_seed(22);
+  const torch::Tensor x = torch::randn({4, 8});
+  std::vector<torch::Tensor> out;
+  for (int s = 0; s < steps; ++s) {
+    m.sgd->zero_grad();
+    torch::Tensor loss;
+    {
+      CpuAutocast autocast;
+      torch::Tensor h = before ? torch::tanh(m.lin1(x)).sum() * x : x;
+      auto body = [&m](const torch::Tensor& t) { return m.block(t); };
+      torch::Tensor y = options ? recompose::checkpoint(*options, body, h) : body(h);
+      loss = y.to(torch::kFloat).square().sum();
+    }
+    loss.backward();
+    if (clear) at::autocast::clear_cache();
+    out.push_back(loss.detach().clone());
+    for (auto& g : m.grads()) out.push_back(g);
+    m.sgd->step();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("selective") {
+
+TEST_CASE("autocast: casts of parameters cached in the forward do not break the op matching") {
+  // One step: the region's forward finds lin1's cast weight in autocast's cache, the
+  // recomputation (cache cleared when the forward's autocast scope ended) casts it again.
+  const auto expected = autocast_steps(nullptr, /*before=*/true, /*steps=*/1);
+  for (const SelectivePolicy& p : {always(CheckpointPolicy::MUST_SAVE), recompose::transformer_policy(),
+                                   SelectivePolicy({"aten::_to_copy", "aten::addmm"})}) {
+    const auto options = with_policy(p, /*early_stop=*/false);
+    std::vector<torch::Tensor> got;
+    CHECK_NOTHROW(got = autocast_steps(&options, true, 1));
+    CHECK(bitwise_equal(got, expected));
+  }
+}
+
+TEST_CASE("autocast: several SGD steps under CPU bf16 autocast give the losses and gradients of plain autograd"
+          * doctest::may_fail()) {
+  // may_fail: needs the engine to clear autocast's cache after a recomputation
+  // (lib/engine/rng_state.cpp); otherwise the next step's forward uses the stale cast weights the
+  // recomputation left there. (Passes when the test clears the cache after each backward.)
+  const auto expected = autocast_steps(nullptr, /*before=*/false);
+  for (const SelectivePolicy& p : {always(CheckpointPolicy::MUST_SAVE), recompose::transformer_policy(),
+                                   always(CheckpointPolicy::PREFER_RECOMPUTE)}) {
+    const auto options = with_policy(p);
+    std::vector<torch::Tensor> got;
+    CHECK_NOTHROW(got = autocast_steps(&options, false));
+    CHECK(bitwise_equal(got, expected));
+  }
+}
+
+TEST_CASE("autocast: several SGD steps, autocast's cache cleared after each backward, match plain autograd") {
+  // What the engine's fix of the may_fail case above gives: then every policy matches plain
+  // autograd bitwise over several steps.
+  const auto plain = autocast_steps(nullptr, /*before=*/false, 3, /*clear=*/true);
+  for (const SelectivePolicy& p : {always(CheckpointPolicy::MUST_SAVE), recompose::transformer_policy(),
+                                   SelectivePolicy({"aten::_to_copy", "aten::addmm"}),
+                                   always(CheckpointPolicy::PREFER_RECOMPUTE)}) {
+    const auto options = with_policy(p);
+    std::vector<torch::Tensor> got;
+    CHECK_NOTHROW(got = autocast_steps(&options, false, 3, true));
+    CHECK(bitwise_equal(got, plain));
+  }
+}
+
+TEST_CASE("misuse: a policy returning a value that is no CheckpointPolicy is an error naming op and value") {
+  auto bad = SelectivePolicy([](const SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
+    return op.schema().name() == "aten::mm" ? static_cast<CheckpointPolicy>(42) : CheckpointPolicy::PREFER_RECOMPUTE;
+  });
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  SUBCASE("through the contexts") {
+    auto contexts = create_selective_checkpoint_contexts(bad);
+    auto token = contexts->enter_forward();
+    CHECK_THROWS_AS((void)torch::mm(a, a), CheckpointError);
+    CHECK_THROWS_WITH((void)torch::mm(a, a), doctest::Contains("aten::mm"));
+    CHECK_THROWS_WITH((void)torch::mm(a, a), doctest::Contains("42"));
+  }
+  SUBCASE("through a region") {
+    CHECK_THROWS_AS(recompose::checkpoint(with_policy(bad), [](const torch::Tensor& t) { return torch::mm(t, t).sin(); }, a),
+                    CheckpointError);
+  }
+}
+
+TEST_CASE("misuse: naming ops the policy never sees is an error") {
+  // Views, in-place and out= ops are always recomputed; detach and metadata ops are ignored.
+  for (const char* name : {"aten::t", "aten::view", "aten::add_", "aten::add_.Tensor", "aten::mm.out",
+                           "aten::detach", "aten::size"}) {
+    INFO(std::string(name));
+    CHECK_THROWS_WITH_AS(SelectivePolicy({name}), doctest::Contains(name), std::invalid_argument);
+  }
+  // An op with some overloads the policy sees is fine.
+  CHECK_NOTHROW(SelectivePolicy({"aten::add", "aten::mm", "aten::max.dim"}));
+}
+
+}  // TEST_SUITE

@@ -25,6 +25,20 @@
 // Ops whose outputs alias their inputs (views such as aten::t, in-place and out= ops) are always
 // recomputed and not shown to the policy: recomputing a view costs nothing, keeping one would
 // keep its base alive, and a kept in-place result would not modify the recomputed input.
+// Under autocast, casts of float32 parameters (leaves requiring grad) to bfloat16/float16 are
+// always recomputed and not shown either: autocast caches them, so whether one runs depends on
+// its cache, which differs between forward and recomputation.
+//
+// Random ops (tagged nondeterministic_seeded, or taking a Generator: rand_like, bernoulli,
+// native_dropout, multinomial...) may be kept like any other. Their replay moves the generators
+// as running them would: if every generator the op may draw from (its Generator arguments, the
+// default generators of its devices, the CPU one always) is where the forward found it (the
+// engine restores the region's RNG state, preserve_rng_state), it is set to where the forward
+// left it (a copy of a few kilobytes of state per kept random op); otherwise the op runs again
+// and its result is dropped, so later random ops draw what a full recomputation would draw.
+//
+// Ops that recompose runs for itself (copies of kept outputs, swap copies, a policy callable's
+// own ops) are seen by no region's policy and counted in no region's op log.
 #pragma once
 
 #include <recompose/checkpoint_options.h>
@@ -73,13 +87,18 @@ using PolicyFn = std::function<CheckpointPolicy(const SelectiveCheckpointContext
 
 class SelectivePolicy {
  public:
-  // Any callable. It is called on the thread running the region's forward, once per op.
+  // Any callable. It is called on the thread running the region's forward, once per op; the
+  // ops it runs itself (e.g. to look at a tensor) are not seen by any region. Returning a value
+  // that is none of CheckpointPolicy's enumerators (CheckpointPolicy(42)) makes that op throw
+  // CheckpointError naming the op and the value.
   // Throws std::invalid_argument if `fn` is empty.
   SelectivePolicy(PolicyFn fn);  // NOLINT(google-explicit-constructor): policies read better without a cast
   // MUST_SAVE for the ops named, PREFER_RECOMPUTE for the rest. "aten::mm" names every overload
   // of the op; "aten::max.dim" (or "aten::max.default" for the overload without a name) names
   // one overload. Throws std::invalid_argument naming an op (or overload) that is not
-  // registered with the dispatcher, or a name without a namespace ("mm").
+  // registered with the dispatcher, a name without a namespace ("mm"), or an op whose outputs
+  // are never kept (only views, in-place or out= overloads such as "aten::t", "aten::add_",
+  // "aten::mm.out"; detach and metadata ops such as "aten::size"): it would save nothing.
   SelectivePolicy(const std::vector<std::string>& save_ops);  // NOLINT(google-explicit-constructor)
   SelectivePolicy(std::initializer_list<const char*> save_ops);  // NOLINT(google-explicit-constructor)
 
@@ -102,7 +121,8 @@ class SelectivePolicy {
 //    allow_cache_entry_mutation is true; then the modified values are used);
 //  - a second recomputation needs a saved output that the first already handed out
 //    ("Trying to backward an extra time", e.g. backward twice with retain_graph);
-//  - the recomputation runs an op (or more calls of an op) that the forward did not run.
+//  - the recomputation runs an op (or more calls of an op) that the forward did not run;
+//  - the policy returned a value that is no CheckpointPolicy (thrown in the forward).
 // Entering the forward context twice, or the recompute context while it is already entered, is
 // a CheckpointError too.
 //

@@ -1,5 +1,7 @@
 #include "cache_entry.h"
 
+#include "engine/internal_ops.h"
+
 #include <recompose/swap.h>
 
 #include <ATen/ops/empty.h>
@@ -109,6 +111,7 @@ CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, SwapManager* 
         e.swapped_.push_back(swap->offload(t));
         if (t.has_storage()) e.swapped_storages_.push_back(t.storage().unsafeGetStorageImpl());
         // Holds no memory but shares the version counter, so the mutation check still works.
+        InternalOpsGuard internal;  // recompose's op: no region may record it
         at::Tensor marker = at::empty({0}, t.options());
         marker.unsafeGetTensorImpl()->set_version_counter(t.unsafeGetTensorImpl()->version_counter());
         return marker;
@@ -145,12 +148,18 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
       if (!t.defined()) return t;
       const auto& swapped = swapped_[j++];
       // get() waits for (or launches) the reload; the stream that needs it waits on its event.
-      return swapped ? alias_of(swapped->get()) : alias_of(t);
+      // Its copies are recompose's ops: no region may record them.
+      if (!swapped) return alias_of(t);
+      InternalOpsGuard internal;
+      return alias_of(swapped->get());
     }));
   }
 }
 
 void CacheEntry::copy_on_write() {
+  // The copies are recompose's ops, not the program's: an enclosing selective region must not
+  // record them (it would replay one in place of a clone of the program's).
+  InternalOpsGuard internal;
   // An offloaded output's host copy is what the replay needs, as long as it has landed before
   // the write: wait for the copies in flight (the write has not been launched yet), then keep it.
   if (swap_ != nullptr && !swapped_storages_.empty()) swap_->synchronize();
@@ -165,7 +174,7 @@ void CacheEntry::copy_on_write() {
         versions_.push_back(version_of(marker));
         return marker;
       }
-      at::Tensor copy = t.clone();  // runs below this interceptor: not recorded, not seen again
+      at::Tensor copy = t.clone();
       versions_.push_back(version_of(copy));
       return copy;
     });

@@ -75,6 +75,11 @@ struct ModeRecord {
 // Inside-intercept() depth and suspended (temporarily popped) modes, this thread.
 thread_local size_t t_intercept_depth = 0;
 thread_local size_t t_suspended = 0;
+// The dispatch-key state the innermost intercept() was entered with: what run_below restores.
+thread_local const c10::impl::LocalDispatchKeySet* t_keys_on_entry = nullptr;
+
+// The keys through which ops reach a dispatch mode (as recompose::detail::InternalOpsGuard).
+const c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
 
 [[noreturn]] void unsupported(const char* what) {
   TORCH_CHECK(false, "recompose OpInterceptor: PyInterpreterVTable::", what,
@@ -205,9 +210,23 @@ class SuspendTopMode {
   bool alive_;
 };
 
-struct InterceptDepthGuard {
-  InterceptDepthGuard() { ++t_intercept_depth; }
-  ~InterceptDepthGuard() { --t_intercept_depth; }
+// While intercept() runs: its depth, and the key state that run_below gives back to the op.
+class InterceptFrame {
+ public:
+  InterceptFrame() : keys_(c10::impl::tls_local_dispatch_key_set()), outer_keys_(t_keys_on_entry) {
+    ++t_intercept_depth;
+    t_keys_on_entry = &keys_;
+  }
+  ~InterceptFrame() {
+    t_keys_on_entry = outer_keys_;
+    --t_intercept_depth;
+  }
+  InterceptFrame(const InterceptFrame&) = delete;
+  InterceptFrame& operator=(const InterceptFrame&) = delete;
+
+ private:
+  c10::impl::LocalDispatchKeySet keys_;
+  const c10::impl::LocalDispatchKeySet* outer_keys_;
 };
 
 void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
@@ -227,19 +246,24 @@ void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
     op.callBoxed(stack);
     return;
   }
-  InterceptDepthGuard depth;
+  InterceptFrame frame;
+  // Ops that intercept() runs itself (clones, detaches, the policy's ops, swap copies...) are
+  // not the program's: no interceptor, this one or an outer one, may see them. Only run_below
+  // hands an op on, with the key state restored.
+  c10::impl::ExcludeDispatchKeyGuard hide_own_ops(kModeKeys);
   interceptor->intercept(op, stack);
 }
 
 }  // namespace
 
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  TORCH_CHECK(t_intercept_depth > 0,
+  TORCH_CHECK(t_intercept_depth > 0 && t_keys_on_entry != nullptr,
               "recompose::detail::run_below called outside OpInterceptor::intercept()");
-  // The calling interceptor is popped (SuspendTopMode) and the keys above
-  // Python are still excluded by pythonFallback's guard: a fresh dispatch goes
-  // to the next outer interceptor through the Python key, or, with none left
+  // The calling interceptor is popped (SuspendTopMode); the key state of intercept()'s entry
+  // (keys above Python excluded by pythonFallback's guard, Python not excluded) is put back for
+  // the call: it goes to the next outer interceptor through the Python key, or, with none left
   // (Python no longer included), straight to the backend kernels.
+  c10::impl::ForceDispatchKeyGuard entry_keys(*t_keys_on_entry);
   op.callBoxed(stack);
 }
 

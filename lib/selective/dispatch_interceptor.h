@@ -17,10 +17,12 @@ namespace recompose::detail {
 // Sees every ATen operator dispatched below autograd on the thread where it is
 // installed (also ops with no tensor arguments, such as factory functions).
 //
-// While intercept() runs, this interceptor is suspended and autograd is off:
-// ATen ops that intercept() calls itself (detach(), clone(), ...) go to the
-// outer interceptors, if any, and then to the kernels; they are never seen by
-// this interceptor again and are not recorded by autograd.
+// While intercept() runs, this interceptor is suspended and autograd is off.
+// ATen ops that intercept() runs itself (detach(), clone(), a policy's ops,
+// copies...) go straight to the kernels: no interceptor sees them, neither
+// this one nor an outer one (they are recompose's ops, not the program's, and
+// an outer selective region must not record or replay them), and autograd
+// does not record them. Only run_below hands the intercepted op on.
 class OpInterceptor {
  public:
   virtual ~OpInterceptor() = default;
@@ -41,8 +43,9 @@ class OpInterceptor {
 };
 
 // Executes op beneath the interceptor that is currently handling it (outer
-// interceptors, if any, still see it). Only valid inside intercept() on the
-// same thread; throws otherwise.
+// interceptors, if any, still see it), with the dispatch-key state the op
+// arrived with. Only valid inside intercept() on the same thread; throws
+// otherwise.
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // RAII: installs `interceptor` as the innermost dispatch mode of this thread;

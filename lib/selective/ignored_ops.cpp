@@ -50,6 +50,21 @@ bool is_sac_ignored(const c10::OperatorHandle& op) {
   return false;
 }
 
+bool is_autocast_cacheable_cast(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  static const c10::OperatorHandle to_copy =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "");
+  if (op != to_copy) return false;
+  // _to_copy(Tensor self, *, ScalarType? dtype, ...): the condition of autocast's cached_cast.
+  const size_t n_args = op.schema().arguments().size();
+  const c10::IValue& self = stack[stack.size() - n_args];
+  const c10::IValue& dtype = stack[stack.size() - n_args + 1];
+  if (!self.isTensor() || dtype.isNone()) return false;
+  const at::Tensor& t = self.toTensor();
+  const auto to = dtype.toScalarType();
+  return t.defined() && t.scalar_type() == at::kFloat && (to == at::kBFloat16 || to == at::kHalf) &&
+         t.requires_grad() && t.is_leaf() && !t.is_view();
+}
+
 bool returns_alias(const c10::OperatorHandle& op) {
   for (const c10::Argument& ret : op.schema().returns()) {
     if (ret.alias_info() != nullptr) return true;

@@ -4,10 +4,13 @@
 #pragma once
 
 #include "cache_entry.h"
+#include "generator_effect.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -17,11 +20,14 @@ struct OpSlot {
   enum class Kind : uint8_t { Recompute, Saved, Consumed };
   Kind kind = Kind::Recompute;
   CacheEntry entry;  // Saved only
+  // Saved random ops only: what the op did to the generators in the forward, for the replay.
+  std::unique_ptr<GeneratorEffect> rng;
 };
 
 struct OpCalls {
   std::vector<OpSlot> slots;  // one per forward call, in order
   size_t replayed = 0;        // calls seen by the current recomputation
+  std::optional<bool> random;  // is_random_op(), asked once per op
 };
 
 class OpLog {

@@ -3,6 +3,8 @@
 // _CachedTorchDispatchMode). Both are OpInterceptors sharing one OpLog per region invocation.
 
 #include "dispatch_interceptor.h"
+#include "engine/internal_ops.h"
+#include "generator_effect.h"
 
 #include <recompose/swap.h>
 #include "ignored_ops.h"
@@ -13,6 +15,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -42,6 +45,23 @@ struct SacState {
   }
 };
 
+// A policy callable can return any int cast to CheckpointPolicy; acting on one would silently
+// pick a branch.
+void check_decision(CheckpointPolicy p, const c10::OperatorHandle& op, int64_t call_index) {
+  switch (p) {
+    case CheckpointPolicy::MUST_SAVE:
+    case CheckpointPolicy::PREFER_SAVE:
+    case CheckpointPolicy::MUST_RECOMPUTE:
+    case CheckpointPolicy::PREFER_RECOMPUTE:
+    case CheckpointPolicy::MUST_SWAP:
+      return;
+  }
+  throw CheckpointError("recompose selective checkpoint: the policy returned CheckpointPolicy(" +
+                        std::to_string(static_cast<int64_t>(p)) + ") for " + op.schema().name() + " (call " +
+                        std::to_string(call_index) + " in the region), which is no CheckpointPolicy value: return "
+                        "MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE or MUST_SWAP.");
+}
+
 bool keeps_output(CheckpointPolicy p) {
   // MUST_SWAP keeps the output too, offloaded to host memory (CacheEntry::capture).
   return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE || p == CheckpointPolicy::MUST_SWAP;
@@ -52,7 +72,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
   explicit CachingInterceptor(SacState& s) : s_(s) {}
 
   void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (detail::is_sac_ignored(op)) {
+    if (detail::is_sac_ignored(op) || detail::is_autocast_cacheable_cast(op, *stack)) {
       detail::run_below(op, stack);
       return;
     }
@@ -69,15 +89,24 @@ class CachingInterceptor final : public detail::OpInterceptor {
     TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
     // The policy sees the arguments after the op ran (upstream passes the outputs too).
     torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+    if (!calls.random) calls.random = detail::is_random_op(op);
+    std::optional<detail::GeneratorEffect> rng;
+    if (*calls.random) rng = detail::GeneratorEffect::before(op, *stack);
     detail::run_below(op, stack);
     const size_t n_out = schema.returns().size();
     SelectiveCheckpointContext ctx;
     ctx.outputs = c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out);
     ctx.call_index = call_index;
+    // The policy's own ops, if any, are seen by no interceptor (it runs inside intercept()).
     const CheckpointPolicy decision = s_.policy(ctx, op, args);
+    check_decision(decision, op, call_index);
     OpSlot& slot = calls.slots.emplace_back();
     if (keeps_output(decision)) {
       slot.kind = OpSlot::Kind::Saved;
+      if (rng) {
+        rng->after();
+        slot.rng = std::make_unique<detail::GeneratorEffect>(std::move(*rng));
+      }
       slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.swap_manager() : nullptr);
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
@@ -132,7 +161,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
   explicit CachedInterceptor(SacState& s) : s_(s) {}
 
   void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (detail::is_sac_ignored(op)) {
+    if (detail::is_sac_ignored(op) || detail::is_autocast_cacheable_cast(op, *stack)) {
       detail::run_below(op, stack);
       return;
     }
@@ -164,6 +193,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
         // Check (may throw) before touching the stack.
         torch::jit::Stack replayed;
         slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);
+        if (slot.rng && !slot.rng->replay()) advance_generators(op, *stack);
         torch::jit::drop(*stack, n_args);
         for (c10::IValue& v : replayed) stack->push_back(std::move(v));
         // One replay per region: free the memory as backward goes.
@@ -175,6 +205,17 @@ class CachedInterceptor final : public detail::OpInterceptor {
   }
 
  private:
+  // A kept random op replayed from a generator state other than the forward's: run it on copies
+  // of its arguments and drop the result, so the generators advance exactly as a recomputation
+  // of the op would advance them (rewinding them to the forward's state instead would make
+  // later draws repeat earlier ones). Costs the op once; only reached without preserved RNG state.
+  static void advance_generators(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+    const auto n_args = static_cast<std::ptrdiff_t>(op.schema().arguments().size());
+    torch::jit::Stack rerun(stack.end() - n_args, stack.end());
+    detail::InternalOpsGuard internal;  // not the program's op: no interceptor may see it
+    op.callBoxed(&rerun);
+  }
+
   SacState& s_;
 };
 

@@ -1,6 +1,7 @@
 // SelectivePolicy: from a callable, or from a list of op names validated against the dispatcher.
 // Also defines CheckpointOptions::policy(const SelectivePolicy&).
 
+#include "ignored_ops.h"
 #include "op_names.h"
 
 #include <recompose/checkpoint_options.h>
@@ -29,10 +30,39 @@ struct SaveList {
   }
 };
 
+// An overload whose outputs selective checkpointing never keeps: ignored (detach, metadata) or
+// aliasing an input (views, in-place and out= ops).
+bool never_kept(const c10::OperatorHandle& op) { return detail::is_sac_ignored(op) || detail::returns_alias(op); }
+
+// Naming only such overloads would silently save nothing.
+void check_keepable(const std::string& name, const detail::OpRef& ref) {
+  bool keepable = false;
+  if (ref.overload) {
+    keepable = !never_kept(*ref.overload);
+  } else {
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& op : dispatcher.getAllOpNames()) {
+      if (op.name != ref.name) continue;
+      auto handle = dispatcher.findSchema(op);
+      if (handle && !never_kept(*handle)) {
+        keepable = true;
+        break;
+      }
+    }
+  }
+  if (!keepable) {
+    throw std::invalid_argument("recompose selective checkpoint: \"" + name +
+                                "\" can never be saved: selective checkpointing always recomputes views, in-place "
+                                "and out= ops and ignores detach and metadata ops (aten::size, ...); name the op "
+                                "that computes the values instead");
+  }
+}
+
 PolicyFn policy_from_names(const std::vector<std::string>& names) {
   auto list = std::make_shared<SaveList>();
   for (const std::string& name : names) {
     detail::OpRef ref = detail::resolve_op_name(name);  // throws std::invalid_argument
+    check_keepable(name, ref);
     if (ref.overload) {
       list->overloads.push_back(*ref.overload);
     } else {
