@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <typeindex>
 #include <unordered_set>
 
@@ -20,7 +21,9 @@ namespace detail {
 struct HookPlan {
   std::shared_ptr<const HookList> pre;
   std::shared_ptr<const HookList> post;
-  std::string_view suppressed;  // owner whose hooks are off for this call ("" = none)
+  // Owner whose hooks are off for this call ("" = none). A copy, not a view: the suppression
+  // stack it comes from reallocates when a nested re-invocation pushes onto it.
+  std::string suppressed;
   bool suppress_all_unowned = false;
 };
 
@@ -44,7 +47,7 @@ struct Suppressed {
 };
 thread_local std::vector<Suppressed> tl_suppressed;
 
-std::string_view suppressed_owner_for(const torch::nn::Module& module) {
+std::string suppressed_owner_for(const torch::nn::Module& module) {
   // Innermost suppression wins: a re-invocation inside a re-invocation names its own owner.
   for (auto it = tl_suppressed.rbegin(); it != tl_suppressed.rend(); ++it) {
     if (it->module == &module) return it->owner;

@@ -9,8 +9,14 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <new>
 #include <sstream>
 #include <thread>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 using namespace recompose::hooks;
 
@@ -23,6 +29,40 @@ std::vector<std::string> names_of(const torch::OrderedDict<std::string, torch::T
 }
 
 }  // namespace
+
+// Freed-memory poisoning for this test binary, like MALLOC_PERTURB_ but for operator delete and
+// switchable at run time: while on, memory is overwritten as it is freed, so a read through a
+// dangling pointer sees garbage instead of the old bytes (which glibc's tcache leaves in place).
+namespace {
+std::atomic<bool> g_poison_freed{false};
+
+struct PoisonFreedMemory {
+  PoisonFreedMemory() { g_poison_freed.store(true); }
+  ~PoisonFreedMemory() { g_poison_freed.store(false); }
+  PoisonFreedMemory(const PoisonFreedMemory&) = delete;
+  PoisonFreedMemory& operator=(const PoisonFreedMemory&) = delete;
+};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  for (;;) {
+    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+void operator delete(void* p) noexcept {
+#if defined(__GLIBC__)
+  if (p != nullptr && g_poison_freed.load(std::memory_order_relaxed)) {
+    // volatile: the compiler would drop a plain memset before free() as a dead store.
+    auto* bytes = static_cast<volatile unsigned char*>(p);
+    for (std::size_t i = 0, n = malloc_usable_size(p); i < n; ++i) bytes[i] = 0xDB;
+  }
+#endif
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept { ::operator delete(p); }
 
 TEST_CASE("pre-hook sees the arguments, post-hook sees arguments and output") {
   rt::TinyBlock block(4);
@@ -434,4 +474,72 @@ TEST_CASE("custom argument types through the ArgTraits customisation point") {
   CHECK(stored->leaf_count() == 1);
   CHECK(torch::equal(stored->invoke({t * 10}, "me")[0], t * 10 + 2));
   CHECK(torch::equal(y, t + 2));
+}
+
+namespace {
+// One link of a chain of annotated modules: its body calls the next link.
+struct ChainLinkImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    torch::Tensor y = x + 1;
+    return next ? next->forward(y) : y;
+  }
+  std::shared_ptr<ChainLinkImpl> next;
+};
+}  // namespace
+
+TEST_CASE("nested re-invocations, several levels deep, keep each module's owner suppressed") {
+  // Every link re-invokes itself from inside the re-invocation of the link before it, so the
+  // thread's stack of suppressed owners grows (and its storage moves) while the outer calls are
+  // still running; "ck" is short enough to live inside std::string's own buffer.
+  constexpr int kDepth = 9;
+  std::vector<std::shared_ptr<ChainLinkImpl>> links;
+  for (int i = 0; i < kDepth; ++i) links.push_back(std::make_shared<ChainLinkImpl>());
+  for (int i = 0; i + 1 < kDepth; ++i) links[i]->next = links[i + 1];
+
+  std::vector<std::shared_ptr<StoredCall>> stored(kDepth);
+  std::vector<bool> inside(kDepth, false), reinvoked(kDepth, false);
+  std::vector<int> own_hooks_inside(kDepth, 0), others_inside(kDepth, 0);
+  bool replaying = false;
+  for (int i = 0; i < kDepth; ++i) {
+    register_forward_pre_hook(*links[i], [&, i](ForwardCall& c) {
+      if (inside[i]) {
+        ++own_hooks_inside[i];  // must never happen: "ck" is off for this module's re-invocation
+        return;
+      }
+      if (!replaying) {
+        if (!stored[i]) stored[i] = c.store();
+        return;
+      }
+      if (reinvoked[i]) return;
+      reinvoked[i] = true;
+      inside[i] = true;
+      stored[i]->invoke({}, "ck");
+      inside[i] = false;
+    }, HookOptions().set_owner("ck"));
+    register_forward_hook(*links[i], [&, i](ForwardCall&) {
+      if (inside[i]) ++own_hooks_inside[i];
+    }, HookOptions().set_owner("ck"));
+    register_forward_hook(*links[i], [&, i](ForwardCall&) {
+      if (inside[i]) ++others_inside[i];
+    }, HookOptions().set_owner("other"));
+  }
+  torch::Tensor x = torch::zeros({2});
+  torch::Tensor y = links[0]->forward(x);
+  CHECK(torch::equal(y, torch::full({2}, double(kDepth))));
+
+  PoisonFreedMemory poison;  // a view into moved storage must not read the old bytes by luck
+  replaying = true;
+  reinvoked[0] = true;
+  inside[0] = true;
+  auto again = stored[0]->invoke({}, "ck");
+  inside[0] = false;
+  REQUIRE(again.size() == 1);
+  CHECK(torch::equal(again[0], y));
+  for (int i = 0; i < kDepth; ++i) {
+    CAPTURE(i);
+    CHECK(reinvoked[i]);
+    CHECK(own_hooks_inside[i] == 0);  // the suppressed owner stayed off, before and after the inner calls
+    CHECK(others_inside[i] == 1);     // and every other owner's hooks ran, once per re-invocation
+  }
 }
