@@ -78,9 +78,11 @@ HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions opt
   record->module = &module;
 
   auto& reg = ModuleRegistry::instance();
+  ExpiredEntries dead;  // declared first: destroyed after the lock is released
   std::unique_lock lock(reg.mutex());
-  ModuleEntry& entry = reg.entry_for_write(module);
-  const bool had_hooks = !entry.pre->empty() || !entry.post->empty();
+  reg.take_expired(dead);
+  ModuleEntry& entry = reg.entry_for_write(module, dead);
+  const bool had_hooks = entry.has_hooks();
   auto& list = is_pre ? entry.pre : entry.post;
   auto next = std::make_shared<HookList>(*list);
   if (record->options.prepend) {
@@ -107,6 +109,9 @@ std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module) {
     return nullptr;
   }
   auto& reg = ModuleRegistry::instance();
+  if (reg.entry_count() == 0) return nullptr;  // nothing registered anywhere: the fast path
+  // No destructor hook tells us a module died: forwards sweep now and then.
+  reg.purge_expired_amortized();
   if (reg.hooked_modules().load(std::memory_order_acquire) == 0) return nullptr;
   std::shared_ptr<const HookList> pre, post;
   {
@@ -187,6 +192,7 @@ HookHandle register_forward_hook(torch::nn::Module& module, ForwardHook hook, Ho
 
 std::size_t hook_count(const torch::nn::Module& module) {
   auto& reg = detail::ModuleRegistry::instance();
+  reg.purge_expired();
   std::shared_lock lock(reg.mutex());
   const detail::ModuleEntry* entry = reg.find(module);
   return entry == nullptr ? 0 : entry->pre->size() + entry->post->size();
@@ -195,16 +201,19 @@ std::size_t hook_count(const torch::nn::Module& module) {
 void HookHandle::remove() {
   if (!record_ || record_->removed.exchange(true)) return;
   auto& reg = detail::ModuleRegistry::instance();
+  detail::ExpiredEntries dead;  // declared first: destroyed after the lock is released
   std::unique_lock lock(reg.mutex());
+  reg.take_expired(dead);
   detail::ModuleEntry* entry = reg.find_mutable(*record_->module);
-  if (entry == nullptr) return;  // the module is gone
+  if (entry == nullptr) return;  // the module is gone (and its entry purged)
   auto& list = record_->is_pre ? entry->pre : entry->post;
   auto next = std::make_shared<detail::HookList>(*list);
   const auto old_size = next->size();
   next->erase(std::remove(next->begin(), next->end(), record_), next->end());
   if (next->size() == old_size) return;  // a new module now lives at that address
   list = std::move(next);
-  if (entry->pre->empty() && entry->post->empty()) reg.hooked_modules().fetch_sub(1);
+  if (!entry->has_hooks()) reg.hooked_modules().fetch_sub(1);
+  reg.erase_if_empty(*record_->module);
 }
 
 bool HookHandle::active() const { return record_ && !record_->removed.load(); }
