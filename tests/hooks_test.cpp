@@ -38,6 +38,8 @@ std::vector<std::string> names_of(const torch::OrderedDict<std::string, torch::T
 // Freed-memory poisoning for this test binary, like MALLOC_PERTURB_ but for operator delete and
 // switchable at run time: while on, memory is overwritten as it is freed, so a read through a
 // dangling pointer sees garbage instead of the old bytes (which glibc's tcache leaves in place).
+// The replacement operators below serve the whole binary; with poisoning off they behave as the
+// default ones.
 namespace {
 std::atomic<bool> g_poison_freed{false};
 
@@ -47,17 +49,7 @@ struct PoisonFreedMemory {
   PoisonFreedMemory(const PoisonFreedMemory&) = delete;
   PoisonFreedMemory& operator=(const PoisonFreedMemory&) = delete;
 };
-}  // namespace
 
-void* operator new(std::size_t size) {
-  for (;;) {
-    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-    std::new_handler handler = std::get_new_handler();
-    if (handler == nullptr) throw std::bad_alloc();
-    handler();
-  }
-}
-namespace {
 void poison_and_free(void* p) noexcept {
 #if defined(__GLIBC__)
   if (p != nullptr && g_poison_freed.load(std::memory_order_relaxed)) {
@@ -69,6 +61,15 @@ void poison_and_free(void* p) noexcept {
   std::free(p);
 }
 }  // namespace
+
+void* operator new(std::size_t size) {
+  for (;;) {
+    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
 void operator delete(void* p) noexcept { poison_and_free(p); }
 void operator delete(void* p, std::size_t) noexcept { poison_and_free(p); }
 
