@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <typeindex>
 #include <unordered_set>
 
@@ -20,7 +21,9 @@ namespace detail {
 struct HookPlan {
   std::shared_ptr<const HookList> pre;
   std::shared_ptr<const HookList> post;
-  std::string_view suppressed;  // owner whose hooks are off for this call ("" = none)
+  // Owner whose hooks are off for this call ("" = none). A copy, not a view: the suppression
+  // stack it comes from reallocates when a nested re-invocation pushes onto it.
+  std::string suppressed;
   bool suppress_all_unowned = false;
 };
 
@@ -44,7 +47,7 @@ struct Suppressed {
 };
 thread_local std::vector<Suppressed> tl_suppressed;
 
-std::string_view suppressed_owner_for(const torch::nn::Module& module) {
+std::string suppressed_owner_for(const torch::nn::Module& module) {
   // Innermost suppression wins: a re-invocation inside a re-invocation names its own owner.
   for (auto it = tl_suppressed.rbegin(); it != tl_suppressed.rend(); ++it) {
     if (it->module == &module) return it->owner;
@@ -75,9 +78,11 @@ HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions opt
   record->module = &module;
 
   auto& reg = ModuleRegistry::instance();
+  ExpiredEntries dead;  // declared first: destroyed after the lock is released
   std::unique_lock lock(reg.mutex());
-  ModuleEntry& entry = reg.entry_for_write(module);
-  const bool had_hooks = !entry.pre->empty() || !entry.post->empty();
+  reg.take_expired(dead);
+  ModuleEntry& entry = reg.entry_for_write(module, dead);
+  const bool had_hooks = entry.has_hooks();
   auto& list = is_pre ? entry.pre : entry.post;
   auto next = std::make_shared<HookList>(*list);
   if (record->options.prepend) {
@@ -104,6 +109,9 @@ std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module) {
     return nullptr;
   }
   auto& reg = ModuleRegistry::instance();
+  if (reg.entry_count() == 0) return nullptr;  // nothing registered anywhere: the fast path
+  // No destructor hook tells us a module died: forwards sweep now and then.
+  reg.purge_expired_amortized();
   if (reg.hooked_modules().load(std::memory_order_acquire) == 0) return nullptr;
   std::shared_ptr<const HookList> pre, post;
   {
@@ -184,6 +192,7 @@ HookHandle register_forward_hook(torch::nn::Module& module, ForwardHook hook, Ho
 
 std::size_t hook_count(const torch::nn::Module& module) {
   auto& reg = detail::ModuleRegistry::instance();
+  reg.purge_expired();
   std::shared_lock lock(reg.mutex());
   const detail::ModuleEntry* entry = reg.find(module);
   return entry == nullptr ? 0 : entry->pre->size() + entry->post->size();
@@ -192,16 +201,19 @@ std::size_t hook_count(const torch::nn::Module& module) {
 void HookHandle::remove() {
   if (!record_ || record_->removed.exchange(true)) return;
   auto& reg = detail::ModuleRegistry::instance();
+  detail::ExpiredEntries dead;  // declared first: destroyed after the lock is released
   std::unique_lock lock(reg.mutex());
+  reg.take_expired(dead);
   detail::ModuleEntry* entry = reg.find_mutable(*record_->module);
-  if (entry == nullptr) return;  // the module is gone
+  if (entry == nullptr) return;  // the module is gone (and its entry purged)
   auto& list = record_->is_pre ? entry->pre : entry->post;
   auto next = std::make_shared<detail::HookList>(*list);
   const auto old_size = next->size();
   next->erase(std::remove(next->begin(), next->end(), record_), next->end());
   if (next->size() == old_size) return;  // a new module now lives at that address
   list = std::move(next);
-  if (entry->pre->empty() && entry->post->empty()) reg.hooked_modules().fetch_sub(1);
+  if (!entry->has_hooks()) reg.hooked_modules().fetch_sub(1);
+  reg.erase_if_empty(*record_->module);
 }
 
 bool HookHandle::active() const { return record_ && !record_->removed.load(); }

@@ -1,9 +1,14 @@
+// The module registry: entries created on first use, purged when their module is gone.
 #include "module_registry.h"
+
+#include <recompose/hooks/module_lifetime.h>
 
 #include <torch/nn/module.h>
 
 #include <c10/util/Type.h>
 
+#include <algorithm>
+#include <mutex>
 #include <stdexcept>
 
 namespace recompose::hooks::detail {
@@ -14,11 +19,28 @@ ModuleRegistry& ModuleRegistry::instance() {
   return *registry;
 }
 
-ModuleEntry& ModuleRegistry::entry_for_write(torch::nn::Module& module) {
+namespace {
+
+// Moves a dead module's entry to `dead`: its records are marked removed and their callables moved
+// out too, since a HookHandle the user still holds keeps its record (not the callable) alive.
+void retire(ModuleEntry&& entry, ExpiredEntries& dead, std::atomic<long>& hooked_modules) {
+  if (entry.has_hooks()) hooked_modules.fetch_sub(1);
+  for (const auto* list : {entry.pre.get(), entry.post.get()}) {
+    for (const auto& record : *list) {
+      record->removed.store(true);
+      dead.hooks.push_back(std::exchange(record->fn, nullptr));
+    }
+  }
+  dead.entries.push_back(std::move(entry));
+}
+
+}  // namespace
+
+ModuleEntry& ModuleRegistry::entry_for_write(torch::nn::Module& module, ExpiredEntries& dead) {
   auto it = entries_.find(&module);
   if (it != entries_.end() && it->second.owner.expired()) {
     // A module that died with hooks or state; this is a new module at the same address.
-    if (!it->second.pre->empty() || !it->second.post->empty()) hooked_modules_.fetch_sub(1);
+    retire(std::move(it->second), dead, hooked_modules_);
     entries_.erase(it);
     it = entries_.end();
   }
@@ -27,7 +49,49 @@ ModuleEntry& ModuleRegistry::entry_for_write(torch::nn::Module& module) {
     fresh.owner = require_shared_owner(module, "attach hooks or state to");
     it = entries_.emplace(&module, std::move(fresh)).first;
   }
+  entry_count_.store(entries_.size(), std::memory_order_release);
   return it->second;
+}
+
+void ModuleRegistry::erase_if_empty(const torch::nn::Module& module) {
+  auto it = entries_.find(&module);
+  if (it == entries_.end() || it->second.has_hooks() || !it->second.states.empty()) return;
+  entries_.erase(it);  // holds nothing of the user's: safe to destroy under the lock
+  entry_count_.store(entries_.size(), std::memory_order_release);
+}
+
+void ModuleRegistry::take_expired(ExpiredEntries& dead) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (!it->second.owner.expired()) {
+      ++it;
+      continue;
+    }
+    retire(std::move(it->second), dead, hooked_modules_);
+    it = entries_.erase(it);
+  }
+  entry_count_.store(entries_.size(), std::memory_order_release);
+}
+
+std::size_t ModuleRegistry::purge_expired() {
+  if (entry_count() == 0) return 0;
+  {
+    // Usually nothing died: a read-only pass that does not block forwards on other threads.
+    std::shared_lock lock(mutex_);
+    if (std::none_of(entries_.begin(), entries_.end(), [](const auto& e) { return e.second.owner.expired(); })) {
+      return 0;
+    }
+  }
+  ExpiredEntries dead;  // declared first: destroyed after the lock is released
+  std::unique_lock lock(mutex_);
+  take_expired(dead);
+  return dead.entries.size();
+}
+
+void ModuleRegistry::purge_expired_amortized() {
+  thread_local unsigned forwards = 0;
+  if (++forwards < kForwardPurgePeriod) return;
+  forwards = 0;
+  purge_expired();
 }
 
 const ModuleEntry* ModuleRegistry::find(const torch::nn::Module& module) const {

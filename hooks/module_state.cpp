@@ -16,8 +16,10 @@ void attach_state_erased(torch::nn::Module& module, std::string_view api, std::s
                          std::type_index type) {
   if (api.empty()) throw std::invalid_argument("recompose: an API name must not be empty");
   auto& reg = ModuleRegistry::instance();
+  ExpiredEntries dead;  // declared first: destroyed after the lock is released
   std::unique_lock lock(reg.mutex());
-  ModuleEntry& entry = reg.entry_for_write(module);
+  reg.take_expired(dead);
+  ModuleEntry& entry = reg.entry_for_write(module, dead);
   for (const auto& s : entry.states) {
     if (s.api == api) {
       throw CompositionError("recompose: " + std::string(api) + " is already applied to this " +
@@ -31,6 +33,7 @@ void attach_state_erased(torch::nn::Module& module, std::string_view api, std::s
 std::shared_ptr<void> find_state_erased(const torch::nn::Module& module, std::string_view api,
                                         std::type_index type) {
   auto& reg = ModuleRegistry::instance();
+  reg.purge_expired();
   std::shared_lock lock(reg.mutex());
   const ModuleEntry* entry = reg.find(module);
   if (entry == nullptr) return nullptr;
@@ -49,13 +52,19 @@ std::shared_ptr<void> find_state_erased(const torch::nn::Module& module, std::st
 
 bool detach_state(torch::nn::Module& module, std::string_view api) {
   auto& reg = detail::ModuleRegistry::instance();
+  // Declared first, so destroyed after the lock is released: a state's destructor is user code.
+  detail::ExpiredEntries dead;
+  std::shared_ptr<void> detached;
   std::unique_lock lock(reg.mutex());
+  reg.take_expired(dead);
   detail::ModuleEntry* entry = reg.find_mutable(module);
   if (entry == nullptr) return false;
   auto& states = entry->states;
   for (auto it = states.begin(); it != states.end(); ++it) {
     if (it->api == api) {
+      detached = std::move(it->state);
       states.erase(it);
+      reg.erase_if_empty(module);
       return true;
     }
   }
@@ -64,6 +73,7 @@ bool detach_state(torch::nn::Module& module, std::string_view api) {
 
 std::vector<std::string> applied_apis(const torch::nn::Module& module) {
   auto& reg = detail::ModuleRegistry::instance();
+  reg.purge_expired();
   std::shared_lock lock(reg.mutex());
   std::vector<std::string> names;
   if (const detail::ModuleEntry* entry = reg.find(module)) {

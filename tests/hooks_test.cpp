@@ -3,16 +3,27 @@
 #include "support/test_modules.h"
 
 #include <recompose/hooks/forward_hooks.h>
+#include <recompose/hooks/module_lifetime.h>
 #include <recompose/hooks/module_state.h>
+#include <recompose/hooks/registry_stats.h>
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <new>
 #include <sstream>
 #include <thread>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 using namespace recompose::hooks;
+using recompose::hooks::detail::registry_stats;
 
 namespace {
 
@@ -23,6 +34,44 @@ std::vector<std::string> names_of(const torch::OrderedDict<std::string, torch::T
 }
 
 }  // namespace
+
+// Freed-memory poisoning for this test binary, like MALLOC_PERTURB_ but for operator delete and
+// switchable at run time: while on, memory is overwritten as it is freed, so a read through a
+// dangling pointer sees garbage instead of the old bytes (which glibc's tcache leaves in place).
+// The replacement operators below serve the whole binary; with poisoning off they behave as the
+// default ones.
+namespace {
+std::atomic<bool> g_poison_freed{false};
+
+struct PoisonFreedMemory {
+  PoisonFreedMemory() { g_poison_freed.store(true); }
+  ~PoisonFreedMemory() { g_poison_freed.store(false); }
+  PoisonFreedMemory(const PoisonFreedMemory&) = delete;
+  PoisonFreedMemory& operator=(const PoisonFreedMemory&) = delete;
+};
+
+void poison_and_free(void* p) noexcept {
+#if defined(__GLIBC__)
+  if (p != nullptr && g_poison_freed.load(std::memory_order_relaxed)) {
+    // volatile: the compiler would drop a plain memset before free() as a dead store.
+    auto* bytes = static_cast<volatile unsigned char*>(p);
+    for (std::size_t i = 0, n = malloc_usable_size(p); i < n; ++i) bytes[i] = 0xDB;
+  }
+#endif
+  std::free(p);
+}
+}  // namespace
+
+void* operator new(std::size_t size) {
+  for (;;) {
+    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+void operator delete(void* p) noexcept { poison_and_free(p); }
+void operator delete(void* p, std::size_t) noexcept { poison_and_free(p); }
 
 TEST_CASE("pre-hook sees the arguments, post-hook sees arguments and output") {
   rt::TinyBlock block(4);
@@ -434,4 +483,285 @@ TEST_CASE("custom argument types through the ArgTraits customisation point") {
   CHECK(stored->leaf_count() == 1);
   CHECK(torch::equal(stored->invoke({t * 10}, "me")[0], t * 10 + 2));
   CHECK(torch::equal(y, t + 2));
+}
+
+namespace {
+// One link of a chain of annotated modules: its body calls the next link.
+struct ChainLinkImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    torch::Tensor y = x + 1;
+    return next ? next->forward(y) : y;
+  }
+  std::shared_ptr<ChainLinkImpl> next;
+};
+}  // namespace
+
+TEST_CASE("nested re-invocations, several levels deep, keep each module's owner suppressed") {
+  // Every link re-invokes itself from inside the re-invocation of the link before it, so the
+  // thread's stack of suppressed owners grows (and its storage moves) while the outer calls are
+  // still running; "ck" is short enough to live inside std::string's own buffer.
+  constexpr int kDepth = 9;
+  std::vector<std::shared_ptr<ChainLinkImpl>> links;
+  for (int i = 0; i < kDepth; ++i) links.push_back(std::make_shared<ChainLinkImpl>());
+  for (int i = 0; i + 1 < kDepth; ++i) links[i]->next = links[i + 1];
+
+  std::vector<std::shared_ptr<StoredCall>> stored(kDepth);
+  std::vector<bool> inside(kDepth, false), reinvoked(kDepth, false);
+  std::vector<int> own_hooks_inside(kDepth, 0), others_inside(kDepth, 0);
+  bool replaying = false;
+  for (int i = 0; i < kDepth; ++i) {
+    register_forward_pre_hook(*links[i], [&, i](ForwardCall& c) {
+      if (inside[i]) {
+        ++own_hooks_inside[i];  // must never happen: "ck" is off for this module's re-invocation
+        return;
+      }
+      if (!replaying) {
+        if (!stored[i]) stored[i] = c.store();
+        return;
+      }
+      if (reinvoked[i]) return;
+      reinvoked[i] = true;
+      inside[i] = true;
+      stored[i]->invoke({}, "ck");
+      inside[i] = false;
+    }, HookOptions().set_owner("ck"));
+    register_forward_hook(*links[i], [&, i](ForwardCall&) {
+      if (inside[i]) ++own_hooks_inside[i];
+    }, HookOptions().set_owner("ck"));
+    register_forward_hook(*links[i], [&, i](ForwardCall&) {
+      if (inside[i]) ++others_inside[i];
+    }, HookOptions().set_owner("other"));
+  }
+  torch::Tensor x = torch::zeros({2});
+  torch::Tensor y = links[0]->forward(x);
+  CHECK(torch::equal(y, torch::full({2}, double(kDepth))));
+
+  PoisonFreedMemory poison;  // a view into moved storage must not read the old bytes by luck
+  replaying = true;
+  reinvoked[0] = true;
+  inside[0] = true;
+  auto again = stored[0]->invoke({}, "ck");
+  inside[0] = false;
+  REQUIRE(again.size() == 1);
+  CHECK(torch::equal(again[0], y));
+  for (int i = 0; i < kDepth; ++i) {
+    CAPTURE(i);
+    CHECK(reinvoked[i]);
+    CHECK(own_hooks_inside[i] == 0);  // the suppressed owner stayed off, before and after the inner calls
+    CHECK(others_inside[i] == 1);     // and every other owner's hooks ran, once per re-invocation
+  }
+}
+
+namespace {
+// State whose destruction the tests can observe.
+struct TrackedState {
+  explicit TrackedState(std::shared_ptr<bool> destroyed) : destroyed_(std::move(destroyed)) {}
+  ~TrackedState() { *destroyed_ = true; }
+  std::shared_ptr<bool> destroyed_;
+};
+
+// What a dead module leaves behind: a flag set when its state dies, a weak view of what its
+// hook's callable holds, and the handle of that hook (kept, so only a purge can free the callable).
+struct Leftovers {
+  std::shared_ptr<bool> state_destroyed = std::make_shared<bool>(false);
+  std::weak_ptr<int> hook_capture;
+  HookHandle handle;
+  int hook_runs = 0;
+};
+
+// A block with a hook and a state, run once.
+rt::TinyBlock hooked_block(Leftovers& left) {
+  rt::TinyBlock block(4);
+  attach_state(*block, "tracked", std::make_shared<TrackedState>(left.state_destroyed));
+  auto capture = std::make_shared<int>(0);
+  left.hook_capture = capture;
+  left.handle = register_forward_hook(*block, [capture, &left](ForwardCall&) { ++left.hook_runs; });
+  block(torch::randn({1, 4}));
+  CHECK(left.hook_runs == 1);
+  return block;
+}
+
+void hooked_block_that_dies(Leftovers& left) { hooked_block(left); }
+
+// Starts from an empty registry: what earlier tests left behind is purged first.
+void start_from_empty_registry() {
+  purge_expired();
+  REQUIRE_MESSAGE(registry_stats().entries == 0, "a module of an earlier test is still alive");
+}
+}  // namespace
+
+TEST_CASE("a destroyed module's hooks and state die at the next registration, and the fast path comes back") {
+  start_from_empty_registry();
+  Leftovers left;
+  hooked_block_that_dies(left);
+  // Nothing has looked at the registry since the module died.
+  CHECK_FALSE(*left.state_destroyed);
+  CHECK(registry_stats().entries == 1);
+  CHECK(registry_stats().hooked_modules == 1);
+
+  rt::TinyBlock other(4);
+  HookHandle h = register_forward_pre_hook(*other, [](ForwardCall&) {});  // the trigger
+  CHECK(*left.state_destroyed);
+  CHECK(left.hook_capture.expired());  // the callable is gone although its handle is still held
+  CHECK_FALSE(left.handle.active());
+  left.handle.remove();  // harmless on a purged hook
+  CHECK(registry_stats().entries == 1);
+
+  h.remove();  // the last hook of the last live entry: the table is empty again
+  CHECK(registry_stats().entries == 0);
+  CHECK(registry_stats().hooked_modules == 0);
+}
+
+TEST_CASE("a destroyed module's hooks and state die within kForwardPurgePeriod forwards of any annotated module") {
+  start_from_empty_registry();
+  Leftovers left;
+  hooked_block_that_dies(left);
+  rt::TinyBlock unhooked(4);
+  torch::Tensor x = torch::randn({1, 4});
+  for (unsigned i = 0; i < kForwardPurgePeriod; ++i) unhooked(x);
+  CHECK(*left.state_destroyed);
+  CHECK(left.hook_capture.expired());
+  CHECK(left.hook_runs == 1);
+  CHECK(registry_stats().entries == 0);
+  CHECK(registry_stats().hooked_modules == 0);
+}
+
+TEST_CASE("purge_expired destroys dead modules' entries at once and keeps live ones") {
+  start_from_empty_registry();
+  rt::TinyBlock alive(4);
+  int alive_runs = 0;
+  register_forward_hook(*alive, [&](ForwardCall&) { ++alive_runs; });
+  auto alive_state = attach_state(*alive, "tracked", std::make_shared<int>(5));
+  Leftovers a, b;
+  {
+    rt::TinyBlock block_a = hooked_block(a);
+    rt::TinyBlock block_b = hooked_block(b);
+  }
+  CHECK(registry_stats().entries == 3);
+  CHECK_FALSE(*a.state_destroyed);
+
+  CHECK(purge_expired() == 2);
+  CHECK(*a.state_destroyed);
+  CHECK(*b.state_destroyed);
+  CHECK(a.hook_capture.expired());
+  CHECK(b.hook_capture.expired());
+  CHECK(purge_expired() == 0);
+  CHECK(registry_stats().entries == 1);
+  alive(torch::randn({1, 4}));
+  CHECK(alive_runs == 1);
+  CHECK(find_state<int>(*alive, "tracked") == alive_state);
+}
+
+TEST_CASE("lookups purge too: find_state, applied_apis, hook_count, detach_state") {
+  rt::TinyBlock alive(4);
+  auto check_lookup_purges = [&](const std::string& name, const std::function<void()>& lookup) {
+    CAPTURE(name);
+    start_from_empty_registry();
+    Leftovers left;
+    hooked_block_that_dies(left);
+    lookup();
+    CHECK(*left.state_destroyed);
+    CHECK(registry_stats().entries == 0);
+  };
+  check_lookup_purges("find_state", [&] { CHECK(find_state<int>(*alive, "x") == nullptr); });
+  check_lookup_purges("applied_apis", [&] { CHECK(applied_apis(*alive).empty()); });
+  check_lookup_purges("hook_count", [&] { CHECK(hook_count(*alive) == 0); });
+  check_lookup_purges("detach_state", [&] { CHECK_FALSE(detach_state(*alive, "x")); });
+}
+
+TEST_CASE("a new module at a dead module's address inherits none of its hooks or state") {
+  start_from_empty_registry();
+  // Allocated apart from their control blocks, so a dead module's memory is freed at once and
+  // the allocator may hand the same address to the next module.
+  auto make_block = [] { return std::shared_ptr<rt::TinyBlockImpl>(new rt::TinyBlockImpl(4)); };
+  int dead_runs = 0;
+  auto dead_state_destroyed = std::make_shared<bool>(false);
+  const void* dead_address = nullptr;
+  {
+    auto block = make_block();
+    dead_address = block.get();
+    register_forward_pre_hook(*block, [&](ForwardCall&) { ++dead_runs; });
+    attach_state(*block, "tracked", std::make_shared<TrackedState>(dead_state_destroyed));
+  }
+  std::vector<std::shared_ptr<rt::TinyBlockImpl>> candidates;
+  bool reused = false;
+  for (int i = 0; i < 16 && !reused; ++i) {
+    candidates.push_back(make_block());
+    reused = candidates.back().get() == dead_address;
+  }
+  if (!reused) MESSAGE("the allocator did not reuse the address; checking the new modules anyway");
+  torch::Tensor x = torch::randn({1, 4});
+  for (auto& fresh : candidates) {
+    fresh->forward(x);  // a forward may or may not purge; the dead hook must not run either way
+    CHECK(dead_runs == 0);
+    CHECK(hook_count(*fresh) == 0);
+    CHECK(applied_apis(*fresh).empty());
+    CHECK(find_state<TrackedState>(*fresh, "tracked") == nullptr);
+    int fresh_runs = 0;
+    HookHandle h = register_forward_pre_hook(*fresh, [&](ForwardCall&) { ++fresh_runs; });
+    CHECK(hook_count(*fresh) == 1);
+    fresh->forward(x);
+    CHECK(fresh_runs == 1);
+    CHECK(dead_runs == 0);
+    h.remove();
+  }
+  CHECK(*dead_state_destroyed);
+  CHECK(registry_stats().entries == 0);
+}
+
+TEST_CASE("thread safety: modules die and are purged while other threads run hooked forwards") {
+  start_from_empty_registry();
+  rt::TinyBlock shared_block(4);
+  std::atomic<int> pre{0};
+  register_forward_pre_hook(*shared_block, [&](ForwardCall&) { pre.fetch_add(1); });
+  std::atomic<bool> go{false};
+  constexpr int kThreads = 3, kCalls = 300;
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      torch::NoGradGuard no_grad;
+      while (!go.load()) std::this_thread::yield();
+      torch::Tensor x = torch::ones({1, 4});
+      torch::Tensor expect = torch::tanh(shared_block->fc->forward(x));
+      for (int i = 0; i < kCalls; ++i) {
+        if (!torch::equal(shared_block(x), expect)) bad.fetch_add(1);
+      }
+    });
+  }
+  go = true;
+  std::vector<std::shared_ptr<bool>> destroyed;
+  for (int i = 0; i < 40; ++i) {
+    Leftovers left;
+    hooked_block_that_dies(left);
+    destroyed.push_back(left.state_destroyed);
+    if (i % 3 == 0) purge_expired();
+    std::this_thread::yield();
+  }
+  for (auto& th : threads) th.join();
+  purge_expired();
+  CHECK(bad.load() == 0);
+  CHECK(pre.load() == kThreads * kCalls);
+  CHECK(std::all_of(destroyed.begin(), destroyed.end(), [](const auto& d) { return *d; }));
+  CHECK(registry_stats().entries == 1);
+}
+
+TEST_CASE("a slot reference stays valid while other owners add slots in the same call") {
+  rt::TinyBlock block(4);
+  int seen = 0;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    PoisonFreedMemory poison;  // a reference into moved storage must not read the old bytes by luck
+    std::shared_ptr<void>& mine = c.slot("me");
+    mine = std::make_shared<int>(42);
+    for (int i = 0; i < 20; ++i) c.slot("owner" + std::to_string(i)) = std::make_shared<int>(i);
+    seen = *std::static_pointer_cast<int>(mine);  // the storage behind the slots grew meanwhile
+    mine = std::make_shared<int>(43);
+  });
+  register_forward_hook(*block, [&](ForwardCall& c) {
+    auto value = std::static_pointer_cast<int>(c.slot("me"));
+    CHECK((value && *value == 43));
+  });
+  block(torch::randn({1, 4}));
+  CHECK(seen == 42);
 }

@@ -9,8 +9,10 @@
 //
 // How it works: when hooks are registered on this module instance, the annotation runs the
 // pre-hooks, calls forward again (that nested call skips the annotation and runs the body),
-// runs the post-hooks with the output, and returns the output. With no hooks it costs one
-// thread-local read and one atomic read (plus a table lookup when some module has hooks).
+// runs the post-hooks with the output, and returns the output. With no hooks or state registered
+// anywhere it costs one thread-local read and one atomic read; otherwise also a thread-local
+// count (every kForwardPurgePeriod-th forward sweeps out dead modules, see module_lifetime.h) and,
+// when some module has hooks, a table lookup.
 // Parameter types must be supported by recompose::hooks::ArgTraits (tensors, optional tensors,
 // tensor vectors, tuples/pairs, plain values; specialise ArgTraits for your own types).
 //

@@ -4,6 +4,7 @@
 
 #include <recompose/hooks/arg_traits.h>
 
+#include <deque>
 #include <exception>
 #include <memory>
 #include <string>
@@ -78,7 +79,10 @@ class ForwardCall {
   std::exception_ptr error() const { return error_; }
 
   // Per-call scratch space: what a pre-hook leaves here for a post-hook of the same call.
-  // Keyed by the hook owner's name.
+  // Keyed by the hook owner's name; created empty on first use. The reference stays valid for
+  // the whole call, also when other owners add slots.
+  //   c.slot("my_api") = std::make_shared<int>(1);                       // in a pre-hook
+  //   auto n = std::static_pointer_cast<int>(c.slot("my_api"));          // in a post-hook
   std::shared_ptr<void>& slot(std::string_view owner);
 
   // Used by the gate.
@@ -94,7 +98,8 @@ class ForwardCall {
   std::vector<at::Tensor> output_leaves_;
   bool has_output_ = false;
   std::exception_ptr error_;
-  std::vector<std::pair<std::string, std::shared_ptr<void>>> slots_;
+  // A deque: adding a slot must not move the ones whose references hooks hold.
+  std::deque<std::pair<std::string, std::shared_ptr<void>>> slots_;
 };
 
 }  // namespace recompose::hooks

@@ -17,10 +17,12 @@
 //   h.remove();
 //
 // Hooks run on the thread that runs the forward. Registration and removal are thread-safe and
-// may happen while other threads run the module, or from inside a running hook.
+// may happen while other threads run the module, or from inside a running hook. Hooks are
+// destroyed with their module (see module_lifetime.h).
 #pragma once
 
 #include <recompose/hooks/forward_call.h>
+#include <recompose/hooks/module_lifetime.h>  // hooks die with their module; purge_expired()
 
 #include <functional>
 #include <memory>
@@ -51,7 +53,9 @@ struct HookRecord;
 
 // Removes the hook it was returned for. Dropping the handle does NOT remove the hook (as in
 // PyTorch). remove() is idempotent, thread-safe, and safe inside a running hook: a removed hook
-// does not run again, not even later in the call that is in flight.
+// does not run again, not even later in the call that is in flight. A hook dies with its module
+// (see module_lifetime.h): once the dead module's entry is purged, the handle is inactive, no
+// longer holds the hook's callable, and remove() does nothing.
 class HookHandle {
  public:
   HookHandle() = default;

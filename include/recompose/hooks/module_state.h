@@ -7,6 +7,9 @@
 //   recompose::hooks::find_state<MyApiState>(*block, "my_api")->calls++;
 //   recompose::hooks::applied_apis(*block);   // {"my_api"}
 //   recompose::hooks::detach_state(*block, "my_api");
+//
+// The registry holds a state until it is detached or its module dies (then it is released at
+// the next purge, see module_lifetime.h); a copy of the shared_ptr kept elsewhere keeps it alive.
 #pragma once
 
 #include <memory>
