@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <sstream>
+#include <tuple>
 #include <stdexcept>
 #include <utility>
 
@@ -52,9 +53,10 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
   return list;
 }
 
-namespace {
-const std::vector<std::string> kKnownBuggy = {"bn", "eval_switch", "sac_random", "nested_sac", "nested_must_swap",
-                                              "autocast"};
+const std::vector<std::string>& Features::known() {
+  static const std::vector<std::string> list = {"bn", "eval_switch", "sac_random", "nested_sac", "nested_must_swap",
+                                                "autocast"};
+  return list;
 }
 
 Features Features::parse(const std::string& spec) {
@@ -77,7 +79,7 @@ Features Features::parse(const std::string& spec) {
       continue;
     }
     if (item == "known") {  // the features that hit bugs known when this test was written
-      for (const auto& name : kKnownBuggy) f.on[name] = value;
+      for (const auto& name : known()) f.on[name] = value;
       continue;
     }
     if (!f.on.contains(item)) throw std::invalid_argument("RECOMPOSE_DIFF_FEATURES: unknown feature '" + item + "'");
@@ -294,58 +296,75 @@ struct Gen {
     return v[static_cast<size_t>(uni(0, static_cast<int>(v.size()) - 1))];
   }
 
-  std::vector<CheckpointPolicy> policy_values() {
-    std::vector<CheckpointPolicy> v = {CheckpointPolicy::MUST_SAVE, CheckpointPolicy::PREFER_SAVE,
-                                       CheckpointPolicy::MUST_RECOMPUTE, CheckpointPolicy::PREFER_RECOMPUTE};
-    if (f("must_swap")) v.push_back(CheckpointPolicy::MUST_SWAP);
-    return v;
+  // Every draw below happens whatever the features are; a feature switched off only masks what
+  // was drawn. So switching a feature off changes a case only where the feature was used, and a
+  // failing seed can be attributed by rerunning it with one feature off.
+  static constexpr CheckpointPolicy kValues[] = {CheckpointPolicy::MUST_SAVE, CheckpointPolicy::PREFER_SAVE,
+                                                 CheckpointPolicy::MUST_RECOMPUTE,
+                                                 CheckpointPolicy::PREFER_RECOMPUTE, CheckpointPolicy::MUST_SWAP};
+
+  CheckpointPolicy masked(CheckpointPolicy p) const {
+    return p == CheckpointPolicy::MUST_SWAP && !f("must_swap") ? CheckpointPolicy::MUST_SAVE : p;
   }
 
   RegionDesc region(bool allow_none) {
     RegionDesc r;
-    std::vector<std::pair<RegionDesc::Kind, int>> kinds;
-    if (allow_none) kinds.push_back({RegionDesc::Kind::None, 3});
-    if (f("full")) kinds.push_back({RegionDesc::Kind::Full, 2});
-    if (f("sac_fn")) kinds.push_back({RegionDesc::Kind::SacFn, 3});
-    if (f("sac_list")) kinds.push_back({RegionDesc::Kind::SacList, 3});
-    if (f("swap_inputs")) kinds.push_back({RegionDesc::Kind::SwapInputs, 1});
-    if (kinds.empty()) return r;
+    static const std::vector<std::pair<RegionDesc::Kind, int>> all_kinds = {
+        {RegionDesc::Kind::None, 3}, {RegionDesc::Kind::Full, 2}, {RegionDesc::Kind::SacFn, 3},
+        {RegionDesc::Kind::SacList, 3}, {RegionDesc::Kind::SwapInputs, 1}};
     int total = 0;
-    for (auto& k : kinds) total += k.second;
+    for (auto& k : all_kinds) total += (allow_none || k.first != RegionDesc::Kind::None) ? k.second : 0;
     int x = uni(0, total - 1);
-    for (auto& k : kinds) {
+    for (auto& k : all_kinds) {
+      if (!allow_none && k.first == RegionDesc::Kind::None) continue;
       if (x < k.second) {
         r.kind = k.first;
         break;
       }
       x -= k.second;
     }
-    r.early_stop = f("early_stop_off") ? coin(0.6) : true;
-    r.default_manager = f("default_manager") && coin(0.2);
+    const bool es = coin(0.6);
+    const bool dm = coin(0.2);
+    bool picked[5];
+    for (bool& b : picked) b = coin(0.5);
+    const int fallback = uni(0, 4);
+    const uint64_t salt = rng();
+    const bool list_save = coin(0.5);
+    const int list_pick = uni(0, 4);
+    std::vector<std::string> names = {"aten::mm", "aten::addmm", "aten::bmm", "aten::_softmax", "aten::gelu",
+                                      "aten::relu", "aten::tanh", "aten::native_layer_norm",
+                                      "aten::native_batch_norm", "aten::add.Tensor", "aten::mul.Tensor",
+                                      "aten::cat", "aten::clone", "aten::_to_copy", "aten::_unsafe_view",
+                                      "aten::randn_like", "aten::bernoulli"};
+    std::shuffle(names.begin(), names.end(), rng);
+    names.resize(static_cast<size_t>(uni(1, 4)));
+    const bool ctx = coin(0.25);
+    const bool mut = coin(0.5);
+
+    static const std::map<RegionDesc::Kind, const char*> feature_of = {{RegionDesc::Kind::Full, "full"},
+                                                                       {RegionDesc::Kind::SacFn, "sac_fn"},
+                                                                       {RegionDesc::Kind::SacList, "sac_list"},
+                                                                       {RegionDesc::Kind::SwapInputs, "swap_inputs"}};
+    if (r.kind != RegionDesc::Kind::None && !f(feature_of.at(r.kind))) r.kind = RegionDesc::Kind::None;
+    r.early_stop = f("early_stop_off") ? es : true;
+    r.default_manager = f("default_manager") && dm;
     r.keep_random = f("sac_random");
     if (r.kind == RegionDesc::Kind::SacFn) {
-      for (auto v : policy_values()) {
-        if (coin(0.5)) r.values.push_back(v);
+      for (int i = 0; i < 5; ++i) {
+        if (picked[i] && (i < 4 || f("must_swap"))) r.values.push_back(kValues[i]);
       }
-      if (r.values.empty()) r.values.push_back(pick(policy_values()));
-      r.salt = rng();
+      if (r.values.empty()) r.values.push_back(masked(kValues[fallback]));
+      r.salt = salt;
     } else if (r.kind == RegionDesc::Kind::SacList) {
-      r.list_value = coin(0.5) ? CheckpointPolicy::MUST_SAVE : pick(policy_values());
-      std::vector<std::string> names = {"aten::mm", "aten::addmm", "aten::bmm", "aten::_softmax", "aten::gelu",
-                                        "aten::relu", "aten::tanh", "aten::native_layer_norm",
-                                        "aten::native_batch_norm", "aten::add.Tensor", "aten::mul.Tensor",
-                                        "aten::cat", "aten::clone", "aten::_to_copy", "aten::_unsafe_view"};
-      if (r.keep_random) {
-        names.push_back("aten::randn_like");
-        names.push_back("aten::bernoulli");
+      r.list_value = list_save ? CheckpointPolicy::MUST_SAVE : masked(kValues[list_pick]);
+      for (const auto& name : names) {
+        if (r.keep_random || !is_random_op(name)) r.list_ops.push_back(name);
       }
-      std::shuffle(names.begin(), names.end(), rng);
-      names.resize(static_cast<size_t>(uni(1, 4)));
-      r.list_ops = names;
+      if (r.list_ops.empty()) r.list_ops.push_back("aten::mm");
     }
-    if (r.is_sac() && f("context_fn") && coin(0.25)) {
+    if (r.is_sac() && f("context_fn") && ctx) {
       r.via_context_fn = true;
-      r.allow_mutation = coin(0.5);
+      r.allow_mutation = mut;
     }
     return r;
   }
@@ -354,52 +373,51 @@ struct Gen {
     BlockDesc b;
     b.region = region(true);
     const int n = uni(2, std::max(2, f.max_ops));
-    std::vector<std::pair<OpKind, int>> kinds = {{OpKind::Linear, 4}, {OpKind::Gelu, 1}, {OpKind::Relu, 1},
-                                                 {OpKind::Tanh, 1}, {OpKind::Residual, 2}};
-    auto add = [&](const char* feature, OpKind k, int w) {
-      if (f(feature)) kinds.push_back({k, w});
+    static const std::vector<std::tuple<OpKind, int, const char*>> kinds = {
+        {OpKind::Linear, 4, nullptr},          {OpKind::Gelu, 1, nullptr},
+        {OpKind::Relu, 1, nullptr},            {OpKind::Tanh, 1, nullptr},
+        {OpKind::Residual, 2, nullptr},        {OpKind::LinearReluInplace, 2, "inplace"},
+        {OpKind::InplaceMul, 1, "inplace"},    {OpKind::SliceInplace, 1, "inplace"},
+        {OpKind::LayerNorm, 2, "layernorm"},   {OpKind::BatchNorm, 2, "bn"},
+        {OpKind::Dropout, 2, "dropout"},       {OpKind::Softmax, 1, "softmax"},
+        {OpKind::Attention, 2, "attention"},   {OpKind::Bmm, 1, "bmm"},
+        {OpKind::ViewRoundTrip, 1, "views"},   {OpKind::SliceCat, 1, "views"},
+        {OpKind::RandNoise, 2, "random"},      {OpKind::Bernoulli, 1, "random"},
     };
-    add("inplace", OpKind::LinearReluInplace, 2);
-    add("inplace", OpKind::InplaceMul, 1);
-    add("inplace", OpKind::SliceInplace, 1);
-    add("layernorm", OpKind::LayerNorm, 2);
-    add("bn", OpKind::BatchNorm, 2);
-    add("dropout", OpKind::Dropout, 2);
-    add("softmax", OpKind::Softmax, 1);
-    add("attention", OpKind::Attention, 2);
-    add("bmm", OpKind::Bmm, 1);
-    add("views", OpKind::ViewRoundTrip, 1);
-    add("views", OpKind::SliceCat, 1);
-    add("random", OpKind::RandNoise, 2);
-    add("random", OpKind::Bernoulli, 1);
     int total = 0;
-    for (auto& k : kinds) total += k.second;
-    int segment_left = 0;
+    for (auto& k : kinds) total += std::get<1>(k);
+    int segment_left = 0, nest_draws = 0;
     for (int i = 0; i < n; ++i) {
       OpDesc op{OpKind::Linear, 0, {}};
-      if (f("nesting") && depth < f.max_depth && b.children.size() < 2 && coin(0.2)) {
-        op.kind = OpKind::Sub;
-        op.arg = static_cast<int>(b.children.size());
-        b.children.push_back(block(depth + 1));
-      } else if (f("functional") && segment_left == 0 && i < n - 1 && coin(0.12)) {
+      const bool can_nest = depth < f.max_depth && nest_draws < 2;
+      const bool can_segment = segment_left == 0 && i < n - 1;
+      if (can_nest && coin(0.2)) {
+        ++nest_draws;
+        BlockDesc child = block(depth + 1);
+        if (f("nesting")) {
+          op.kind = OpKind::Sub;
+          op.arg = static_cast<int>(b.children.size());
+          b.children.push_back(std::move(child));
+        }
+      } else if (can_segment && coin(0.12)) {
         op.kind = OpKind::Functional;
         op.arg = uni(1, std::min(3, n - 1 - i));
         op.region = region(false);
-        if (op.region.kind == RegionDesc::Kind::None) {
-          op.kind = OpKind::Linear;
-        } else {
-          segment_left = op.arg + 1;
-        }
+        // Switched off: the same ops run inline, without a checkpoint of their own.
+        if (!f("functional")) op.region = RegionDesc{};
+        segment_left = op.arg + 1;
       } else {
         int x = uni(0, total - 1);
+        const int p = uni(1, 5);
         for (auto& k : kinds) {
-          if (x < k.second) {
-            op.kind = k.first;
+          if (x < std::get<1>(k)) {
+            const char* feature = std::get<2>(k);
+            op.kind = feature == nullptr || f(feature) ? std::get<0>(k) : OpKind::Linear;
             break;
           }
-          x -= k.second;
+          x -= std::get<1>(k);
         }
-        if (op.kind == OpKind::Dropout) op.arg = uni(1, 5);
+        if (op.kind == OpKind::Dropout) op.arg = p;
       }
       if (segment_left > 0) --segment_left;
       b.ops.push_back(std::move(op));
@@ -452,18 +470,24 @@ CaseDesc generate(uint64_t seed, const Features& f) {
   c.seed = seed;
   c.batch = g.uni(4, 8);
   c.width = g.pick(std::vector<int64_t>{8, 12, 16});
-  c.seq = f("rank3") && g.coin(0.3) ? 3 : 0;
+  auto flag = [&](const char* feature, double p) {
+    const bool drawn = g.coin(p);  // drawn whatever the feature says (see Gen)
+    return f(feature) && drawn;
+  };
+  c.seq = flag("rank3", 0.3) ? 3 : 0;
   c.steps = g.uni(2, 3);
-  c.autocast = f("autocast") && g.coin(0.3);
-  c.retain = f("retain") && g.coin(0.25);
-  c.eval = f("eval") && g.coin(0.2);
-  c.eval_switch = f("eval_switch") && g.coin(0.15);
-  c.async_save = f("async_save") && g.coin(0.2);
+  c.autocast = flag("autocast", 0.3);
+  c.retain = flag("retain", 0.25);
+  c.eval = flag("eval", 0.2);
+  c.eval_switch = flag("eval_switch", 0.15);
+  c.async_save = flag("async_save", 0.2);
   c.async_groups = g.coin(0.5);
-  c.es_guard = f("es_guard") && g.coin(0.15) ? g.uni(1, 2) : 0;
-  c.adam = f("adam") && g.coin(0.3);
+  const bool es_guard = flag("es_guard", 0.15);
+  const int es_value = g.uni(1, 2);
+  c.es_guard = es_guard ? es_value : 0;
+  c.adam = flag("adam", 0.3);
   c.x_grad = g.coin(0.5);
-  c.nograd = f("nograd") && g.coin(0.3);
+  c.nograd = flag("nograd", 0.3);
   c.prefetch = g.uni(0, 2);
   const int n = g.uni(1, std::max(1, f.max_blocks));
   for (int i = 0; i < n; ++i) c.blocks.push_back(g.block(0));
@@ -605,7 +629,7 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
       case OpKind::Sub: cur = children[static_cast<size_t>(op.arg)]->forward(cur); break;
       case OpKind::Functional: {
         const size_t b = i + 1, e = std::min(end, i + 1 + static_cast<size_t>(op.arg));
-        if (checkpointed) {
+        if (checkpointed && op.region.kind != RegionDesc::Kind::None) {
           RandBlockImpl* self = this;
           cur = recompose::checkpoint(
               op.region.make(manager),

@@ -25,6 +25,8 @@ struct Features {
   // Size limits (RECOMPOSE_DIFF_MAX_OPS, _MAX_BLOCKS, _MAX_DEPTH): small values give small repros.
   int max_ops = 6, max_blocks = 3, max_depth = 2;
   static const std::vector<std::pair<std::string, std::string>>& all();  // name, what it covers
+  // The features of the bugs known when the test was written ("known" in a spec).
+  static const std::vector<std::string>& known();
   // Parses "-a,+b,none,all,known"; throws std::invalid_argument on an unknown name.
   static Features parse(const std::string& spec);
   bool operator()(const std::string& name) const;
