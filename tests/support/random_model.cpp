@@ -631,8 +631,12 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
         const size_t b = i + 1, e = std::min(end, i + 1 + static_cast<size_t>(op.arg));
         if (checkpointed && op.region.kind != RegionDesc::Kind::None) {
           RandBlockImpl* self = this;
+          // As documented for the functional form: name the modules whose state the body
+          // touches (this block's BatchNorms, its train/eval mode).
+          auto options = op.region.make(manager);
+          options.state_modules({shared_from_this()});
           cur = recompose::checkpoint(
-              op.region.make(manager),
+              options,
               [self, b, e](const torch::Tensor& c, const torch::Tensor& r) { return self->run(c, r, b, e); }, cur, res);
         } else {
           cur = run(cur, res, b, e);
