@@ -484,4 +484,12 @@ int64_t SwapCore::bytes_alive() const {
   return bytes_alive_;
 }
 
+int64_t SwapCore::bookkeeping_entries() const {
+  std::lock_guard lock(mutex_);
+  auto n = static_cast<int64_t>(groups_.size() + in_flight_.size() + aliases_.size());
+  for (const auto& [id, group] : groups_) n += static_cast<int64_t>(group.tensors.size());
+  for (const auto& [key, list] : aliases_) n += static_cast<int64_t>(list.size());
+  return n;
+}
+
 }  // namespace recompose::detail

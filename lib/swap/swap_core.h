@@ -59,6 +59,9 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void clear_pool();
   int64_t tensors_alive() const;
   int64_t bytes_alive() const;
+  // Entries of the internal tables (groups, group members, aliases, copies in flight): back to
+  // its earlier value once the tensors offloaded since are gone. For leak tests.
+  int64_t bookkeeping_entries() const;
 
   // Offloads every eligible saved tensor through this core (AsyncSaveOnCpu, swap_inputs).
   SavedTensorPolicy& policy() { return *policy_; }
