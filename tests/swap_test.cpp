@@ -396,7 +396,7 @@ TEST_CASE("swap: misuse gives clear errors") {
   CHECK(swapped->state() == recompose::SwapState::Released);
   CHECK_THROWS_WITH_AS(swapped->get(), doctest::Contains("released"), recompose::CheckpointError);
   CHECK_THROWS_AS(recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(-1)),
-                  recompose::CheckpointError);
+                  std::invalid_argument);  // an argument error (see the SwapOptions case below)
 }
 
 TEST_CASE("swap: swap_inputs offloads the inputs of a checkpointed region") {
@@ -598,6 +598,52 @@ TEST_CASE("swap: two threads with a manager each swap concurrently, with the pla
     CHECK(managers[i]->stats().groups == 20 * 3);
     CHECK(managers[i]->tensors_alive() == 0);
   }
+}
+
+TEST_CASE("swap: two threads sharing one manager keep their groups apart") {
+  Mlp mlp(3);
+  auto x = torch::randn({8, 16});
+  const auto params = mlp.params();
+  auto manager = test_manager();
+  const int64_t baseline = entries(*manager);
+  auto grads = [&](bool swap) {
+    auto input = x.detach().requires_grad_();
+    torch::Tensor loss;
+    {
+      std::optional<recompose::AsyncSaveOnCpu> offload;
+      if (swap) offload.emplace(manager);
+      loss = mlp.forward(input, swap ? manager.get() : nullptr).pow(2).sum();  // a group per layer
+    }
+    return torch::autograd::grad({loss}, with(params, input));
+  };
+  const auto plain = grads(false);
+  std::vector<int> equal(2, 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < equal.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int step = 0; step < 20; ++step) equal[i] += rt::bitwise_equal(grads(true), plain);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(equal == std::vector<int>{20, 20});
+  CHECK(manager->stats().groups == 2 * 20 * 3);
+  CHECK(manager->tensors_alive() == 0);
+  CHECK(entries(*manager) == baseline);  // every group was closed by the thread that opened it
+}
+
+TEST_CASE("swap: a group scope closed out of order is closed anyway") {
+  auto manager = test_manager();
+  auto t = torch::randn({3});
+  auto outer = std::make_unique<recompose::SwapGroupScope>(*manager);
+  auto inner = std::make_unique<recompose::SwapGroupScope>(*manager);
+  const int64_t outer_id = outer->id();
+  const int64_t inner_id = inner->id();
+  outer.reset();  // not LIFO: warns, and closes it
+  CHECK(manager->offload(t)->group() == inner_id);
+  inner.reset();
+  const auto after = manager->offload(t);
+  CHECK(after->group() != outer_id);  // not collected by a group left open
+  CHECK(after->group() > inner_id);   // an implicit group
 }
 
 TEST_CASE("swap: negative sizes in SwapOptions are rejected") {
