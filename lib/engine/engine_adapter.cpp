@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -81,7 +80,6 @@ struct PolicyStack {
   std::recursive_mutex mutex;
   std::vector<Entry> entries;
   uint64_t next_id = 0;
-  std::thread::id owner = std::this_thread::get_id();
   std::string misuse;  // reported by the next call on the owning thread
 };
 
@@ -113,7 +111,7 @@ void pop(PolicyStack& stack, uint64_t id) noexcept {
   auto it = std::find_if(stack.entries.begin(), stack.entries.end(), [&](const auto& e) { return e.id == id; });
   if (it == stack.entries.end()) return;
   std::string problem;
-  if (std::this_thread::get_id() != stack.owner) {
+  if (&stack != tl_stack.get()) {  // not this thread's stack (thread ids may be reused)
     problem = std::string("recompose: ") + it->name +
               " opened on this thread was closed on another thread. A saved-tensor scope "
               "(AsyncSaveOnCpu, SavedTensorMeter, a checkpointed region) must be closed on the thread "
