@@ -6,7 +6,11 @@
 #include <torch/torch.h>
 
 #include "support/grad_check.h"
+#include "swap/swap_core.h"  // SwapCore::bookkeeping_entries, for the leak tests
 
+#include <memory>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -43,6 +47,20 @@ struct Mlp {
 std::vector<torch::Tensor> with(std::vector<torch::Tensor> v, const torch::Tensor& t) {
   v.push_back(t);
   return v;
+}
+
+int64_t entries(const recompose::SwapManager& manager) { return manager.core().bookkeeping_entries(); }
+
+// A loss whose backward needs one saved activation, 2 * x (sin saves its input).
+torch::Tensor sin_loss(const torch::Tensor& x) { return (x * 2).sin().sum(); }
+
+// Selective policy: every aten::mm output goes to host memory, the rest is recomputed.
+recompose::SelectivePolicy swap_mm_policy() {
+  return recompose::SelectivePolicy([](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle& op,
+                                       const torch::jit::Stack&) {
+    return op.schema().name() == "aten::mm" ? recompose::CheckpointPolicy::MUST_SWAP
+                                            : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
+  });
 }
 
 }  // namespace
@@ -378,7 +396,7 @@ TEST_CASE("swap: misuse gives clear errors") {
   CHECK(swapped->state() == recompose::SwapState::Released);
   CHECK_THROWS_WITH_AS(swapped->get(), doctest::Contains("released"), recompose::CheckpointError);
   CHECK_THROWS_AS(recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(-1)),
-                  recompose::CheckpointError);
+                  std::invalid_argument);  // an argument error (see the SwapOptions case below)
 }
 
 TEST_CASE("swap: swap_inputs offloads the inputs of a checkpointed region") {
@@ -420,6 +438,253 @@ TEST_CASE("swap: AsyncSaveOnCpu does not offload what a checkpointed region reco
   // Only the region's input (x * 2) is saved outside the region: x * 2 saves nothing of size.
   CHECK(manager->stats().tensors_offloaded == 1);
   CHECK(manager->stats().bytes_reloaded == manager->stats().bytes_offloaded);
+}
+
+// ---- Bookkeeping is freed with the tensors (no growth across steps) ----
+
+TEST_CASE("swap: bookkeeping returns to its baseline after every step (explicit manager)") {
+  Mlp mlp(3);
+  auto x = torch::randn({8, 16}, torch::requires_grad());
+  for (bool grouped : {false, true}) {
+    CAPTURE(grouped);
+    // implicit_group_bytes(1): one implicit group per tensor when no explicit group is open.
+    auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).implicit_group_bytes(1));
+    const int64_t baseline = entries(*manager);
+    for (int step = 0; step < 5; ++step) {
+      CAPTURE(step);
+      torch::Tensor loss;
+      {
+        recompose::AsyncSaveOnCpu offload(manager);
+        loss = mlp.forward(x, grouped ? manager.get() : nullptr).sum();
+      }
+      CHECK(entries(*manager) > baseline);  // the counter sees the offloads of this step
+      loss.backward();
+      loss = torch::Tensor();
+      CHECK(manager->tensors_alive() == 0);
+      CHECK(entries(*manager) == baseline);
+    }
+    CHECK(manager->stats().tensors_offloaded == 5 * 3);
+  }
+}
+
+TEST_CASE("swap: bookkeeping returns to its baseline after every step (default manager)") {
+  // The default manager keeps tensors under 1 MiB on the device: 512 x 512 floats are 1 MiB.
+  torch::manual_seed(4);
+  torch::nn::Linear fc1(512, 512), fc2(512, 512);
+  auto x = torch::randn({512, 512});
+  auto manager = recompose::SwapManager::default_manager();
+  const int64_t baseline = entries(*manager);
+  const int64_t offloaded_before = manager->stats().tensors_offloaded;
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    torch::Tensor loss;
+    {
+      recompose::AsyncSaveOnCpu offload;
+      loss = fc2->forward(torch::relu(fc1->forward(x))).sum();
+    }
+    loss.backward();
+    loss = torch::Tensor();
+    CHECK(entries(*manager) == baseline);
+  }
+  CHECK(manager->stats().tensors_offloaded > offloaded_before);
+}
+
+TEST_CASE("swap: a released tensor leaves no bookkeeping behind") {
+  auto manager = test_manager();
+  const int64_t baseline = entries(*manager);
+  auto t = torch::randn({4});
+  auto swapped = manager->offload(t);
+  CHECK(entries(*manager) > baseline);
+  swapped->release();
+  CHECK(entries(*manager) == baseline);
+  swapped.reset();
+  CHECK(entries(*manager) == baseline);
+}
+
+// ---- Misuse of scopes and managers: clear errors, no crash, no hang ----
+
+TEST_CASE("swap: saved-tensor scopes closed out of order are reported and leave nothing dangling") {
+  auto x = torch::randn({4, 4}, torch::requires_grad());
+  SUBCASE("two AsyncSaveOnCpu with two managers, the outer one closed first") {
+    auto first = test_manager();
+    auto second = test_manager();
+    auto outer = std::make_unique<recompose::AsyncSaveOnCpu>(first);
+    auto inner = std::make_unique<recompose::AsyncSaveOnCpu>(second);
+    outer.reset();  // not LIFO
+    first.reset();  // and the outer scope's manager is gone
+    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("out of order"), recompose::CheckpointError);
+    // Reported once; the inner scope still offloads through its own manager.
+    auto loss = sin_loss(x);
+    CHECK(second->stats().tensors_offloaded == 1);
+    inner.reset();
+    loss.backward();
+    CHECK(torch::equal(x.grad(), 2 * (x * 2).cos()));
+  }
+  SUBCASE("a SavedTensorMeter closed while an AsyncSaveOnCpu opened after it is open") {
+    auto manager = test_manager();
+    auto meter = std::make_unique<recompose::SavedTensorMeter>();
+    auto offload = std::make_unique<recompose::AsyncSaveOnCpu>(manager);
+    meter.reset();  // not LIFO
+    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("recompose::SavedTensorMeter"), recompose::CheckpointError);
+    auto loss = sin_loss(x);
+    offload.reset();
+    loss.backward();
+    CHECK(manager->stats().tensors_offloaded == 1);
+    CHECK(torch::equal(x.grad(), 2 * (x * 2).cos()));
+  }
+  SUBCASE("a new scope opened after an out-of-order close reports it too") {
+    auto manager = test_manager();
+    auto meter = std::make_unique<recompose::SavedTensorMeter>();
+    auto offload = std::make_unique<recompose::AsyncSaveOnCpu>(manager);
+    meter.reset();
+    CHECK_THROWS_WITH_AS(recompose::SavedTensorMeter(), doctest::Contains("LIFO"), recompose::CheckpointError);
+    recompose::SavedTensorMeter meter2;  // reported once: the next scope opens normally
+    auto loss = sin_loss(x);
+    CHECK(meter2.tensors_held() == 1);
+  }
+  SUBCASE("an AsyncSaveOnCpu closed on another thread than the one that opened it") {
+    auto manager = test_manager();
+    std::optional<recompose::AsyncSaveOnCpu> offload;
+    offload.emplace(manager);
+    std::thread([&] { offload.reset(); }).join();
+    manager.reset();  // the scope's manager is gone
+    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("another thread"), recompose::CheckpointError);
+    sin_loss(x).backward();  // the scope is closed: a plain save
+    CHECK(torch::equal(x.grad(), 2 * (x * 2).cos()));
+  }
+}
+
+TEST_CASE("swap: a manager destroyed while its group scope is open leaves nothing dangling") {
+  auto manager = test_manager();
+  auto t = torch::randn({3, 3});
+  auto group = std::make_unique<recompose::SwapGroupScope>(*manager);
+  const int64_t id = group->id();
+  auto swapped = manager->offload(t);
+  manager.reset();
+  group.reset();  // closes a group of a manager whose last handle is gone
+  CHECK(swapped->group() == id);
+  CHECK(torch::equal(swapped->get(), t));
+}
+
+TEST_CASE("swap: two threads with a manager each swap concurrently, with the plain gradients") {
+  Mlp mlp(3);
+  auto x = torch::randn({8, 16});
+  const auto params = mlp.params();
+  auto grads = [&](std::shared_ptr<recompose::SwapManager> manager) {
+    auto input = x.detach().requires_grad_();
+    torch::Tensor loss;
+    {
+      std::optional<recompose::AsyncSaveOnCpu> offload;
+      if (manager) offload.emplace(manager);
+      loss = mlp.forward(input, manager.get()).pow(2).sum();
+    }
+    // autograd::grad, not backward: the threads share the parameters, whose .grad would race.
+    return torch::autograd::grad({loss}, with(params, input));
+  };
+  const auto plain = grads(nullptr);
+  std::vector<std::shared_ptr<recompose::SwapManager>> managers{test_manager(), test_manager()};
+  std::vector<int> equal(managers.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < managers.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int step = 0; step < 20; ++step) equal[i] += rt::bitwise_equal(grads(managers[i]), plain);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < managers.size(); ++i) {
+    CAPTURE(i);
+    CHECK(equal[i] == 20);
+    CHECK(managers[i]->stats().tensors_offloaded == 20 * 3);
+    CHECK(managers[i]->stats().groups == 20 * 3);
+    CHECK(managers[i]->tensors_alive() == 0);
+  }
+}
+
+TEST_CASE("swap: two threads sharing one manager keep their groups apart") {
+  Mlp mlp(3);
+  auto x = torch::randn({8, 16});
+  const auto params = mlp.params();
+  auto manager = test_manager();
+  const int64_t baseline = entries(*manager);
+  auto grads = [&](bool swap) {
+    auto input = x.detach().requires_grad_();
+    torch::Tensor loss;
+    {
+      std::optional<recompose::AsyncSaveOnCpu> offload;
+      if (swap) offload.emplace(manager);
+      loss = mlp.forward(input, swap ? manager.get() : nullptr).pow(2).sum();  // a group per layer
+    }
+    return torch::autograd::grad({loss}, with(params, input));
+  };
+  const auto plain = grads(false);
+  std::vector<int> equal(2, 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < equal.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int step = 0; step < 20; ++step) equal[i] += rt::bitwise_equal(grads(true), plain);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(equal == std::vector<int>{20, 20});
+  CHECK(manager->stats().groups == 2 * 20 * 3);
+  CHECK(manager->tensors_alive() == 0);
+  CHECK(entries(*manager) == baseline);  // every group was closed by the thread that opened it
+}
+
+TEST_CASE("swap: a group scope closed out of order is closed anyway") {
+  auto manager = test_manager();
+  auto t = torch::randn({3});
+  auto outer = std::make_unique<recompose::SwapGroupScope>(*manager);
+  auto inner = std::make_unique<recompose::SwapGroupScope>(*manager);
+  const int64_t outer_id = outer->id();
+  const int64_t inner_id = inner->id();
+  outer.reset();  // not LIFO: warns, and closes it
+  CHECK(manager->offload(t)->group() == inner_id);
+  inner.reset();
+  const auto after = manager->offload(t);
+  CHECK(after->group() != outer_id);  // not collected by a group left open
+  CHECK(after->group() > inner_id);   // an implicit group
+}
+
+TEST_CASE("swap: negative sizes in SwapOptions are rejected") {
+  using recompose::SwapManager;
+  using recompose::SwapOptions;
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().implicit_group_bytes(-1)),
+                       doctest::Contains("implicit_group_bytes"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().max_pool_bytes(-2)), doctest::Contains("max_pool_bytes"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().min_bytes(-1)), doctest::Contains("min_bytes"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().prefetch_groups(-1)), doctest::Contains("prefetch_groups"),
+                       std::invalid_argument);
+  CHECK(SwapManager::create(SwapOptions().max_pool_bytes(-1))->options().max_pool_bytes() == -1);  // no limit
+}
+
+// ---- recompose's own swap ops are invisible to selective checkpointing ----
+
+TEST_CASE("swap: nested selective regions that both MUST_SWAP mm give the plain gradients") {
+  auto manager = test_manager();
+  auto options = recompose::CheckpointOptions().swap_manager(manager);
+  options.policy(swap_mm_policy());
+  torch::manual_seed(5);
+  auto a = torch::randn({4, 6}, torch::requires_grad());
+  auto b = torch::randn({6, 5}, torch::requires_grad());
+  auto c = torch::randn({5, 3}, torch::requires_grad());
+  auto inner = [](const torch::Tensor& h, const torch::Tensor& w) { return torch::mm(h, w).tanh(); };
+  auto outer = [&](bool ckpt) {
+    return [&, ckpt](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+      torch::Tensor h = torch::mm(a, b).sin();
+      torch::Tensor k = ckpt ? recompose::checkpoint(options, inner, h, c) : inner(h, c);
+      return torch::mm(k, k.t()).cos();
+    };
+  };
+  const auto plain = rt::grads_of([&] { return outer(false)(a, b, c).sum(); }, {a, b, c});
+  std::vector<torch::Tensor> swapped;
+  REQUIRE_NOTHROW(swapped = rt::grads_of(
+                      [&] { return recompose::checkpoint(options, outer(true), a, b, c).sum(); }, {a, b, c}));
+  CHECK(rt::bitwise_equal(plain, swapped));
+  CHECK(manager->stats().tensors_offloaded > 0);
+  CHECK(manager->stats().bytes_reloaded > 0);
 }
 
 TEST_SUITE_END();

@@ -9,6 +9,12 @@
 //   auto loss = model(x).sum();
 //   std::cout << meter.bytes_held() << " bytes held for backward\n";
 //   loss.backward();                     // meter.bytes_held() falls back to 0
+//
+// A meter is a saved-tensor scope, like AsyncSaveOnCpu and checkpointed regions: destroy it on
+// the thread that created it, in LIFO order with the other scopes. A meter destroyed out of
+// order, or on another thread, is closed all the same (nothing dangles), and the next recompose
+// call on the thread that created it (a saved tensor, a new scope) throws
+// recompose::CheckpointError naming the misuse.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +24,8 @@ namespace recompose {
 
 class SavedTensorMeter {
  public:
-  // Starts counting tensors saved on this thread, outside of checkpointed regions.
+  // Starts counting tensors saved on this thread, outside of checkpointed regions. Throws
+  // CheckpointError if a misuse of this thread's saved-tensor scopes is pending.
   SavedTensorMeter();
   ~SavedTensorMeter();
   SavedTensorMeter(const SavedTensorMeter&) = delete;
@@ -34,7 +41,9 @@ class SavedTensorMeter {
   struct Counters;
 
  private:
+  struct Scope;
   std::shared_ptr<Counters> counters_;
+  std::unique_ptr<Scope> scope_;
 };
 
 }  // namespace recompose

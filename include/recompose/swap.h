@@ -64,7 +64,8 @@ class SwapCore;  // lib/swap/swap_core.h
 class CopyFence;  // lib/swap/copy_fence.h
 }
 
-// Options of a SwapManager.
+// Options of a SwapManager. SwapManager::create throws std::invalid_argument, naming the option,
+// for a negative size or count (max_pool_bytes: below -1).
 struct SwapOptions {
   // Saved tensors smaller than this (bytes) stay on the device: the copy would cost more in
   // latency than it frees. Tests set 0.
@@ -74,11 +75,12 @@ struct SwapOptions {
   TORCH_ARG(int64_t, prefetch_groups) = 1;
   // Tensors saved outside any explicit group (SwapGroupScope) form implicit groups of about
   // this many bytes, so that AsyncSaveOnCpu around a whole model still prefetches in steps.
+  // 0: a group per tensor.
   TORCH_ARG(int64_t, implicit_group_bytes) = int64_t{64} << 20;
   // Use pinned (page-locked) host buffers for accelerator tensors, required for copies that
   // overlap with compute. Ignored for CPU tensors.
   TORCH_ARG(bool, pin_memory) = true;
-  // Idle host buffers kept in the pool for the next step (bytes); -1: no limit.
+  // Idle host buffers kept in the pool for the next step (bytes); -1: no limit, 0: no pool.
   TORCH_ARG(int64_t, max_pool_bytes) = -1;
   // When a reload has not landed by the time backward needs it, wait for it on the host and
   // add the time to SwapStats::wait_seconds (exact accounting, but the host stops queueing
@@ -168,12 +170,17 @@ class SwappedTensor : public std::enable_shared_from_this<SwappedTensor> {
 
 class SwapManager;
 
-// RAII swap group: tensors offloaded on any thread while it is alive, and not inside a more
-// recently opened group, belong to it. Groups should follow the order of the forward (one per
-// layer): backward reloads them in reverse order. Must be destroyed in LIFO order.
+// RAII swap group: tensors offloaded on the thread that opened it while it is alive, and not
+// inside a more recently opened group, belong to it (groups are per thread: threads sharing a
+// manager do not mix theirs). Groups should follow the order of the forward (one per layer):
+// backward reloads them in reverse order. Must be destroyed in LIFO order, on the thread that
+// created it; otherwise a warning says what was wrong and the group is closed anyway (a
+// destructor cannot throw). The scope keeps the manager's state alive: the manager handle may
+// go first.
 //   { recompose::SwapGroupScope group(*manager); y = layer(x); }
 class SwapGroupScope {
  public:
+  // Opens a group of `manager` (SwapManager::begin_group).
   explicit SwapGroupScope(SwapManager& manager);
   ~SwapGroupScope();
   SwapGroupScope(const SwapGroupScope&) = delete;
@@ -181,16 +188,20 @@ class SwapGroupScope {
   int64_t id() const { return id_; }
 
  private:
-  SwapManager& manager_;
+  std::shared_ptr<detail::SwapCore> core_;
   int64_t id_;
 };
 
 // Offloads tensors to host memory and brings them back. One manager serves one training loop
 // (one forward at a time); its state is shared by all threads (backward may run on autograd
-// device threads). Create with SwapManager::create.
+// device threads) and thread-safe. Concurrent forwards on several threads are best given a
+// manager each; sharing one is correct (explicit groups are per thread) but their implicit
+// groups mix, which blurs prefetching. Create with SwapManager::create. Every object that uses
+// the manager's state (AsyncSaveOnCpu, SwapGroupScope, SwappedTensor, saved tensors) keeps it
+// alive, so the last handle may go at any time.
 class SwapManager {
  public:
-  // A new manager.
+  // A new manager. Throws std::invalid_argument for invalid options (see SwapOptions).
   //   auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
   static std::shared_ptr<SwapManager> create(SwapOptions options = {});
   // The process-wide manager used where none is given (AsyncSaveOnCpu, swap_inputs). Created
@@ -203,10 +214,11 @@ class SwapManager {
 
   const SwapOptions& options() const;
 
-  // Opens a group and returns its id (increasing in forward order). Prefer SwapGroupScope.
+  // Opens a group on this thread and returns its id (increasing in forward order). Prefer
+  // SwapGroupScope.
   int64_t begin_group();
-  // Closes the group `id`, which must be the innermost open one; throws CheckpointError
-  // otherwise.
+  // Closes the group `id`, which must be the innermost open one of this thread; throws
+  // CheckpointError otherwise (naming the group in the way).
   void end_group(int64_t id);
 
   // Whether a policy offloads `tensor` (see the header comment for what stays on the device).
@@ -231,7 +243,9 @@ class SwapManager {
   // Idle bytes in the host buffer pool, and frees them.
   int64_t pool_bytes() const;
   void clear_pool();
-  // Offloaded tensors alive (any state but Released), and their bytes.
+  // Offloaded tensors alive (any state but Released), and their bytes. The manager's own
+  // bookkeeping of a tensor and of its group is freed with it (release, or its last holder
+  // gone): nothing accumulates over steps, also in the default manager.
   int64_t tensors_alive() const;
   int64_t bytes_alive() const;
 
@@ -247,8 +261,21 @@ class SwapManager {
 // `manager` (when eligible) and reloaded in backward (PyTorch's torch.autograd.graph.save_on_cpu,
 // with asynchronous copies and prefetch). Tensors saved inside checkpointed regions are not
 // (the regions keep none); the inputs of a region are. Closes the current implicit group on
-// entry and on exit. Must be destroyed on the thread that created it, in LIFO order with other
-// saved-tensor scopes. Throws CheckpointError if another autograd engine is installed.
+// entry and on exit. Holds the manager: it lives at least as long as the scope.
+//
+// Threads: scopes are per thread. Several threads may each run their own forward under their
+// own AsyncSaveOnCpu, with a manager each (supported, concurrently). Threads may also share
+// one manager (see SwapManager).
+//
+// Misuse: it must be destroyed on the thread that created it, in LIFO order with the other
+// saved-tensor scopes of that thread (SavedTensorMeter, checkpointed regions, other
+// AsyncSaveOnCpu). A scope destroyed out of order or on another thread is closed all the same
+// (nothing dangles, the other scopes keep working), and the next recompose call on the thread
+// that created it (a tensor saved for backward, a new scope) throws CheckpointError saying what
+// was closed wrongly and how to fix it.
+//
+// Throws CheckpointError if another autograd engine is installed, or if a misuse of this
+// thread's scopes is pending.
 //   { recompose::AsyncSaveOnCpu offload; loss = model(x).sum(); }   // default manager
 //   loss.backward();
 class AsyncSaveOnCpu {

@@ -11,7 +11,10 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/headeronly/version.h>
 
+#include <algorithm>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #if !(TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
@@ -36,9 +39,6 @@ torch::autograd::Engine& recompose_engine() {
   static auto* engine = new RecomposeEngine();
   return *engine;
 }
-
-// nullptr entries are barriers: policies below them are hidden.
-thread_local std::vector<SavedTensorPolicy*> tl_policies;
 
 std::once_flag install_once;
 bool installed = false;
@@ -69,21 +69,105 @@ void ensure_engine_installed() {
   }
 }
 
-SavedTensorPolicyScope::SavedTensorPolicyScope(SavedTensorPolicy& policy) {
-  ensure_engine_installed();
-  tl_policies.push_back(&policy);
-}
-SavedTensorPolicyScope::~SavedTensorPolicyScope() { tl_policies.pop_back(); }
+struct PolicyStack {
+  struct Entry {
+    SavedTensorPolicy* policy;  // nullptr: a barrier, policies below it are hidden
+    uint64_t id;
+    const char* name;
+  };
+  // Locked by the owning thread at every saved tensor, and by a scope closing on another thread.
+  // Recursive: a policy's make_hooks may save tensors itself.
+  std::recursive_mutex mutex;
+  std::vector<Entry> entries;
+  uint64_t next_id = 0;
+  std::string misuse;  // reported by the next call on the owning thread
+};
 
-SavedTensorPolicyBarrier::SavedTensorPolicyBarrier() { tl_policies.push_back(nullptr); }
-SavedTensorPolicyBarrier::~SavedTensorPolicyBarrier() { tl_policies.pop_back(); }
+namespace {
+
+thread_local std::shared_ptr<PolicyStack> tl_stack;
+
+PolicyStack& this_thread_stack() {
+  if (!tl_stack) tl_stack = std::make_shared<PolicyStack>();
+  return *tl_stack;
+}
+
+// Throws the pending misuse once. Called with the stack locked.
+void report_misuse(PolicyStack& stack) {
+  if (stack.misuse.empty()) return;
+  throw CheckpointError(std::exchange(stack.misuse, std::string()));
+}
+
+uint64_t push(PolicyStack& stack, SavedTensorPolicy* policy, const char* name) {
+  std::lock_guard lock(stack.mutex);
+  report_misuse(stack);
+  stack.entries.push_back({policy, stack.next_id, name});
+  return stack.next_id++;
+}
+
+// Takes entry `id` off `stack` wherever it is (LIFO or not, on any thread), noting a misuse.
+void pop(PolicyStack& stack, uint64_t id) noexcept {
+  std::lock_guard lock(stack.mutex);
+  auto it = std::find_if(stack.entries.begin(), stack.entries.end(), [&](const auto& e) { return e.id == id; });
+  if (it == stack.entries.end()) return;
+  std::string problem;
+  if (&stack != tl_stack.get()) {  // not this thread's stack (thread ids may be reused)
+    problem = std::string("recompose: ") + it->name +
+              " opened on this thread was closed on another thread. A saved-tensor scope "
+              "(AsyncSaveOnCpu, SavedTensorMeter, a checkpointed region) must be closed on the thread "
+              "that opened it. It has been closed here all the same: tensors saved on this thread no "
+              "longer go through it.";
+  } else if (std::next(it) != stack.entries.end()) {
+    problem = std::string("recompose: ") + it->name + " was closed out of order, while " +
+              stack.entries.back().name +
+              ", opened after it on the same thread, was still open. Saved-tensor scopes "
+              "(AsyncSaveOnCpu, SavedTensorMeter, checkpointed regions) must be closed in the reverse "
+              "order of opening (LIFO): close the inner one first. The scope has been closed all the "
+              "same; the scopes opened after it are still in effect.";
+  }
+  stack.entries.erase(it);
+  // The first misuse is the one to fix; later ones are often its consequences.
+  if (!problem.empty() && stack.misuse.empty()) stack.misuse = std::move(problem);
+}
+
+}  // namespace
+
+SavedTensorPolicyScope::SavedTensorPolicyScope(SavedTensorPolicy& policy, const char* name,
+                                               std::shared_ptr<const void> keep_alive) {
+  ensure_engine_installed();
+  PolicyStack& stack = this_thread_stack();
+  id_ = push(stack, &policy, name);
+  stack_ = tl_stack;
+  keep_alive_ = std::move(keep_alive);
+}
+SavedTensorPolicyScope::~SavedTensorPolicyScope() { pop(*stack_, id_); }
+
+SavedTensorPolicyBarrier::SavedTensorPolicyBarrier() {
+  PolicyStack& stack = this_thread_stack();
+  id_ = push(stack, nullptr, "a checkpointed region's recomputation");
+  stack_ = tl_stack;
+}
+SavedTensorPolicyBarrier::~SavedTensorPolicyBarrier() { pop(*stack_, id_); }
 
 std::unique_ptr<torch::autograd::SavedVariableHooks> hooks_for_saved_tensor() {
-  for (auto it = tl_policies.rbegin(); it != tl_policies.rend(); ++it) {
-    if (*it == nullptr) return nullptr;
-    if (auto hooks = (*it)->make_hooks()) return hooks;
+  PolicyStack* stack = tl_stack.get();
+  if (stack == nullptr) return nullptr;  // no recompose scope was ever opened on this thread
+  std::lock_guard lock(stack->mutex);
+  report_misuse(*stack);
+  for (auto it = stack->entries.rbegin(); it != stack->entries.rend(); ++it) {
+    if (it->policy == nullptr) return nullptr;
+    if (auto hooks = it->policy->make_hooks()) return hooks;
   }
   return nullptr;
+}
+
+void for_each_policy(const std::function<void(SavedTensorPolicy&)>& f) {
+  PolicyStack* stack = tl_stack.get();
+  if (stack == nullptr) return;
+  std::lock_guard lock(stack->mutex);
+  for (auto it = stack->entries.rbegin(); it != stack->entries.rend(); ++it) {
+    if (it->policy != nullptr) f(*it->policy);
+  }
 }
 
 }  // namespace recompose::detail

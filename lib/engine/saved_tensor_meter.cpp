@@ -1,5 +1,6 @@
 // SavedTensorMeter: a saved-tensor policy that keeps each saved tensor itself (as LibTorch
 // would) and accounts the bytes of its storage until autograd releases it.
+#include "engine/internal_ops.h"
 #include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
 
@@ -73,6 +74,8 @@ class MeteredHooks final : public torch::autograd::SavedVariableHooks {
   void call_pack_hook(const at::Tensor& tensor) override {
     // Keep a detached alias: holding the tensor with its grad_fn would make a reference cycle
     // for outputs saved by their own node. LibTorch rebuilds the autograd metadata on unpack.
+    // The detach is recompose's, not the user's op: hidden from selective checkpointing.
+    detail::InternalOpsGuard internal;
     saved_ = tensor.defined() ? tensor.detach() : tensor;
     version_ = tensor._version();
     counted_ = tensor.defined() && tensor.has_storage() && !is_parameter_like(tensor);
@@ -102,30 +105,32 @@ class MeterPolicy final : public detail::SavedTensorPolicy {
   std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override {
     return std::make_unique<MeteredHooks>(counters_);
   }
+  const std::shared_ptr<SavedTensorMeter::Counters>& counters() const { return counters_; }
 
  private:
   std::shared_ptr<SavedTensorMeter::Counters> counters_;
 };
 
-struct MeterScope {
-  explicit MeterScope(std::shared_ptr<SavedTensorMeter::Counters> c) : counters(c), policy(std::move(c)), scope(policy) {}
-  std::shared_ptr<SavedTensorMeter::Counters> counters;
+}  // namespace
+
+// The meter's policy on its thread's stack of saved-tensor policies (which checks LIFO order).
+struct SavedTensorMeter::Scope {
+  explicit Scope(std::shared_ptr<Counters> counters) : policy(std::move(counters)), scope(policy, "recompose::SavedTensorMeter") {}
   MeterPolicy policy;
   detail::SavedTensorPolicyScope scope;
 };
-
-thread_local std::vector<std::unique_ptr<MeterScope>> tl_meter_scopes;
-
-}  // namespace
 
 namespace detail {
 
 MeterCharge::MeterCharge(int64_t bytes) : bytes_(bytes) {
   if (bytes_ == 0) return;
-  for (const auto& scope : tl_meter_scopes) {
-    scope->counters->add_bytes(bytes_);
-    meters_.push_back(scope->counters);
-  }
+  // Every meter open on this thread, also behind barriers (their policies are on the stack).
+  for_each_policy([&](SavedTensorPolicy& policy) {
+    if (auto* meter = dynamic_cast<MeterPolicy*>(&policy)) {
+      meter->counters()->add_bytes(bytes_);
+      meters_.push_back(meter->counters());
+    }
+  });
 }
 
 MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
@@ -145,11 +150,10 @@ void MeterCharge::refund() noexcept {
 
 }  // namespace detail
 
-SavedTensorMeter::SavedTensorMeter() : counters_(std::make_shared<Counters>()) {
-  tl_meter_scopes.push_back(std::make_unique<MeterScope>(counters_));
-}
+SavedTensorMeter::SavedTensorMeter()
+    : counters_(std::make_shared<Counters>()), scope_(std::make_unique<Scope>(counters_)) {}
 
-SavedTensorMeter::~SavedTensorMeter() { tl_meter_scopes.pop_back(); }
+SavedTensorMeter::~SavedTensorMeter() { scope_.reset(); }
 
 int64_t SavedTensorMeter::bytes_held() const {
   std::lock_guard lock(counters_->mutex);

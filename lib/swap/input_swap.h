@@ -11,8 +11,8 @@
 namespace recompose::detail {
 
 // nullptr when !options.swap_inputs(); otherwise a scope that offloads the tensors saved while
-// it is alive through options.swap_manager() (the default manager when null). The policy belongs
-// to the manager: `options` (its swap_manager) must outlive the scope. Closes the manager's current
+// it is alive through options.swap_manager() (the default manager when null). The scope keeps
+// the manager's core alive (its policy lives there). Closes the manager's current
 // implicit group, so that each region's inputs form a group of their own (outside explicit
 // SwapGroupScopes).
 //   auto swap = input_swap_scope(options);

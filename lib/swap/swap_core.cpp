@@ -1,5 +1,6 @@
 #include "swap/swap_core.h"
 
+#include "engine/internal_ops.h"
 #include "swap/copy_fence.h"
 #include "swap/swap_hooks.h"
 
@@ -10,8 +11,12 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace recompose::detail {
 namespace {
@@ -33,14 +38,22 @@ std::string unsupported(const at::Tensor& tensor) {
   return "";
 }
 
+// Options are arguments: a bad one is std::invalid_argument, naming it and what it means.
+void check_at_least(const char* name, int64_t value, int64_t least, const char* meaning) {
+  if (value >= least) return;
+  throw std::invalid_argument(std::string("recompose::SwapOptions: ") + name + " must be >= " +
+                              std::to_string(least) + " (" + meaning + "), got " + std::to_string(value));
+}
+
 }  // namespace
 
 SwapCore::SwapCore(SwapOptions options)
     : options_(std::move(options)), policy_(std::make_unique<SwapPolicy>(*this)) {
-  if (options_.min_bytes() < 0) throw CheckpointError("recompose::SwapOptions: min_bytes must be >= 0");
-  if (options_.prefetch_groups() < 0) {
-    throw CheckpointError("recompose::SwapOptions: prefetch_groups must be >= 0");
-  }
+  check_at_least("min_bytes", options_.min_bytes(), 0, "0 offloads every eligible tensor");
+  check_at_least("prefetch_groups", options_.prefetch_groups(), 0, "0 loads each group on demand");
+  check_at_least("implicit_group_bytes", options_.implicit_group_bytes(), 0,
+                 "0 gives each tensor outside explicit groups a group of its own");
+  check_at_least("max_pool_bytes", options_.max_pool_bytes(), -1, "-1 for no limit, 0 for no pool");
 }
 
 SwapCore::~SwapCore() = default;
@@ -55,39 +68,81 @@ int64_t SwapCore::new_group_locked() {
   return id;
 }
 
+void SwapCore::erase_group_if_done_locked(int64_t id) {
+  auto it = groups_.find(id);
+  if (it == groups_.end() || !it->second.tensors.empty() || open_somewhere_locked(id)) return;
+  // An emptied implicit group is forgotten too: the next offload starts a new one.
+  if (implicit_group_ == id) implicit_group_.reset();
+  groups_.erase(it);
+}
+
+bool SwapCore::open_somewhere_locked(int64_t id) const {
+  for (const auto& [thread, open] : open_groups_) {
+    if (std::find(open.begin(), open.end(), id) != open.end()) return true;
+  }
+  return false;
+}
+
+void SwapCore::set_implicit_group_locked(std::optional<int64_t> id) {
+  const auto previous = std::exchange(implicit_group_, id);
+  if (previous) erase_group_if_done_locked(*previous);
+}
+
 int64_t SwapCore::begin_group() {
   Graveyard graveyard;
   std::lock_guard lock(mutex_);
   poll_locked(graveyard);
-  prune_groups_locked(graveyard);
-  implicit_group_.reset();
+  set_implicit_group_locked(std::nullopt);
   const int64_t id = new_group_locked();
-  open_groups_.push_back(id);
+  open_groups_[std::this_thread::get_id()].push_back(id);
   return id;
 }
 
 void SwapCore::end_group(int64_t id) {
   Graveyard graveyard;
   std::lock_guard lock(mutex_);
-  if (open_groups_.empty() || open_groups_.back() != id) {
+  auto mine = open_groups_.find(std::this_thread::get_id());
+  if (mine == open_groups_.end() || mine->second.back() != id) {
+    std::string why;
+    if (mine != open_groups_.end() && std::find(mine->second.begin(), mine->second.end(), id) != mine->second.end()) {
+      why = "group " + std::to_string(mine->second.back()) +
+            ", opened after it on this thread, is still open; groups must close in LIFO order";
+    } else if (open_somewhere_locked(id)) {
+      why = "it was opened on another thread; close a group on the thread that opened it";
+    } else {
+      why = "it is not open";
+    }
     throw CheckpointError("recompose::SwapManager::end_group(" + std::to_string(id) +
-                          "): not the innermost open group (" +
-                          (open_groups_.empty() ? std::string("none is open")
-                                                : "innermost is " + std::to_string(open_groups_.back())) +
-                          "); groups must close in LIFO order");
+                          "): not the innermost open group of this thread: " + why);
   }
-  open_groups_.pop_back();
-  implicit_group_.reset();
+  mine->second.pop_back();
+  if (mine->second.empty()) open_groups_.erase(mine);
+  erase_group_if_done_locked(id);
+  set_implicit_group_locked(std::nullopt);
+  poll_locked(graveyard);
+}
+
+void SwapCore::force_end_group(int64_t id) {
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  for (auto it = open_groups_.begin(); it != open_groups_.end();) {
+    std::erase(it->second, id);
+    it = it->second.empty() ? open_groups_.erase(it) : std::next(it);
+  }
+  erase_group_if_done_locked(id);
+  set_implicit_group_locked(std::nullopt);
   poll_locked(graveyard);
 }
 
 void SwapCore::close_implicit_group() {
   std::lock_guard lock(mutex_);
-  implicit_group_.reset();
+  set_implicit_group_locked(std::nullopt);
 }
 
 int64_t SwapCore::group_for_locked(int64_t bytes) {
-  if (!open_groups_.empty()) return open_groups_.back();
+  if (auto mine = open_groups_.find(std::this_thread::get_id()); mine != open_groups_.end()) {
+    return mine->second.back();
+  }
   if (implicit_group_) {
     auto it = groups_.find(*implicit_group_);
     if (it != groups_.end() &&
@@ -95,24 +150,8 @@ int64_t SwapCore::group_for_locked(int64_t bytes) {
       return *implicit_group_;
     }
   }
-  implicit_group_ = new_group_locked();
+  set_implicit_group_locked(new_group_locked());
   return *implicit_group_;
-}
-
-void SwapCore::prune_groups_locked(Graveyard& graveyard) {
-  for (auto it = groups_.begin(); it != groups_.end();) {
-    auto& tensors = it->second.tensors;
-    std::erase_if(tensors, [&](const std::weak_ptr<SwappedTensor>& weak) {
-      auto s = weak.lock();
-      if (!s) return true;
-      const bool released = s->state_ == SwapState::Released;
-      graveyard.push_back(std::move(s));
-      return released;
-    });
-    const bool open = std::find(open_groups_.begin(), open_groups_.end(), it->first) != open_groups_.end() ||
-                      implicit_group_ == it->first;
-    it = tensors.empty() && !open ? groups_.erase(it) : std::next(it);
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,6 +214,8 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
   if (const auto why = unsupported(tensor); !why.empty()) {
     throw CheckpointError("recompose::SwapManager::offload: cannot offload this tensor: " + why);
   }
+  // The detach, the buffer, its view and the copy are recompose's ops, not the user's.
+  InternalOpsGuard internal;
   at::Tensor source = tensor.detach();
   Graveyard graveyard;
   std::lock_guard lock(mutex_);
@@ -189,12 +230,12 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
   launch_offload_locked(*swapped, source);
   swapped->users_ = 1;
   auto& g = groups_[group];
-  g.tensors.push_back(swapped);
+  g.tensors.push_back(Member{swapped, swapped.get()});
   g.bytes += swapped->nbytes();
   swapped->storage_key_ = source.storage().unsafeGetStorageImpl();
   aliases_[swapped->storage_key_].push_back(
       Alias{swapped, swapped.get(), source.storage().getWeakStorageImpl(), source.storage_offset(), source._version()});
-  in_flight_.push_back(swapped);
+  in_flight_.push_back(Member{swapped, swapped.get()});
   ++tensors_alive_;
   bytes_alive_ += swapped->nbytes();
   // Lets the source go right away when the copy is synchronous (CPU, pageable memory).
@@ -246,7 +287,7 @@ void SwapCore::finish_offload_locked(SwappedTensor& s) {
 
 void SwapCore::poll_locked(Graveyard& graveyard) {
   while (!in_flight_.empty()) {
-    auto s = in_flight_.front().lock();
+    auto s = in_flight_.front().swapped.lock();
     if (s) graveyard.push_back(s);
     if (!s || s->state_ != SwapState::Offloading) {
       in_flight_.pop_front();
@@ -321,8 +362,8 @@ void SwapCore::use_group_locked(int64_t group, const SwappedTensor* asking, Grav
   it->second.used = true;
   auto reload_group = [&](Group& g) {
     bool live = false;
-    for (const auto& weak : g.tensors) {
-      auto s = weak.lock();
+    for (const auto& member : g.tensors) {
+      auto s = member.swapped.lock();
       if (!s) continue;
       graveyard.push_back(s);
       if (s->state_ == SwapState::Released) continue;
@@ -340,6 +381,7 @@ void SwapCore::use_group_locked(int64_t group, const SwappedTensor* asking, Grav
 }
 
 at::Tensor SwapCore::get(SwappedTensor& s, int64_t* generation) {
+  InternalOpsGuard internal;  // the reloads' allocations and copies
   Graveyard graveyard;
   std::lock_guard lock(mutex_);
   if (s.state_ == SwapState::Released) {
@@ -356,7 +398,7 @@ at::Tensor SwapCore::get(SwappedTensor& s, int64_t* generation) {
     if (++s.gets_since_reload_ >= s.users_ && s.keep_on_device_) {
       s.keep_on_device_ = false;
       if (s.fence_->done()) finish_offload_locked(s);
-      else in_flight_.push_back(s.weak_from_this());
+      else in_flight_.push_back(Member{s.weak_from_this(), &s});
     }
     return result;
   }
@@ -390,6 +432,7 @@ at::Tensor SwapCore::get(SwappedTensor& s, int64_t* generation) {
 }
 
 void SwapCore::prefetch(SwappedTensor& s) {
+  InternalOpsGuard internal;  // the reload's allocation and copy
   std::lock_guard lock(mutex_);
   if (s.state_ == SwapState::Released) {
     throw CheckpointError("recompose::SwappedTensor::prefetch: the tensor was released");
@@ -412,10 +455,18 @@ void SwapCore::free_buffers_locked(SwappedTensor& s) {
   s.state_ = SwapState::Released;
   --tensors_alive_;
   bytes_alive_ -= s.nbytes();
+  // No lock() below: a reference dropped under the mutex would re-enter destroy().
   if (auto it = aliases_.find(s.storage_key_); it != aliases_.end()) {
-    // No lock() here: a reference dropped under the mutex would re-enter destroy().
     std::erase_if(it->second, [&](const Alias& alias) { return alias.raw == &s || alias.swapped.expired(); });
     if (it->second.empty()) aliases_.erase(it);
+  }
+  std::erase_if(in_flight_, [&](const Member& m) { return m.raw == &s; });
+  if (auto it = groups_.find(s.group_); it != groups_.end()) {
+    auto& tensors = it->second.tensors;
+    // Backward frees tensors about in reverse order of offload: search from the back.
+    auto member = std::find_if(tensors.rbegin(), tensors.rend(), [&](const Member& m) { return m.raw == &s; });
+    if (member != tensors.rend()) tensors.erase(std::next(member).base());
+    erase_group_if_done_locked(s.group_);
   }
 }
 
@@ -442,7 +493,7 @@ void SwapCore::drop_user(SwappedTensor& s, int64_t served) {
     s.state_ = SwapState::Offloaded;
   } else if (s.state_ == SwapState::Offloading && s.keep_on_device_) {
     s.keep_on_device_ = false;
-    in_flight_.push_back(s.weak_from_this());
+    in_flight_.push_back(Member{s.weak_from_this(), &s});
   }
 }
 
@@ -482,6 +533,15 @@ int64_t SwapCore::tensors_alive() const {
 int64_t SwapCore::bytes_alive() const {
   std::lock_guard lock(mutex_);
   return bytes_alive_;
+}
+
+int64_t SwapCore::bookkeeping_entries() const {
+  std::lock_guard lock(mutex_);
+  auto n = static_cast<int64_t>(groups_.size() + in_flight_.size() + aliases_.size() + open_groups_.size());
+  for (const auto& [thread, open] : open_groups_) n += static_cast<int64_t>(open.size());
+  for (const auto& [id, group] : groups_) n += static_cast<int64_t>(group.tensors.size());
+  for (const auto& [key, list] : aliases_) n += static_cast<int64_t>(list.size());
+  return n;
 }
 
 }  // namespace recompose::detail

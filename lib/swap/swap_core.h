@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +31,9 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
 
   int64_t begin_group();
   void end_group(int64_t id);
+  // Closes group `id` wherever it is open (SwapGroupScope, after end_group refused): a scope
+  // closed wrongly must not leave its group open for good.
+  void force_end_group(int64_t id);
   // Starts a fresh implicit group at the next offload.
   void close_implicit_group();
 
@@ -59,14 +63,23 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void clear_pool();
   int64_t tensors_alive() const;
   int64_t bytes_alive() const;
+  // Entries of the internal tables (groups, group members, aliases, copies in flight): back to
+  // its earlier value once the tensors offloaded since are gone. For leak tests.
+  int64_t bookkeeping_entries() const;
 
   // Offloads every eligible saved tensor through this core (AsyncSaveOnCpu, swap_inputs).
   SavedTensorPolicy& policy() { return *policy_; }
 
  private:
   using Graveyard = std::vector<std::shared_ptr<SwappedTensor>>;
+  // A SwappedTensor in a table: weak (the hooks own it) plus its address, which identifies it
+  // without lock() when it is being destroyed.
+  struct Member {
+    std::weak_ptr<SwappedTensor> swapped;
+    const SwappedTensor* raw;
+  };
   struct Group {
-    std::vector<std::weak_ptr<SwappedTensor>> tensors;
+    std::vector<Member> tensors;  // not released yet
     int64_t bytes = 0;
     bool used = false;  // backward asked for one of its tensors
   };
@@ -81,7 +94,11 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
 
   int64_t new_group_locked();
   int64_t group_for_locked(int64_t bytes);
-  void prune_groups_locked(Graveyard& graveyard);
+  // Forgets group `id` once it has no tensors left and is not open (an implicit group, once
+  // empty, is no longer current): the bookkeeping of a group lives as long as its tensors.
+  void erase_group_if_done_locked(int64_t id);
+  void set_implicit_group_locked(std::optional<int64_t> id);
+  bool open_somewhere_locked(int64_t id) const;
   std::shared_ptr<SwappedTensor> find_alias_locked(const at::Tensor& source, Graveyard& graveyard);
   void launch_offload_locked(SwappedTensor& swapped, const at::Tensor& source);
   void launch_reload_locked(SwappedTensor& swapped);
@@ -95,6 +112,8 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   c10::Stream copy_stream_locked(const c10::Device& device);
   bool pinned_for(const c10::Device& device) const;
 
+  // Every table entry of a tensor is erased when it is released or destroyed (free_buffers_locked),
+  // so that nothing grows with the number of steps.
   // Recursive: a SwappedTensor destroyed while the lock is held (its last reference was a
   // weak_ptr we locked) re-enters through destroy(). Locals named graveyard hold such
   // references until after the lock is released.
@@ -104,10 +123,12 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   HostBufferPool pool_;
   std::unordered_map<c10::Device, c10::Stream> copy_streams_;
   std::map<int64_t, Group> groups_;
-  std::vector<int64_t> open_groups_;
+  // Explicit groups open, per thread (innermost last): threads that share a manager do not
+  // close each other's groups.
+  std::unordered_map<std::thread::id, std::vector<int64_t>> open_groups_;
   std::optional<int64_t> implicit_group_;
   int64_t next_group_ = 0;
-  std::deque<std::weak_ptr<SwappedTensor>> in_flight_;  // Offloading, in launch order
+  std::deque<Member> in_flight_;  // Offloading, in launch order
   std::unordered_map<const c10::StorageImpl*, std::vector<Alias>> aliases_;
   int64_t tensors_alive_ = 0;
   int64_t bytes_alive_ = 0;

@@ -1,5 +1,6 @@
 #include "swap/swap_hooks.h"
 
+#include "engine/internal_ops.h"
 #include "swap/swap_core.h"
 
 #include <c10/util/Exception.h>
@@ -22,6 +23,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
   if (core_->eligible(tensor)) {
     swapped_ = core_->offload(tensor);
   } else {
+    InternalOpsGuard internal;  // recompose's detach, not the user's op
     kept_ = tensor.detach();
     core_->note_kept(tensor);
   }

@@ -31,14 +31,17 @@ void SwapManager::clear_pool() { core_->clear_pool(); }
 int64_t SwapManager::tensors_alive() const { return core_->tensors_alive(); }
 int64_t SwapManager::bytes_alive() const { return core_->bytes_alive(); }
 
-SwapGroupScope::SwapGroupScope(SwapManager& manager) : manager_(manager), id_(manager.begin_group()) {}
+SwapGroupScope::SwapGroupScope(SwapManager& manager)
+    : core_(manager.core().shared_from_this()), id_(core_->begin_group()) {}
 
 SwapGroupScope::~SwapGroupScope() {
   try {
-    manager_.end_group(id_);
+    core_->end_group(id_);
   } catch (const std::exception& e) {
-    // A destructor must not throw; a non-LIFO close is a bug of the caller's.
-    TORCH_WARN("recompose::SwapGroupScope: ", e.what());
+    // A destructor must not throw; a non-LIFO or cross-thread close is a bug of the caller's.
+    // The group is closed all the same, or it would collect this thread's tensors for good.
+    TORCH_WARN("recompose::SwapGroupScope: ", e.what(), " (the group has been closed anyway)");
+    core_->force_end_group(id_);
   }
 }
 
