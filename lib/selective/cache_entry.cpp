@@ -67,6 +67,7 @@ CacheEntry::CacheEntry(CacheEntry&& other) noexcept
       swapped_(std::move(other.swapped_)),
       swapped_storages_(std::move(other.swapped_storages_)),
       swap_(other.swap_),
+      written_after_capture_(other.written_after_capture_),
       bytes_(other.bytes_),
       charge_(std::move(other.charge_)) {
   other.bytes_ = 0;
@@ -80,6 +81,7 @@ CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
     swapped_ = std::move(other.swapped_);
     swapped_storages_ = std::move(other.swapped_storages_);
     swap_ = other.swap_;
+    written_after_capture_ = other.written_after_capture_;
     bytes_ = other.bytes_;
     charge_ = std::move(other.charge_);
     other.bytes_ = 0;
@@ -151,7 +153,10 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
       // Its copies are recompose's ops: no region may record them.
       if (!swapped) return alias_of(t);
       InternalOpsGuard internal;
-      return alias_of(swapped->get());
+      // A reload may be shared with other entries (another region that kept the same output):
+      // one the recomputation will write into must be a copy of its own.
+      at::Tensor reloaded = swapped->get();
+      return written_after_capture_ ? reloaded.clone() : alias_of(reloaded);
     }));
   }
 }
@@ -163,6 +168,7 @@ void CacheEntry::copy_on_write() {
   // An offloaded output's host copy is what the replay needs, as long as it has landed before
   // the write: wait for the copies in flight (the write has not been launched yet), then keep it.
   if (swap_ != nullptr && !swapped_storages_.empty()) swap_->synchronize();
+  written_after_capture_ = true;
   versions_.clear();
   size_t j = 0;
   for (c10::IValue& v : values_) {

@@ -63,6 +63,9 @@ class CacheEntry {
   // Storages of offloaded tensors, so that an in-place write into them is still noticed.
   c10::SmallVector<const c10::StorageImpl*, 4> swapped_storages_;
   SwapManager* swap_ = nullptr;  // owned by the region's selective state, which outlives entries
+  // The forward wrote into these outputs after they were kept (copy_on_write ran): the
+  // recomputation will write into the replayed ones too.
+  bool written_after_capture_ = false;
   int64_t bytes_ = 0;               // counted in selective_checkpoint_bytes_kept()
   MeterCharge charge_;              // the same bytes, charged to the meters of the forward thread
   void account();
