@@ -6,7 +6,7 @@
 #
 #   bash scripts/differential.sh                     # 10,000 cases from seed 1
 #   RECOMPOSE_DIFF_CASES=50000 RECOMPOSE_DIFF_SEED=100000 bash scripts/differential.sh
-#   RECOMPOSE_DIFF_FEATURES=-known bash scripts/differential.sh      # known-buggy features off
+#   RECOMPOSE_DIFF_FEATURES=-known bash scripts/differential.sh      # features that once hit bugs, off
 #   RECOMPOSE_DIFF_FEATURES=help bash scripts/differential.sh        # list the feature switches
 #   RECOMPOSE_DIFF_ONLY=1234 bash scripts/differential.sh            # one case, with its description
 #
