@@ -61,9 +61,11 @@ need ninja
 eval "$(meson introspect "$build" --buildoptions | python3 -c '
 import json, sys
 opts = {o["name"]: o["value"] for o in json.load(sys.stdin)}
-for k in ("prefix", "libdir", "includedir", "torch_dir"):
+for k in ("prefix", "libdir", "includedir"):
     print(f"{k}={opts[k]!r}")
 ')"
+# The LibTorch the build uses (the option may be empty: then meson.build picked the default).
+torch_dir=$(sed -n 's/^torch_dir=//p' "$build/recompose.pc")
 case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
 case $includedir in /*) ;; *) includedir=$prefix/$includedir ;; esac
 stage=$work/stage
@@ -126,10 +128,15 @@ consumer_pkg_config() {
   env -u LD_LIBRARY_PATH "$dir/consumer"
 }
 
-# A CUDA LibTorch's find_package(Torch) needs the CUDA Toolkit; our package says so clearly.
+# A CUDA LibTorch's find_package(Torch) needs the CUDA Toolkit: without one, recompose's package
+# must say so (the build is then skipped, as no CMake project can use that LibTorch here).
 torch_is_cuda() { [ -e "$torch_dir/lib/libtorch_cuda.so" ]; }
 have_cuda_toolkit() {
-  command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ] || [ -x /usr/local/cuda/bin/nvcc ]
+  local n
+  for n in nvcc "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
+    "$n" --version >/dev/null 2>&1 && return 0
+  done
+  return 1
 }
 
 consumer_cmake() {
@@ -137,19 +144,17 @@ consumer_cmake() {
   local dir=$work/cmake
   local generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
-  if torch_is_cuda && ! have_cuda_toolkit; then
-    # Expect the clear message from recomposeConfig.cmake, not a failure deep in Caffe2.
-    if cmake -S "$here" -B "$dir" "${generator[@]}" -DCMAKE_PREFIX_PATH="$sprefix" >"$dir.out" 2>&1; then
-      cat "$dir.out"; echo "cmake configured without a CUDA Toolkit for a CUDA LibTorch: unexpected"; return 1
+  if ! cmake -S "$here" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sprefix" \
+      >"$work/cmake-configure.log" 2>&1; then
+    cat "$work/cmake-configure.log"
+    if torch_is_cuda && ! have_cuda_toolkit && tr -s ' \n' ' ' <"$work/cmake-configure.log" | grep -q "needs the CUDA Toolkit (nvcc and headers)"; then
+      echo "SKIPPED the build: this LibTorch is a CUDA build and there is no CUDA Toolkit here" \
+           "(find_package(Torch) needs one); recompose's message about it was checked"
+      return 0
     fi
-    cat "$dir.out"
-    grep -q "needs the.*CUDA Toolkit" "$dir.out" || grep -q "CUDA Toolkit (nvcc and headers)" "$dir.out" || {
-      echo "cmake failed without recompose's message about the CUDA Toolkit"; return 1; }
-    echo "SKIPPED the build: this LibTorch is a CUDA build and there is no CUDA Toolkit here" \
-         "(find_package(Torch) needs one); recompose's message about it was checked"
-    return 0
+    return 1
   fi
-  cmake -S "$here" -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sprefix"
+  cat "$work/cmake-configure.log"
   grep -E '^recompose_DIR' "$dir/CMakeCache.txt"
   cmake --build "$dir" -j "$jobs" --verbose
   env -u LD_LIBRARY_PATH "$dir/consumer"
