@@ -41,7 +41,10 @@ run_step() {
   local t0=$SECONDS rc=0
   (set -e; "$@") >"$work/$name.log" 2>&1 &
   wait $! || rc=$?
-  if [ $rc -eq 0 ]; then
+  if [ $rc -eq 0 ] && grep -q '^SKIPPED' "$work/$name.log"; then
+    results+=("$(printf '%-18s skipped  %4d s' "$name" $((SECONDS - t0)))")
+    log "$name: $(grep '^SKIPPED' "$work/$name.log")"
+  elif [ $rc -eq 0 ]; then
     results+=("$(printf '%-18s ok       %4d s' "$name" $((SECONDS - t0)))")
     log "$name: ok ($((SECONDS - t0)) s)"
   else
