@@ -48,19 +48,21 @@ torch_dir=${RECOMPOSE_TORCH_DIR:-$(ls -d "$venv"/lib/python3*/site-packages/torc
   die "no torch with C++ headers at '${torch_dir:-$venv/lib/python3*/site-packages/torch}' (set RECOMPOSE_TORCH_DIR)"
 [ -e "$torch_dir/lib/libtorch_cuda.so" ] || die "$torch_dir is a CPU-only torch (no lib/libtorch_cuda.so)"
 
-# CUDA Toolkit: meson finds it through CUDA_PATH or nvcc on PATH; its headers go on every target.
-if [ -z "${CUDA_PATH:-}" ]; then
-  if command -v nvcc >/dev/null 2>&1; then
-    CUDA_PATH=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-  else
-    for d in /usr/local/cuda /usr/local/cuda-*; do
-      [ -x "$d/bin/nvcc" ] && CUDA_PATH=$d && break
-    done
-  fi
+# CUDA Toolkit: meson finds it through CUDA_PATH (or nvcc on PATH); its headers go on every target.
+has_toolkit() { [ -n "$1" ] && [ -f "$1/include/cuda_runtime_api.h" ]; }
+if ! has_toolkit "${CUDA_PATH:-}"; then
+  CUDA_PATH=""
+  candidates=("${CUDA_HOME:-}")
+  command -v nvcc >/dev/null 2>&1 && candidates+=("$(dirname "$(dirname "$(command -v nvcc)")")")
+  candidates+=(/usr/local/cuda /usr/local/cuda-*)
+  for d in "${candidates[@]}"; do
+    if has_toolkit "$d"; then CUDA_PATH=$d; break; fi
+  done
 fi
-[ -n "${CUDA_PATH:-}" ] && [ -f "$CUDA_PATH/include/cuda_runtime_api.h" ] ||
-  die "no CUDA Toolkit found (set CUDA_PATH to the folder holding bin/nvcc and include/)"
+has_toolkit "${CUDA_PATH:-}" || die "no CUDA Toolkit found (set CUDA_PATH to the folder holding bin/nvcc and include/)"
 export CUDA_PATH
+# meson warns when CUDA_HOME names another folder.
+[ -n "${CUDA_HOME:-}" ] && export CUDA_HOME=$CUDA_PATH
 export PATH="$PATH:$CUDA_PATH/bin"
 
 # doctest: carried in .carry/include, or installed on this machine.
@@ -81,7 +83,7 @@ main() {
   local status=0
   echo "date: $(date -u)"
   echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
-  echo "torch: $torch_dir ($(grep -h '__version__' "$torch_dir/version.py" | head -n1))"
+  echo "torch: $torch_dir ($(grep -h '^__version__' "$torch_dir/version.py" | head -n1))"
   echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
   echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1)"
   echo "command: bash scripts/gpu-run.sh"
