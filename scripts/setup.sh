@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything recompose needs on a Debian 12 machine, idempotently:
-#   - Debian packages: compiler, meson, ninja, doctest, range-v3, unzip, python3-pip;
+#   - Debian packages: compiler, meson, ninja, pkg-config, cmake, doctest, unzip, python3-pip
+#     (pkg-config and cmake build the consumer tests, tests/consumers);
 #   - LibTorch 2.11.0 from the PyPI `torch` wheel (plus the two small CUDA runtime wheels that
 #     libtorch_cpu.so links against), unpacked OUTSIDE the checkout so every clone reuses it.
 # Prints the LibTorch folder (the one holding include/ and lib/) on its last line.
@@ -22,7 +23,7 @@ sudo_if_needed() {
 }
 
 install_debian_packages() {
-  local wanted=(g++ ninja-build meson pkg-config doctest-dev librange-v3-dev unzip python3-pip)
+  local wanted=(g++ ninja-build meson pkg-config cmake doctest-dev unzip python3-pip)
   local missing=()
   for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -72,8 +73,24 @@ install_libtorch() {
   echo "$root/torch"
 }
 
+check_tools() {
+  local missing=()
+  for t in meson ninja; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[setup] ${missing[*]} not found on PATH (install meson >= 1.0 and ninja)" >&2
+    exit 2
+  fi
+  local v
+  v=$(meson --version)
+  if [ "$(printf '%s\n1.0.0\n' "$v" | sort -V | head -n1)" != 1.0.0 ]; then
+    echo "[setup] meson $v is too old: recompose needs meson >= 1.0 (pip install 'meson>=1.0')" >&2
+    exit 2
+  fi
+}
+
 main() {
   install_debian_packages
+  check_tools
   if [ -n "${RECOMPOSE_TORCH_DIR:-}" ]; then
     [ -d "$RECOMPOSE_TORCH_DIR/include/torch" ] || {
       echo "RECOMPOSE_TORCH_DIR=$RECOMPOSE_TORCH_DIR has no include/torch: point it at a LibTorch" \

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Command (2) of the README: set up, build, and run every test. Exits non-zero if any test fails.
+# Command (2) of the README: set up, build, run every test, then the consumer tests (recompose
+# installed into a temporary folder and used from pkg-config, CMake and Meson: tests/consumers).
+# Exits non-zero if any test fails. RECOMPOSE_CONSUMERS=none skips the consumer tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -19,5 +21,11 @@ for line in open(sys.argv[1], errors="replace"):
         passed += int(m.group(2)); failed += int(m.group(3)); skipped += int(m.group(4))
 print(f"doctest: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-echo "[test] build $((built - start)) s, tests $((done_at - built)) s"
+consumers=skipped
+if [ "${RECOMPOSE_CONSUMERS:-}" != none ]; then
+  echo "[test] consumer tests: install into a temporary folder, then pkg-config, CMake, Meson"
+  if bash tests/consumers/run.sh "$build"; then consumers=passed; else consumers=FAILED; status=1; fi
+fi
+consumers_at=$(date +%s)
+echo "[test] build $((built - start)) s, tests $((done_at - built)) s, consumer tests $((consumers_at - done_at)) s ($consumers)"
 exit $status

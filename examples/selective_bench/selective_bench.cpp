@@ -6,7 +6,12 @@
 //     checkpointing: step time (forward + backward) and bytes held for backward, as ratios to
 //     none. Repetitions are interleaved; figures are medians.
 //
-//   selective_bench [--ops N] [--reps R] [--blocks L] [--batch B] [--seq T] [--dim D] [--threads K]
+//   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq T]
+//                   [--dim D] [--threads K]
+//
+// On CUDA the stack also reports the peak device memory of a step.
+#include "../common/device.h"
+
 #include <recompose/recompose.h>
 #include <recompose/selective_checkpoint.h>
 
@@ -19,6 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,13 +54,14 @@ recompose::SelectivePolicy constant(recompose::CheckpointPolicy p) {
       [p](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle&, const torch::jit::Stack&) { return p; });
 }
 
-void per_op_overhead(int64_t ops, int reps) {
+void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
   torch::NoGradGuard no_grad;  // the interception does not depend on autograd; keep the op cheap
-  const torch::Tensor x = torch::ones({4});
-  const torch::Tensor y = torch::ones({4});
+  const torch::Tensor x = torch::ones({4}, torch::TensorOptions().device(device));
+  const torch::Tensor y = torch::ones({4}, torch::TensorOptions().device(device));
   auto loop = [&] {
     torch::Tensor out;
     for (int64_t i = 0; i < ops; ++i) out = at::add(x, y);
+    examples::synchronize(device);
     return out;
   };
   const auto pass_through = constant(recompose::CheckpointPolicy::PREFER_RECOMPUTE);
@@ -96,8 +104,8 @@ void per_op_overhead(int64_t ops, int reps) {
     for (auto& r : rows) r.samples.push_back(r.run());
   }
   const double plain_ns = median(rows[0].samples) / static_cast<double>(ops) * 1e9;
-  std::printf("1. Per-op cost of the interception (at::add on 4 floats, %lld ops, median of %d)\n",
-              static_cast<long long>(ops), reps);
+  std::printf("1. Per-op cost of the interception (at::add on 4 floats on %s, %lld ops, median of %d)\n",
+              device.str().c_str(), static_cast<long long>(ops), reps);
   std::printf("   %-36s %10s %14s\n", "", "ns/op", "overhead ns/op");
   for (const auto& r : rows) {
     const double ns = median(r.samples) / static_cast<double>(ops) * 1e9;
@@ -123,7 +131,7 @@ struct BlockImpl : torch::nn::Module {
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads;
     auto parts = qkv(ln1(x)).view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
     torch::Tensor scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    torch::Tensor causal = torch::ones({t, t}, torch::kBool).triu(1);
+    torch::Tensor causal = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     torch::Tensor attn = torch::softmax(scores.masked_fill(causal, -1e9), -1);
     torch::Tensor ctx = torch::matmul(attn, parts[2]).transpose(1, 2).reshape({b, t, d});
     x = x + proj(ctx);
@@ -144,26 +152,30 @@ struct Stack {
   }
 };
 
-Stack make_stack(int64_t layers, int64_t dim, int64_t heads) {
+Stack make_stack(int64_t layers, int64_t dim, int64_t heads, const torch::Device& device) {
   torch::manual_seed(0);
   Stack s;
-  for (int64_t i = 0; i < layers; ++i) s.blocks.emplace_back(dim, heads);
+  for (int64_t i = 0; i < layers; ++i) {
+    s.blocks.emplace_back(dim, heads);
+    s.blocks.back()->to(device);
+  }
   return s;
 }
 
-void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps) {
+void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps, const torch::Device& device) {
   const int64_t heads = 4;
   struct Config {
     const char* name;
     Stack stack;
     std::vector<double> step_s;
     std::vector<double> bytes;
+    std::vector<double> peak;  // peak device memory of a step (CUDA only)
   };
   std::vector<Config> configs;
-  configs.push_back({"none", make_stack(layers, dim, heads), {}, {}});
-  configs.push_back({"full", make_stack(layers, dim, heads), {}, {}});
-  configs.push_back({"selective (transformer_policy)", make_stack(layers, dim, heads), {}, {}});
-  configs.push_back({"selective (every second mm)", make_stack(layers, dim, heads), {}, {}});
+  configs.push_back({"none", make_stack(layers, dim, heads, device), {}, {}, {}});
+  configs.push_back({"full", make_stack(layers, dim, heads, device), {}, {}, {}});
+  configs.push_back({"selective (transformer_policy)", make_stack(layers, dim, heads, device), {}, {}, {}});
+  configs.push_back({"selective (every second mm)", make_stack(layers, dim, heads, device), {}, {}, {}});
   for (auto& b : configs[1].stack.blocks) recompose::apply_checkpoint(b);
   for (auto& b : configs[2].stack.blocks) {
     recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
@@ -174,11 +186,13 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   }
 
   torch::manual_seed(1);
-  const torch::Tensor input = torch::randn({batch, seq, dim});
+  const torch::Tensor input = torch::randn({batch, seq, dim}).to(device);
   std::vector<torch::Tensor> grads_of_first;
   auto step = [&](Config& c) {
     for (auto& b : c.stack.blocks) b->zero_grad();
     int64_t held = 0;
+    examples::synchronize(device);
+    examples::reset_peak_device_memory(device);
     const double s = seconds([&] {
       torch::Tensor loss;
       {
@@ -188,14 +202,17 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
         held = meter.bytes_held();  // includes the outputs selective checkpointing keeps
       }
       loss.backward();
+      examples::synchronize(device);
     });
     c.step_s.push_back(s);
     c.bytes.push_back(static_cast<double>(held));
+    c.peak.push_back(static_cast<double>(examples::peak_device_memory(device)));
   };
   for (auto& c : configs) {  // warm-up, and a check that all configurations agree
     step(c);
     c.step_s.clear();
     c.bytes.clear();
+    c.peak.clear();
   }
   for (size_t i = 1; i < configs.size(); ++i) {
     const auto& g0 = configs[0].stack.blocks[0]->qkv->weight.grad();
@@ -208,32 +225,71 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   for (int rep = 0; rep < reps; ++rep) {
     for (auto& c : configs) step(c);
   }
-  const double t0 = median(configs[0].step_s), b0 = median(configs[0].bytes);
-  std::printf("\n2. Transformer stack: %lld blocks, batch %lld, seq %lld, dim %lld, %lld heads (median of %d, interleaved)\n",
-              static_cast<long long>(layers), static_cast<long long>(batch), static_cast<long long>(seq),
-              static_cast<long long>(dim), static_cast<long long>(heads), reps);
-  std::printf("   %-32s %12s %10s %16s %10s\n", "", "step ms", "time/none", "bytes held", "bytes/none");
+  const double t0 = median(configs[0].step_s), b0 = median(configs[0].bytes), p0 = median(configs[0].peak);
+  const bool cuda = device.is_cuda();
+  std::printf("\n2. Transformer stack on %s: %lld blocks, batch %lld, seq %lld, dim %lld, %lld heads (median of %d, "
+              "interleaved)\n",
+              device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
+              static_cast<long long>(seq), static_cast<long long>(dim), static_cast<long long>(heads), reps);
+  std::printf("   %-32s %12s %10s %16s %10s%s\n", "", "step ms", "time/none", "bytes held", "bytes/none",
+              cuda ? "  step peak MiB  peak/none" : "");
   for (const auto& c : configs) {
-    const double t = median(c.step_s), b = median(c.bytes);
-    std::printf("   %-32s %12.2f %10.3f %16.0f %10.3f\n", c.name, t * 1e3, t / t0, b, b / b0);
+    const double t = median(c.step_s), b = median(c.bytes), p = median(c.peak);
+    std::printf("   %-32s %12.2f %10.3f %16.0f %10.3f", c.name, t * 1e3, t / t0, b, b / b0);
+    if (cuda) std::printf("  %13.2f %10.3f", p / 1048576.0, p / p0);
+    std::printf("\n");
   }
+}
+
+const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads"};
+
+std::string string_arg(int argc, char** argv, const char* name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
 }
 
 int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], name) == 0) return examples::int_flag(name, argv[i + 1]);
   }
   return fallback;
+}
+
+void check_flags(int argc, char** argv) {
+  for (int i = 1; i < argc; i += 2) {
+    bool known = false;
+    for (const char* f : kFlags) known = known || std::strcmp(argv[i], f) == 0;
+    if (!known) throw std::invalid_argument(std::string("unknown flag ") + argv[i]);
+    if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t threads = arg(argc, argv, "--threads", 0);
+  int64_t threads = 0, ops = 0, blocks = 0, batch = 0, seq = 0, dim = 0;
+  int reps = 0;
+  torch::Device device(torch::kCPU);
+  try {
+    check_flags(argc, argv);
+    device = examples::pick_device(string_arg(argc, argv, "--device", "auto"));
+    threads = arg(argc, argv, "--threads", 0);
+    reps = static_cast<int>(arg(argc, argv, "--reps", 7));
+    ops = arg(argc, argv, "--ops", 200000);
+    blocks = arg(argc, argv, "--blocks", 4);
+    batch = arg(argc, argv, "--batch", 4);
+    seq = arg(argc, argv, "--seq", 128);
+    dim = arg(argc, argv, "--dim", 256);
+  } catch (const std::exception& e) {
+    std::cerr << "selective_bench: " << e.what() << "\n"
+              << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B]\n"
+              << "                       [--seq T] [--dim D] [--threads K]\n";
+    return 2;
+  }
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
-  const int reps = static_cast<int>(arg(argc, argv, "--reps", 7));
-  per_op_overhead(arg(argc, argv, "--ops", 200000), reps);
-  transformer_stack(arg(argc, argv, "--blocks", 4), arg(argc, argv, "--batch", 4), arg(argc, argv, "--seq", 128),
-                    arg(argc, argv, "--dim", 256), reps);
+  per_op_overhead(ops, reps, device);
+  transformer_stack(blocks, batch, seq, dim, reps, device);
   return 0;
 }
