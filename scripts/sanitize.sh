@@ -18,9 +18,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 ninja -C "$build" -j "${RECOMPOSE_JOBS:-$(nproc)}" tests/test_hooks tests/test_checkpoint
 supp="$PWD/tests/sanitizers"
-# LibTorch's uninstrumented code frees with free() some blocks its inline headers allocated
-# with new (and the reverse): alloc_dealloc_mismatch would flag LibTorch, not us.
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_odr_violation=0:alloc_dealloc_mismatch=0:${ASAN_OPTIONS:-}"
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:${ASAN_OPTIONS:-}"
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="suppressions=$supp/ubsan.supp:print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 status=0
