@@ -12,7 +12,7 @@ status=0
 meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
 done_at=$(date +%s)
 # meson prints its own summary; add the doctest totals as one plain line that CI can read.
-python3 - "$build/meson-logs/testlog.txt" <<'PY' || true
+totals=$(python3 - "$build/meson-logs/testlog.txt" <<'PY' || true
 import re, sys
 passed = failed = skipped = 0
 for line in open(sys.argv[1], errors="replace"):
@@ -21,6 +21,8 @@ for line in open(sys.argv[1], errors="replace"):
         passed += int(m.group(2)); failed += int(m.group(3)); skipped += int(m.group(4))
 print(f"doctest: {passed} passed, {failed} failed, {skipped} skipped")
 PY
+)
+echo "$totals"
 consumers=skipped
 if [ "${RECOMPOSE_CONSUMERS:-}" != none ]; then
   echo "[test] consumer tests: install into a temporary folder, then pkg-config, CMake, Meson"
@@ -28,4 +30,6 @@ if [ "${RECOMPOSE_CONSUMERS:-}" != none ]; then
 fi
 consumers_at=$(date +%s)
 echo "[test] build $((built - start)) s, tests $((done_at - built)) s, consumer tests $((consumers_at - done_at)) s ($consumers)"
+# The totals again as the closing line, which CI reads.
+echo "$totals"
 exit $status
