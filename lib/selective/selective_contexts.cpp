@@ -26,6 +26,12 @@ namespace {
 using detail::OpCalls;
 using detail::OpSlot;
 
+[[noreturn]] void internal_stack_error(const c10::OperatorHandle& op) {
+  throw CheckpointError("recompose selective checkpoint: internal error: the stack of " + op.schema().name() +
+                        " holds fewer values than its arguments. Please report this with the model that "
+                        "triggers it.");
+}
+
 // Shared by the contexts object and every token entered from it: a token may outlive the
 // contexts object (the engine drops it when the region ends).
 struct SacState {
@@ -86,7 +92,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
     }
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
-    TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
+    if (stack->size() < n_args) internal_stack_error(op);
     // The policy sees the arguments after the op ran (upstream passes the outputs too).
     torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
     if (!calls.random) calls.random = detail::is_random_op(op);
@@ -189,7 +195,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
             "recomputation, e.g. a backward with retain_graph).");
       case OpSlot::Kind::Saved: {
         const size_t n_args = op.schema().arguments().size();
-        TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
+        if (stack->size() < n_args) internal_stack_error(op);
         // Check (may throw) before touching the stack.
         torch::jit::Stack replayed;
         slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);
