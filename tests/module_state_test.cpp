@@ -1,6 +1,6 @@
 // Module state across the recomputation: buffers updated exactly once, the forward's train/eval
 // mode, autocast's cast cache, and the process-wide switches' guards.
-#include "region_switches.h"
+#include "engine/region_switches.h"
 #include "support/grad_check.h"
 
 #include <recompose/recompose.h>

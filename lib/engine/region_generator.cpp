@@ -4,11 +4,13 @@
 // resumed with the body's outcome. The RAII scopes it holds across the suspension (the region's
 // saved-tensor policy, the forward context, the debug trace) are therefore exactly as long as
 // the body.
-#include "engine/checkpoint_frame.h"
+#include "engine/checkpoint_depth.h"
+#include "engine/frame.h"
 #include "engine/noop_save_inputs.h"
 #include "engine/op_trace.h"
+#include "engine/region_forward_policy.h"
 #include "engine/rng_state.h"
-#include "region_switches.h"
+#include "engine/region_switches.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/region_run.h>
