@@ -1,6 +1,7 @@
 #include "engine/frame.h"
 
 #include "engine/checkpoint_depth.h"
+#include "engine/current_graph_task.h"
 #include "engine/noop_save_inputs.h"
 #include "engine/op_trace.h"
 #include "engine/saved_tensor_policy.h"
@@ -8,7 +9,6 @@
 #include <recompose/checkpoint_error.h>
 
 #include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
 #include <optional>
@@ -23,7 +23,7 @@ namespace {
 struct StopRecomputation {};
 
 int64_t current_graph_task() {
-  const int64_t id = torch::autograd::get_current_graph_task_id();
+  const int64_t id = current_graph_task_id();
   if (id != -1) return id;
   // Unpacked outside of a backward (e.g. by hand): a fresh id, so a fresh recomputation.
   static std::atomic<int64_t> temporary{-2};
