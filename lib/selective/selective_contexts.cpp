@@ -6,9 +6,9 @@
 #include "engine/internal_ops.h"
 #include "generator_effect.h"
 
-#include <recompose/swap.h>
 #include "ignored_ops.h"
 #include "op_log.h"
+#include "plugin/offload.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
@@ -44,10 +44,12 @@ struct SacState {
   std::atomic<bool> forward_entered{false};
   std::atomic<bool> recompute_active{false};
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
+  // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
-  SwapManager* swap_manager() {
-    if (!swap) swap = SwapManager::default_manager();
-    return swap.get();
+  std::shared_ptr<detail::Offloader> offloader_;
+  detail::Offloader* offloader() {
+    if (!offloader_) offloader_ = detail::make_offloader(swap);
+    return offloader_.get();
   }
 };
 
@@ -113,7 +115,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
         rng->after();
         slot.rng = std::make_unique<detail::GeneratorEffect>(std::move(*rng));
       }
-      slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.swap_manager() : nullptr);
+      slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
       }
