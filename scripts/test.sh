@@ -2,6 +2,7 @@
 # Command (2) of the README: set up, build, and run every test. Exits non-zero if any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/check-layering.sh  # every include respects docs/architecture.md
 start=$(date +%s)
 bash scripts/build.sh
 built=$(date +%s)
