@@ -4,6 +4,7 @@
 # Exits non-zero if any test fails. RECOMPOSE_CONSUMERS=none skips the consumer tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/check-layering.sh  # every include respects docs/architecture.md
 start=$(date +%s)
 bash scripts/build.sh
 built=$(date +%s)

@@ -391,3 +391,12 @@ TEST_CASE("checkpoint: context_fn contexts wrap the forward and each recomputati
   CHECK(log[4] == "body");
   CHECK(log[5] == "leave recompute");
 }
+
+#ifdef RECOMPOSE_TEST_NO_SWAP
+TEST_CASE("core build: swap_inputs without activation swap is a CheckpointError saying so") {
+  auto x = torch::randn({3}, torch::requires_grad());
+  CHECK_THROWS_WITH_AS(recompose::checkpoint(recompose::CheckpointOptions().swap_inputs(true),
+                                             [](const torch::Tensor& t) { return t.sin(); }, x),
+                       doctest::Contains("-Dswap=disabled"), recompose::CheckpointError);
+}
+#endif

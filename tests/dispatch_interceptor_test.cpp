@@ -3,6 +3,8 @@
 // upgrade breaks the c10::impl mechanism, these cases fail first.
 #include "selective/dispatch_interceptor.h"
 
+#include <recompose/checkpoint_error.h>
+
 #include "engine/internal_ops.h"
 
 #include <doctest/doctest.h>
@@ -132,7 +134,7 @@ TEST_CASE("nested interceptors: run_below reaches the outer one; ops intercept()
 TEST_CASE("run_below outside intercept() throws") {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::relu", "");
   torch::jit::Stack stack{torch::ones({1})};
-  CHECK_THROWS_AS(run_below(op, &stack), c10::Error);
+  CHECK_THROWS_AS(run_below(op, &stack), recompose::CheckpointError);
 }
 
 TEST_CASE("an exception from intercept() reaches the caller and the interceptor stays installed") {

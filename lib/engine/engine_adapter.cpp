@@ -1,15 +1,17 @@
-// The one place that touches LibTorch's autograd-engine internals.
+// Adapter: the one place that touches LibTorch's autograd-engine internals.
 //
 // LibTorch asks Engine::get_default_engine().get_default_saved_variable_hooks() for hooks each
 // time it saves a tensor for backward; the base engine says "none", only Python's engine
 // overrides it. recompose subclasses the engine (the intended route: the Python engine does the
 // same) and installs it with set_default_engine_stub, so saved-tensor hooks work in pure C++.
+#include "engine/current_graph_task.h"
 #include "engine/saved_tensor_policy.h"
+#include "engine/torch_version_guard.h"
 
 #include <recompose/checkpoint_error.h>
 
 #include <torch/csrc/autograd/engine.h>
-#include <torch/headeronly/version.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <mutex>
@@ -17,9 +19,8 @@
 #include <utility>
 #include <vector>
 
-#if !(TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-#error "recompose's engine adapter needs LibTorch 2.1 or newer (get_default_saved_variable_hooks, set_default_engine_stub); verified on 2.11"
-#endif
+// Internals used: Engine::get_default_saved_variable_hooks (virtual), set_default_engine_stub,
+// get_base_engine, get_current_graph_task_id.
 
 namespace recompose::detail {
 namespace {
@@ -58,6 +59,8 @@ void install() {
 const bool installed_at_load = (install(), true);
 
 }  // namespace
+
+int64_t current_graph_task_id() { return torch::autograd::get_current_graph_task_id(); }
 
 void ensure_engine_installed() {
   install();

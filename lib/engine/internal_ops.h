@@ -6,24 +6,23 @@
 // InternalOpsGuard makes every op dispatched on this thread while it is alive invisible to the
 // dispatch modes of this thread (selective checkpointing's op interceptors): it excludes the
 // dispatch keys through which LibTorch hands ops to a mode. Autograd and the kernels are
-// unaffected.
+// unaffected. Implemented in dispatch_keys_adapter.cpp (LibTorch's thread-local dispatch keys).
 #pragma once
 
-#include <c10/core/DispatchKey.h>
-#include <c10/core/DispatchKeySet.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <cstdint>
 
 namespace recompose::detail {
 
 class InternalOpsGuard {
  public:
-  InternalOpsGuard() = default;
+  InternalOpsGuard();
+  ~InternalOpsGuard();
   InternalOpsGuard(const InternalOpsGuard&) = delete;
   InternalOpsGuard& operator=(const InternalOpsGuard&) = delete;
 
  private:
-  c10::impl::ExcludeDispatchKeyGuard exclude_{
-      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot})};
+  // A c10::impl::ExcludeDispatchKeyGuard, constructed in place by the adapter.
+  alignas(8) unsigned char guard_[16];
 };
 
 }  // namespace recompose::detail

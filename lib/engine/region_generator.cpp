@@ -4,20 +4,17 @@
 // resumed with the body's outcome. The RAII scopes it holds across the suspension (the region's
 // saved-tensor policy, the forward context, the debug trace) are therefore exactly as long as
 // the body.
-#include "engine/checkpoint_frame.h"
+#include "engine/checkpoint_depth.h"
+#include "engine/frame.h"
 #include "engine/noop_save_inputs.h"
 #include "engine/op_trace.h"
+#include "engine/region_forward_policy.h"
 #include "engine/rng_state.h"
-#include "region_switches.h"
+#include "engine/region_plugin.h"
+#include "engine/region_switches.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/region_run.h>
-#ifdef RECOMPOSE_HAS_SELECTIVE
-#include <recompose/selective_checkpoint.h>
-#endif
-#ifdef RECOMPOSE_HAS_SWAP
-#include "swap/input_swap.h"
-#endif
 
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
@@ -67,28 +64,29 @@ class RegionCoroutine {
 std::shared_ptr<RegionContexts> make_contexts(const CheckpointOptions& options) {
   validate_options(options);
   if (options.context_fn()) return options.context_fn()();
-  if (options.policy()) {
-#ifdef RECOMPOSE_HAS_SELECTIVE
-    return create_selective_checkpoint_contexts(*options.policy(), /*allow_cache_entry_mutation=*/false,
-                                                options.swap_manager());
-#else
-    throw CheckpointError("recompose: this build has no selective checkpointing");
-#endif
+  for (const auto& plugin : region_plugins()) {
+    if (auto contexts = plugin->contexts(options)) return contexts;
   }
   return nullptr;
 }
 
-std::unique_ptr<SavedTensorPolicyScope> input_saving_scope(const CheckpointOptions& options) {
-#ifdef RECOMPOSE_HAS_SWAP
-  // Only a top-level region's inputs are really held: an enclosing region already replaces a
-  // nested region's inputs by placeholders, and a recomputation's are transient.
-  if (CheckpointDepth::forward() > 0 || CheckpointDepth::recompute() > 0) return nullptr;
-  return input_swap_scope(options);
-#else
-  if (options.swap_inputs()) throw CheckpointError("recompose: this build has no activation swap");
-  return nullptr;
-#endif
-}
+// Scopes and tokens of the plug-ins, closed in reverse order of opening.
+template <class T>
+class LifoList {
+ public:
+  LifoList() = default;
+  LifoList(const LifoList&) = delete;
+  LifoList& operator=(const LifoList&) = delete;
+  ~LifoList() {
+    while (!items_.empty()) items_.pop_back();
+  }
+  void push(T item) {
+    if (item) items_.push_back(std::move(item));
+  }
+
+ private:
+  std::vector<T> items_;
+};
 
 std::unique_ptr<ModuleStateSnapshot> snapshot_module_state(const CheckpointOptions& options,
                                                            std::shared_ptr<torch::nn::Module> owner) {
@@ -109,11 +107,15 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
   frame->set_forward_state(capture_forward_state(inputs, options.preserve_rng_state()));
   frame->set_module_state(snapshot_module_state(options, std::move(owner)));
   {
-    auto swap_scope = input_saving_scope(options);
+    // The plug-ins' saved-tensor policies for the inputs (swap_inputs).
+    LifoList<std::unique_ptr<SavedTensorPolicyScope>> input_scopes;
+    for (const auto& plugin : region_plugins()) input_scopes.push(plugin->input_policy(options));
     frame->set_input_saver(save_region_inputs(inputs));
   }
   inputs.clear();  // the saver holds them now (or an enclosing region does)
   frame->set_contexts(make_contexts(options));
+  LifoList<std::shared_ptr<void>> plugin_tokens;  // held until the post-forward step has run
+  for (const auto& plugin : region_plugins()) plugin_tokens.push(plugin->begin_region(options));
 
   RegionForwardPolicy policy(frame);
   SavedTensorPolicyScope scope(policy);
@@ -135,10 +137,7 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
 }  // namespace
 
 void validate_options(const CheckpointOptions& options) {
-  if (options.context_fn() && options.policy()) {
-    throw CheckpointError("recompose: CheckpointOptions sets both policy and context_fn; a selective policy "
-                          "is itself a context_fn, so set only one of them");
-  }
+  for (const auto& plugin : region_plugins()) plugin->validate(options);
 }
 
 struct RegionRun::State {

@@ -5,7 +5,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include "engine/device_adapter.h"
 
 #include <mutex>
 
@@ -45,7 +45,7 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
   state.has_rng = true;
   if (at::hasCUDA()) {
     const auto& hooks = at::globalContext().getAcceleratorHooksInterface(c10::DeviceType::CUDA);
-    const auto count = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount();
+    const auto count = device_count(c10::DeviceType::CUDA);
     for (c10::DeviceIndex i = 0; i < count; ++i) {
       if (!hooks.hasPrimaryContext(i)) state.uninitialised_cuda.push_back(i);
     }

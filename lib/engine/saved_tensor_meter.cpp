@@ -4,6 +4,7 @@
 #include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
 
+#include <recompose/checkpoint_error.h>
 #include <recompose/saved_tensor_meter.h>
 
 #include <ATen/core/Tensor.h>
@@ -84,10 +85,11 @@ class MeteredHooks final : public torch::autograd::SavedVariableHooks {
   at::Tensor call_unpack_hook() override {
     // LibTorch skips its version check when hooks are set: do it here.
     if (saved_.defined() && saved_._version() != version_) {
-      throw std::runtime_error(
+      throw CheckpointError(
           "one of the variables needed for gradient computation has been modified by an inplace "
           "operation: saved at version " + std::to_string(version_) + ", now at version " +
-          std::to_string(saved_._version()) + " (recompose::SavedTensorMeter)");
+          std::to_string(saved_._version()) + " (recompose::SavedTensorMeter). Do not modify a tensor in "
+          "place after an op saved it for backward (clone it first).");
     }
     return saved_;
   }

@@ -2,7 +2,6 @@
 
 #include "engine/internal_ops.h"
 
-#include <recompose/swap.h>
 
 #include <ATen/ops/empty.h>
 
@@ -101,7 +100,7 @@ void CacheEntry::account() {
   charge_ = MeterCharge(bytes_);
 }
 
-CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, SwapManager* swap) {
+CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, Offloader* swap) {
   CacheEntry e;
   e.swap_ = swap;
   e.values_.reserve(outputs.size());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/meter_charge.h"
+#include "plugin/offload.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -14,11 +15,6 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-namespace recompose {
-class SwapManager;
-class SwappedTensor;
-}  // namespace recompose
 
 namespace recompose::detail {
 
@@ -35,7 +31,7 @@ class CacheEntry {
   // the version counter of the original, anything else as is. With `swap` (MUST_SWAP), each
   // tensor the manager finds eligible is offloaded instead: the entry then holds an empty marker
   // sharing the original's version counter, and the device memory is freed once the copy landed.
-  static CacheEntry capture(c10::ArrayRef<c10::IValue> outputs, SwapManager* swap = nullptr);
+  static CacheEntry capture(c10::ArrayRef<c10::IValue> outputs, Offloader* swap = nullptr);
 
   // Pushes the kept outputs onto `stack`, each tensor as a fresh detached alias (a TensorImpl
   // nobody else uses, as OpInterceptor requires). Throws CheckpointError naming `op` if a kept
@@ -59,10 +55,10 @@ class CacheEntry {
   std::vector<c10::IValue> values_;
   std::vector<uint32_t> versions_;  // one per defined tensor, in order of appearance in values_
   // One per defined tensor: its offloaded copy (MUST_SWAP), or nullptr when kept on the device.
-  std::vector<std::shared_ptr<SwappedTensor>> swapped_;
+  std::vector<std::shared_ptr<OffloadedTensor>> swapped_;
   // Storages of offloaded tensors, so that an in-place write into them is still noticed.
   c10::SmallVector<const c10::StorageImpl*, 4> swapped_storages_;
-  SwapManager* swap_ = nullptr;  // owned by the region's selective state, which outlives entries
+  Offloader* swap_ = nullptr;    // owned by the region's selective state, which outlives entries
   // The forward wrote into these outputs after they were kept (copy_on_write ran): the
   // recomputation will write into the replayed ones too.
   bool written_after_capture_ = false;

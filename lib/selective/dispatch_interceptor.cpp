@@ -24,6 +24,8 @@
 
 #include "dispatch_interceptor.h"
 
+#include <recompose/checkpoint_error.h>
+
 #include <torch/version.h>
 
 #if !defined(TORCH_VERSION_MAJOR) || !defined(TORCH_VERSION_MINOR)
@@ -82,9 +84,10 @@ thread_local const c10::impl::LocalDispatchKeySet* t_keys_on_entry = nullptr;
 const c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
 
 [[noreturn]] void unsupported(const char* what) {
-  TORCH_CHECK(false, "recompose OpInterceptor: PyInterpreterVTable::", what,
-              " was called, but recompose's C++ interpreter has no Python objects "
-              "(is another TorchDispatchMode or a Python tensor subclass mixed in?)");
+  throw CheckpointError(std::string("recompose selective checkpoint: PyInterpreterVTable::") + what +
+                        " was called, but recompose's C++ op interceptor has no Python objects. Selective "
+                        "checkpointing cannot be mixed with another TorchDispatchMode or a Python tensor "
+                        "subclass: remove the policy of the regions that run them.");
 }
 
 struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
@@ -128,9 +131,10 @@ struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
   }
   void throw_abstract_impl_not_imported_error(std::string opname, const char* pymodule,
                                               const char* context) const override {
-    TORCH_CHECK(false, "operator ", opname, " needs a Python abstract implementation (module ",
-                pymodule ? pymodule : "?", ", ", context ? context : "", "), which is not "
-                "available in a C++-only program");
+    throw CheckpointError("recompose selective checkpoint: operator " + opname +
+                          " needs a Python abstract implementation (module " + (pymodule ? pymodule : "?") +
+                          ", " + (context ? context : "") + "), which is not available in a C++-only "
+                          "program: keep this op out of selectively checkpointed regions.");
   }
   void python_dispatcher(const c10::OperatorHandle&, c10::DispatchKeySet,
                          torch::jit::Stack*) const override {
@@ -192,8 +196,12 @@ class SuspendTopMode {
     popped_ = TorchDispatchModeTLS::pop_stack();
     // pythonFallback calls the top of the logical stack, which is the back of
     // the user-mode stack whenever that one is non-empty (ours always is).
-    TORCH_INTERNAL_ASSERT(popped_.get() == expected,
-                          "recompose: the dispatch mode stack changed under the Python fallback");
+    if (popped_.get() != expected) {
+      throw CheckpointError(
+          "recompose selective checkpoint: internal error: the dispatch mode stack changed under the "
+          "Python fallback (is another TorchDispatchMode pushed from a selective policy?). Please report "
+          "this with the program that triggers it.");
+    }
     if (alive_) ++t_suspended;
   }
   ~SuspendTopMode() {
@@ -234,9 +242,16 @@ void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
   // Here pythonFallback has already excluded every key above Python, so all
   // dispatches from this frame run below autograd (and are not recorded).
   const int64_t len = TorchDispatchModeTLS::stack_len();
-  TORCH_INTERNAL_ASSERT(len > 0, "recompose: Python fallback reached without a dispatch mode");
+  if (len <= 0) {
+    throw CheckpointError("recompose selective checkpoint: internal error: the Python fallback was reached "
+                          "without a dispatch mode. Please report this with the program that triggers it.");
+  }
   const Mode* top = TorchDispatchModeTLS::get_stack_at(len - 1).get();
-  TORCH_INTERNAL_ASSERT(is_ours(*top));
+  if (!is_ours(*top)) {
+    throw CheckpointError("recompose selective checkpoint: a dispatch mode that is not recompose's is the "
+                          "innermost one; selective checkpointing cannot be mixed with another "
+                          "TorchDispatchMode.");
+  }
   OpInterceptor* interceptor = record_of(*top)->interceptor.load();
 
   SuspendTopMode suspend(top, interceptor != nullptr);  // `top` may dangle from here on
@@ -257,8 +272,10 @@ void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
 }  // namespace
 
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  TORCH_CHECK(t_intercept_depth > 0 && t_keys_on_entry != nullptr,
-              "recompose::detail::run_below called outside OpInterceptor::intercept()");
+  if (t_intercept_depth == 0 || t_keys_on_entry == nullptr) {
+    throw CheckpointError("recompose::detail::run_below called outside OpInterceptor::intercept(): call it "
+                          "only from an interceptor, for the op it was handed");
+  }
   // The calling interceptor is popped (SuspendTopMode); the key state of intercept()'s entry
   // (keys above Python excluded by pythonFallback's guard, Python not excluded) is put back for
   // the call: it goes to the next outer interceptor through the Python key, or, with none left

@@ -6,9 +6,9 @@
 #include "engine/internal_ops.h"
 #include "generator_effect.h"
 
-#include <recompose/swap.h>
 #include "ignored_ops.h"
 #include "op_log.h"
+#include "plugin/offload.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
@@ -26,6 +26,12 @@ namespace {
 using detail::OpCalls;
 using detail::OpSlot;
 
+[[noreturn]] void internal_stack_error(const c10::OperatorHandle& op) {
+  throw CheckpointError("recompose selective checkpoint: internal error: the stack of " + op.schema().name() +
+                        " holds fewer values than its arguments. Please report this with the model that "
+                        "triggers it.");
+}
+
 // Shared by the contexts object and every token entered from it: a token may outlive the
 // contexts object (the engine drops it when the region ends).
 struct SacState {
@@ -38,10 +44,12 @@ struct SacState {
   std::atomic<bool> forward_entered{false};
   std::atomic<bool> recompute_active{false};
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
+  // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
-  SwapManager* swap_manager() {
-    if (!swap) swap = SwapManager::default_manager();
-    return swap.get();
+  std::shared_ptr<detail::Offloader> offloader_;
+  detail::Offloader* offloader() {
+    if (!offloader_) offloader_ = detail::make_offloader(swap);
+    return offloader_.get();
   }
 };
 
@@ -86,7 +94,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
     }
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
-    TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
+    if (stack->size() < n_args) internal_stack_error(op);
     // The policy sees the arguments after the op ran (upstream passes the outputs too).
     torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
     if (!calls.random) calls.random = detail::is_random_op(op);
@@ -107,7 +115,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
         rng->after();
         slot.rng = std::make_unique<detail::GeneratorEffect>(std::move(*rng));
       }
-      slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.swap_manager() : nullptr);
+      slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
       }
@@ -189,7 +197,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
             "recomputation, e.g. a backward with retain_graph).");
       case OpSlot::Kind::Saved: {
         const size_t n_args = op.schema().arguments().size();
-        TORCH_INTERNAL_ASSERT(stack->size() >= n_args);
+        if (stack->size() < n_args) internal_stack_error(op);
         // Check (may throw) before touching the stack.
         torch::jit::Stack replayed;
         slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);

@@ -4,6 +4,8 @@
 // synchronous and every fence is complete, so the same swap code runs on CPU and device.
 #pragma once
 
+#include "engine/device_adapter.h"
+
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
@@ -13,15 +15,7 @@
 
 namespace recompose::detail {
 
-// Whether copies from/to `device` are asynchronous on streams (accelerators) or synchronous.
-bool uses_streams(const c10::Device& device);
-
-// The current stream of `device` on the calling thread (autograd device threads set theirs).
-c10::Stream current_stream(const c10::Device& device);
-
-// A stream for copies, distinct from the current one where the backend has a pool; the current
-// stream otherwise (copies then serialise with compute, still correctly ordered).
-c10::Stream side_stream(const c10::Device& device);
+// uses_streams, current_stream, side_stream: engine/device_adapter.h.
 
 // The completion of the work queued on a stream up to some point.
 class CopyFence {

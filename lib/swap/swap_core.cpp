@@ -8,7 +8,6 @@
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/StreamGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
@@ -312,7 +311,7 @@ void SwapCore::synchronize() {
   std::lock_guard lock(mutex_);
   const auto start = Clock::now();
   for (const auto& [device, stream] : copy_streams_) {
-    c10::impl::VirtualGuardImpl(device.type()).synchronizeStream(stream);
+    synchronize_stream(stream);
   }
   stats_.wait_seconds += seconds_since(start);
   poll_locked(graveyard);

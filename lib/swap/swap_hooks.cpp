@@ -3,6 +3,8 @@
 #include "engine/internal_ops.h"
 #include "swap/swap_core.h"
 
+#include <recompose/checkpoint_error.h>
+
 #include <c10/util/Exception.h>
 
 #include <sstream>
@@ -37,8 +39,9 @@ at::Tensor SwapHooks::call_unpack_hook() {
                "inplace operation: ["
             << dtype_ << " " << c10::IntArrayRef(sizes_) << "] is at version " << current
             << "; expected version " << saved_version_
-            << " instead (it was saved for backward under recompose activation swap)";
-    TORCH_CHECK(false, message.str());
+            << " instead (it was saved for backward under recompose activation swap). Do not modify a "
+               "tensor in place after an op saved it for backward (clone it first).";
+    throw CheckpointError(message.str());
   }
   return swapped_ ? core_->get(*swapped_, &served_) : kept_;
 }

@@ -42,7 +42,9 @@ class LeafCursor {
   explicit LeafCursor(const std::vector<at::Tensor>& leaves) : leaves_(leaves) {}
   const at::Tensor& next() {
     if (pos_ >= leaves_.size()) {
-      throw std::out_of_range("recompose: fewer replacement tensors than the stored call has leaves");
+      throw std::invalid_argument(
+          "recompose: fewer replacement tensors than the stored call has leaves; pass one tensor per leaf, in "
+          "flatten order");
     }
     return leaves_[pos_++];
   }

@@ -12,6 +12,8 @@
 // the next purge, see module_lifetime.h); a copy of the shared_ptr kept elsewhere keeps it alive.
 #pragma once
 
+#include <recompose/checkpoint_error.h>
+
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,10 +28,10 @@ class Module;
 namespace recompose::hooks {
 
 // Thrown when a composable API is applied twice to the same module, or its state is asked for
-// with the wrong type.
-class CompositionError : public std::logic_error {
+// with the wrong type. A recompose::CheckpointError, as every error recompose raises.
+class CompositionError : public CheckpointError {
  public:
-  using std::logic_error::logic_error;
+  using CheckpointError::CheckpointError;
 };
 
 namespace detail {

@@ -1,16 +1,19 @@
-#include "engine/checkpoint_frame.h"
+#include "engine/frame.h"
 
+#include "engine/checkpoint_depth.h"
+#include "engine/current_graph_task.h"
 #include "engine/noop_save_inputs.h"
 #include "engine/op_trace.h"
+#include "engine/saved_tensor_policy.h"
 
 #include <recompose/checkpoint_error.h>
 
 #include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
 #include <optional>
 #include <sstream>
+#include <string>
 
 namespace recompose::detail {
 namespace {
@@ -20,28 +23,12 @@ namespace {
 struct StopRecomputation {};
 
 int64_t current_graph_task() {
-  const int64_t id = torch::autograd::get_current_graph_task_id();
+  const int64_t id = current_graph_task_id();
   if (id != -1) return id;
   // Unpacked outside of a backward (e.g. by hand): a fresh id, so a fresh recomputation.
   static std::atomic<int64_t> temporary{-2};
   return temporary.fetch_sub(1);
 }
-
-TensorMeta meta_of(const at::Tensor& t) {
-  return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()};
-}
-
-// Hooks of one tensor saved during a region's forward: the Holder stands in for the tensor.
-class RegionHooks final : public torch::autograd::SavedVariableHooks {
- public:
-  explicit RegionHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
-  void call_pack_hook(const at::Tensor& tensor) override { holder_ = frame_->record_saved(tensor); }
-  at::Tensor call_unpack_hook() override { return frame_->unpack(*holder_); }
-
- private:
-  std::shared_ptr<Frame> frame_;
-  std::shared_ptr<Holder> holder_;
-};
 
 // Hooks of one tensor saved during a recomputation: hands the recomputed tensor to the frame
 // and keeps it, so that a backward over the recomputed graph (rule 6) also works.
@@ -81,23 +68,6 @@ constexpr const char* kDebugTip =
 
 }  // namespace
 
-std::string TensorMeta::str() const {
-  std::ostringstream out;
-  out << "{shape: [";
-  for (std::size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
-  out << "], dtype: " << c10::toString(dtype) << ", device: " << device << "}";
-  return out.str();
-}
-
-int& CheckpointDepth::forward() {
-  thread_local int depth = 0;
-  return depth;
-}
-int& CheckpointDepth::recompute() {
-  thread_local int depth = 0;
-  return depth;
-}
-
 Frame::Frame(RecomputeFn recompute, bool early_stop, DeterminismCheck check, bool debug)
     : recompute_fn_(std::move(recompute)), early_stop_(early_stop), check_(check), debug_(debug) {}
 
@@ -105,7 +75,7 @@ std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
   std::lock_guard lock(mutex_);
   auto holder = std::make_shared<Holder>();
   weak_holders_.push_back(holder);
-  if (check_ != DeterminismCheck::None) metadata_.push_back(meta_of(tensor));
+  if (check_ != DeterminismCheck::None) metadata_.push_back(TensorMeta::of(tensor));
   return holder;
 }
 
@@ -191,7 +161,7 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
     if (!holder) continue;
     auto it = holder->by_graph_task.find(graph_task);
     if (it == holder->by_graph_task.end() || !it->second.value.defined()) continue;
-    const TensorMeta now = meta_of(it->second.value);
+    const TensorMeta now = TensorMeta::of(it->second.value);
     if (!(now == metadata_[i])) {
       ++count;
       mismatches << "tensor at position " << i << ":\nsaved metadata: " << metadata_[i].str()
@@ -214,10 +184,6 @@ void Frame::fail(const std::string& message) {
     text += kDebugTip;
   }
   throw CheckpointError(text);
-}
-
-std::unique_ptr<torch::autograd::SavedVariableHooks> RegionForwardPolicy::make_hooks() {
-  return std::make_unique<RegionHooks>(frame_);
 }
 
 }  // namespace recompose::detail

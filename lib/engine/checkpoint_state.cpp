@@ -1,6 +1,6 @@
 // is_checkpointing / is_recomputing and the process-wide switches.
-#include "engine/checkpoint_frame.h"
-#include "region_switches.h"
+#include "engine/checkpoint_depth.h"
+#include "engine/region_switches.h"
 
 #include <recompose/checkpoint_state.h>
 

@@ -1,6 +1,6 @@
-// The state of one invocation of a checkpointed region, from its forward to the end of the last
-// backward that needs it (PyTorch's _CheckpointFrame), and the saved-tensor policies of its
-// forward and of its recomputation.
+// Frame: the state of one invocation of a checkpointed region, from its forward to the end of
+// the last backward that needs it (PyTorch's _CheckpointFrame). It runs the recomputation (under
+// a policy of its own that hands each recomputed tensor back to it) and checks it.
 //
 // Lifetimes (NOTE [ Nestable Checkpoint ], rule 4): each tensor saved in the region's forward is
 // replaced by a Holder owned by autograd's SavedVariable; the frame keeps only weak references.
@@ -8,9 +8,10 @@
 // task that asked; unpacking hands it out once and clears it, also with retain_graph.
 #pragma once
 
+#include "engine/holder.h"
 #include "engine/module_state_snapshot.h"
 #include "engine/rng_state.h"
-#include "engine/saved_tensor_policy.h"
+#include "engine/tensor_meta.h"
 
 #include <recompose/checkpoint_options.h>
 #include <recompose/region_contexts.h>
@@ -26,22 +27,6 @@
 #include <vector>
 
 namespace recompose::detail {
-
-struct Holder {
-  struct Slot {
-    at::Tensor value;
-    bool consumed = false;
-  };
-  std::unordered_map<int64_t, Slot> by_graph_task;
-};
-
-struct TensorMeta {
-  std::vector<int64_t> sizes;
-  at::ScalarType dtype;
-  c10::Device device;
-  bool operator==(const TensorMeta& o) const { return sizes == o.sizes && dtype == o.dtype && device == o.device; }
-  std::string str() const;
-};
 
 class Frame : public std::enable_shared_from_this<Frame> {
  public:
@@ -93,31 +78,6 @@ class Frame : public std::enable_shared_from_this<Frame> {
   std::shared_ptr<std::vector<std::string>> forward_ops_ = std::make_shared<std::vector<std::string>>();
   std::shared_ptr<std::vector<std::string>> recompute_ops_ = std::make_shared<std::vector<std::string>>();
   std::recursive_mutex mutex_;
-};
-
-// The policy active during a region's forward: every saved tensor becomes a Holder.
-class RegionForwardPolicy final : public SavedTensorPolicy {
- public:
-  explicit RegionForwardPolicy(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
-  std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override;
-
- private:
-  std::shared_ptr<Frame> frame_;
-};
-
-// Thread-local depth counters behind is_checkpointing() / is_recomputing().
-struct CheckpointDepth {
-  static int& forward();
-  static int& recompute();
-};
-
-// Increments a CheckpointDepth counter while alive.
-struct DepthGuard {
-  explicit DepthGuard(int& depth) : depth_(depth) { ++depth_; }
-  ~DepthGuard() { --depth_; }
-  DepthGuard(const DepthGuard&) = delete;
-  DepthGuard& operator=(const DepthGuard&) = delete;
-  int& depth_;
 };
 
 }  // namespace recompose::detail

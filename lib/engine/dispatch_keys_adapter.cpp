@@ -1,0 +1,26 @@
+// Adapter: LibTorch's thread-local dispatch-key sets (c10::impl::LocalDispatchKeySet), behind
+// InternalOpsGuard. The only file of the engine that includes c10/core/impl.
+#include "engine/internal_ops.h"
+#include "engine/torch_version_guard.h"
+
+#include <c10/core/DispatchKey.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <new>
+
+namespace recompose::detail {
+namespace {
+
+using Guard = c10::impl::ExcludeDispatchKeyGuard;
+static_assert(sizeof(Guard) <= 16 && alignof(Guard) <= 8, "resize InternalOpsGuard::guard_");
+
+// The keys through which ops reach a dispatch mode.
+const c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
+
+}  // namespace
+
+InternalOpsGuard::InternalOpsGuard() { new (guard_) Guard(kModeKeys); }
+InternalOpsGuard::~InternalOpsGuard() { std::launder(reinterpret_cast<Guard*>(guard_))->~Guard(); }
+
+}  // namespace recompose::detail

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Checks that every #include in lib/, hooks/ and include/recompose/ respects the layering of
+# docs/architecture.md, and that LibTorch internals (c10/core/impl, c10::impl, autograd-engine
+# headers) appear only in the adapters. Exits 1 listing each violation.
+#   bash scripts/check-layering.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec python3 - "$@" <<'PY'
+import os, re, sys
+
+# Layers, lowest first. A file may include files of its own layer (component) and of lower ones.
+def layer_of(path):
+    p = path.replace(os.sep, '/')
+    if p == 'include/recompose/checkpoint_error.h': return (0, 'base')
+    if p.startswith('hooks/') or p.startswith('include/recompose/hooks/'): return (1, 'hooks')
+    if p.startswith('lib/engine/') or p in ('include/recompose/checkpoint_options.h', 'include/recompose/region_contexts.h',
+            'include/recompose/region_run.h', 'include/recompose/checkpoint_state.h',
+            'include/recompose/saved_tensor_meter.h'): return (2, 'engine')
+    if p.startswith('lib/plugin/'): return (3, 'plugin')
+    if p.startswith('lib/selective/') or p == 'include/recompose/selective_checkpoint.h': return (4, 'selective')
+    if p.startswith('lib/swap/') or p == 'include/recompose/swap.h': return (4, 'swap')
+    if p.startswith('lib/') and p.count('/') == 1: return (5, 'frontend')
+    if p in ('include/recompose/apply_checkpoint.h', 'include/recompose/checkpoint.h'): return (5, 'frontend')
+    if p == 'include/recompose/recompose.h': return (6, 'umbrella')
+    return None
+
+# LibTorch internals and the only files allowed to use them (one adapter per internal).
+ADAPTERS = {
+    'lib/engine/engine_adapter.cpp',        # autograd engine: default engine stub, graph task id
+    'lib/engine/dispatch_keys_adapter.cpp', # thread-local dispatch keys (InternalOpsGuard)
+    'lib/engine/device_adapter.cpp',        # device guard impls: streams, device counts
+    'lib/selective/dispatch_interceptor.cpp',  # dispatch modes (TorchDispatchModeTLS, PyInterpreter)
+}
+PUBLIC_AUTOGRAD = {'variable.h', 'custom_function.h', 'grad_mode.h', 'saved_variable_hooks.h'}
+
+def is_internal(header):
+    if header.startswith('c10/core/impl/'): return True
+    m = re.match(r'torch/csrc/autograd/(.*)', header)
+    return bool(m) and m.group(1) not in PUBLIC_AUTOGRAD
+
+include_re = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+errors = []
+files = []
+for root in ('lib', 'hooks', 'include/recompose'):
+    for d, _, names in os.walk(root):
+        files += [os.path.join(d, n) for n in names if n.endswith(('.h', '.cpp', '.cpp.in'))]
+for f in sorted(files):
+    f = f.replace(os.sep, '/')
+    mine = layer_of(f)
+    if mine is None:
+        errors.append(f'{f}: not in any layer of docs/architecture.md (add it to scripts/check-layering.sh)')
+        continue
+    for n, line in enumerate(open(f, encoding='utf-8'), 1):
+        if re.search(r'\bc10::impl::', line) and not line.lstrip().startswith('//') and f not in ADAPTERS:
+            errors.append(f'{f}:{n}: uses c10::impl outside the LibTorch adapters')
+        m = include_re.match(line)
+        if not m: continue
+        kind, header = m.groups()
+        if kind == '<' and not header.startswith('recompose/'):
+            if is_internal(header) and f not in ADAPTERS:
+                errors.append(f'{f}:{n}: includes the LibTorch internal <{header}> outside the adapters')
+            continue
+        if kind == '<':
+            target = 'include/' + header
+        else:
+            cands = [os.path.normpath(os.path.join(os.path.dirname(f), header)), os.path.normpath(os.path.join('lib', header))]
+            target = next((c for c in cands if os.path.exists(c)), None)
+            if target is None: continue  # generated or test-only
+            target = target.replace(os.sep, '/')
+        theirs = layer_of(target)
+        if theirs is None: continue
+        if theirs[0] > mine[0] or (theirs[0] == mine[0] and theirs[1] != mine[1]):
+            errors.append(f'{f}:{n}: {mine[1]} (layer {mine[0]}) includes {target}, {theirs[1]} (layer {theirs[0]})')
+for e in errors: print(e)
+if errors:
+    print(f'check-layering: {len(errors)} violation(s); see docs/architecture.md', file=sys.stderr)
+    sys.exit(1)
+print(f'check-layering: {len(files)} files respect the layering of docs/architecture.md')
+PY
