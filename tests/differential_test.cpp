@@ -38,7 +38,6 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -269,7 +268,6 @@ TEST_CASE("differential: random models train bitwise the same with and without r
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
 
-  const auto start = std::chrono::steady_clock::now();
   g_offloaded = 0;
   int64_t failed = 0, invalid = 0;
   std::map<std::string, std::vector<int64_t>> by_category, by_attribution;
@@ -327,13 +325,12 @@ TEST_CASE("differential: random models train bitwise the same with and without r
       }
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   at::set_num_threads(threads);
 
-  std::printf("[differential] %lld cases (seeds %lld..%lld), features %s: %lld failed, %lld invalid, %.1f s"
+  std::printf("[differential] %lld cases (seeds %lld..%lld), features %s: %lld failed, %lld invalid"
               " (%lld tensors swapped)\n",
               static_cast<long long>(cases), static_cast<long long>(first), static_cast<long long>(first + cases - 1),
-              features.str().c_str(), static_cast<long long>(failed), static_cast<long long>(invalid), seconds,
+              features.str().c_str(), static_cast<long long>(failed), static_cast<long long>(invalid),
               static_cast<long long>(g_offloaded));
   for (const auto& [what, seeds] : by_category) {
     std::printf("[differential]   %4zu x %s  (seeds", seeds.size(), what.c_str());

@@ -419,34 +419,56 @@ TEST_CASE("the module tree, state_dict, save/load and clone are identical with a
   CHECK(fired == 1);
 }
 
+namespace {
+// Threads that, once released, each run `calls` no-grad forwards of `block` and count the
+// outputs that differ from the block's own computation.
+class ConcurrentForwards {
+ public:
+  ConcurrentForwards(rt::TinyBlock& block, int threads, int calls) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, &block, calls] {
+        torch::NoGradGuard no_grad;
+        while (!go_.load()) std::this_thread::yield();
+        torch::Tensor x = torch::ones({1, 4});
+        torch::Tensor expect = torch::tanh(block->fc->forward(x));
+        for (int i = 0; i < calls; ++i) {
+          if (!torch::equal(block(x), expect)) bad_.fetch_add(1);
+        }
+      });
+    }
+  }
+  ~ConcurrentForwards() { join(); }
+  void release() { go_ = true; }
+  // Waits for every thread; returns the number of wrong outputs.
+  int join() {
+    release();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    return bad_.load();
+  }
+
+ private:
+  std::atomic<bool> go_{false};
+  std::atomic<int> bad_{0};
+  std::vector<std::thread> threads_;  // last: started once the counters exist
+};
+}  // namespace
+
 TEST_CASE("thread safety: hooks registered on one thread, forward on several at once") {
   rt::TinyBlock block(4);
   std::atomic<int> pre{0}, post{0};
   register_forward_pre_hook(*block, [&](ForwardCall&) { pre.fetch_add(1); });
-  std::atomic<bool> go{false};
   constexpr int kThreads = 4, kCalls = 200;
-  std::vector<std::thread> threads;
-  std::atomic<int> bad{0};
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      torch::NoGradGuard no_grad;
-      while (!go.load()) std::this_thread::yield();
-      torch::Tensor x = torch::ones({1, 4});
-      torch::Tensor expect = torch::tanh(block->fc->forward(x));
-      for (int i = 0; i < kCalls; ++i) {
-        if (!torch::equal(block(x), expect)) bad.fetch_add(1);
-      }
-    });
-  }
-  go = true;
+  ConcurrentForwards forwards(block, kThreads, kCalls);
+  forwards.release();
   // register and remove post-hooks while the threads run
   for (int i = 0; i < 50; ++i) {
     auto h = register_forward_hook(*block, [&](ForwardCall&) { post.fetch_add(1); });
     std::this_thread::yield();
     h.remove();
   }
-  for (auto& th : threads) th.join();
-  CHECK(bad.load() == 0);
+  CHECK(forwards.join() == 0);
   CHECK(pre.load() == kThreads * kCalls);
 }
 
@@ -715,22 +737,9 @@ TEST_CASE("thread safety: modules die and are purged while other threads run hoo
   rt::TinyBlock shared_block(4);
   std::atomic<int> pre{0};
   register_forward_pre_hook(*shared_block, [&](ForwardCall&) { pre.fetch_add(1); });
-  std::atomic<bool> go{false};
   constexpr int kThreads = 3, kCalls = 300;
-  std::vector<std::thread> threads;
-  std::atomic<int> bad{0};
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      torch::NoGradGuard no_grad;
-      while (!go.load()) std::this_thread::yield();
-      torch::Tensor x = torch::ones({1, 4});
-      torch::Tensor expect = torch::tanh(shared_block->fc->forward(x));
-      for (int i = 0; i < kCalls; ++i) {
-        if (!torch::equal(shared_block(x), expect)) bad.fetch_add(1);
-      }
-    });
-  }
-  go = true;
+  ConcurrentForwards forwards(shared_block, kThreads, kCalls);
+  forwards.release();
   std::vector<std::shared_ptr<bool>> destroyed;
   for (int i = 0; i < 40; ++i) {
     Leftovers left;
@@ -739,9 +748,9 @@ TEST_CASE("thread safety: modules die and are purged while other threads run hoo
     if (i % 3 == 0) purge_expired();
     std::this_thread::yield();
   }
-  for (auto& th : threads) th.join();
+  const int bad = forwards.join();
   purge_expired();
-  CHECK(bad.load() == 0);
+  CHECK(bad == 0);
   CHECK(pre.load() == kThreads * kCalls);
   CHECK(std::all_of(destroyed.begin(), destroyed.end(), [](const auto& d) { return *d; }));
   CHECK(registry_stats().entries == 1);
