@@ -47,7 +47,7 @@ Options parse_options(int argc, char** argv) {
     } else if (flag == "--policy") {
       auto name = value();
       auto p = parse_policy(name);
-      if (!p) throw UsageError("--policy must be none, full, selective or swap, got '" + std::string(name) + "'");
+      if (!p) throw UsageError("--policy must be none, full, selective, swap or offload, got '" + std::string(name) + "'");
       o.policy = *p;
     } else if (flag == "--device") {
       o.device = value();
@@ -97,7 +97,7 @@ std::string usage(const char* program) {
   std::ostringstream s;
   s << "Usage: " << program << " [flags]\n"
     << "Trains a small character-level GPT on a public-domain text, with activation checkpointing.\n\n"
-    << "  --policy none|full|selective|swap  checkpointing of every block (default none)\n"
+    << "  --policy none|full|selective|swap|offload  checkpointing of every block (default none)\n"
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"
     << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"
