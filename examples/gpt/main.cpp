@@ -3,6 +3,7 @@
 //   gpt                              # no checkpointing, CPU (CUDA when available)
 //   gpt --policy selective           # checkpoint every block with the transformer policy
 //   gpt --compare --steps 20         # every policy, one table; exits 1 if the losses differ
+#include "../common/allocator_tuning.h"
 #include "compare.h"
 #include "data.h"
 #include "device_memory.h"
@@ -30,7 +31,7 @@ torch::Device pick_device(const std::string& requested) {
                                                                  : torch::Device(torch::kCPU);
 }
 
-int run(const gpt::Options& options) {
+int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   const torch::Device device = pick_device(options.device);
   if (options.threads > 0) torch::set_num_threads(static_cast<int>(options.threads));
   gpt::install_cpu_memory_counter();  // before any tensor of the run is allocated
@@ -50,6 +51,7 @@ int run(const gpt::Options& options) {
   train_options.lr = options.lr;
   train_options.seed = options.seed;
   train_options.device = device;
+  train_options.save_initial_state = options.save_initial_state;
 
   std::filesystem::create_directories(options.out);
   std::printf("data %s: %lld characters, vocabulary of %lld\n", options.data.string().c_str(),
@@ -58,6 +60,7 @@ int run(const gpt::Options& options) {
               static_cast<long long>(config.layers), static_cast<long long>(config.width),
               static_cast<long long>(config.heads), static_cast<long long>(config.context), config.dropout,
               device.str().c_str(), torch::get_num_threads());
+  std::printf("memory: %s\n", examples::describe(malloc_tuning));
 
   if (options.compare) {
     auto outcome = gpt::compare_policies(config, data, train_options);
@@ -88,13 +91,16 @@ int run(const gpt::Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before the first tensor: otherwise glibc gives the step's memory back to the kernel every
+  // step and faults it in again (see the header).
+  const auto malloc_tuning = examples::tune_malloc_for_training();
   try {
     const auto options = gpt::parse_options(argc, argv);
     if (options.help) {
       std::cout << gpt::usage(argv[0]);
       return 0;
     }
-    return run(options);
+    return run(options, malloc_tuning);
   } catch (const gpt::UsageError& e) {
     std::cerr << "gpt: " << e.what() << "\n\n" << gpt::usage(argv[0]);
     return 2;

@@ -81,6 +81,8 @@ Options parse_options(int argc, char** argv) {
       o.data = value();
     } else if (flag == "--out") {
       o.out = value();
+    } else if (flag == "--save-initial-state") {
+      o.save_initial_state = value();
     } else {
       throw UsageError("unknown flag '" + std::string(flag) + "'");
     }
@@ -113,7 +115,9 @@ std::string usage(const char* program) {
     << "  --threads N          CPU threads, 0 for one per core (default " << d.threads << ")\n"
     << "  --sample N           characters to generate after training, 0 for none (default " << d.sample << ")\n"
     << "  --data FILE          training text (default " << RECOMPOSE_GPT_DATA << ")\n"
-    << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n";
+    << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n"
+    << "  --save-initial-state FILE  write the initial weights and RNG state for torch.load\n"
+    << "                       (the Python peer, examples/gpt/python, trains from them)\n";
   return s.str();
 }
 

@@ -29,6 +29,7 @@ struct Options {
   int64_t sample = 200;  // characters generated at the end; 0 turns it off
   std::filesystem::path data;
   std::filesystem::path out = "gpt_out";
+  std::filesystem::path save_initial_state;  // empty: not written (see initial_state.h)
   bool help = false;
 };
 

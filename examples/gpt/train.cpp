@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include "device_memory.h"
+#include "initial_state.h"
 #include "progress.h"
 
 #include <recompose/saved_tensor_meter.h>
@@ -10,7 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <numeric>
+
+#include <sys/resource.h>
 
 namespace gpt {
 namespace {
@@ -38,12 +42,38 @@ double learning_rate(double peak, int64_t step, int64_t steps) {
   return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * progress)));
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+int64_t minor_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
 }  // namespace
 
 double TrainResult::mean_step_seconds() const {
   const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
   const double total =
       std::accumulate(first, steps.end(), 0.0, [](double s, const StepRecord& r) { return s + r.seconds; });
+  return total / static_cast<double>(steps.end() - first);
+}
+
+double TrainResult::mean_step_cpu_seconds() const {
+  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
+  const double total =
+      std::accumulate(first, steps.end(), 0.0, [](double s, const StepRecord& r) { return s + r.cpu_seconds; });
+  return total / static_cast<double>(steps.end() - first);
+}
+
+double TrainResult::mean_page_faults() const {
+  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
+  const double total = std::accumulate(first, steps.end(), 0.0,
+                                       [](double s, const StepRecord& r) { return s + static_cast<double>(r.page_faults); });
   return total / static_cast<double>(steps.end() - first);
 }
 
@@ -73,6 +103,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   model->to(options.device);
   model->train();
   const auto swap_manager = apply_policy(model, options.policy);
+  if (!options.save_initial_state.empty()) save_initial_state(options.save_initial_state, *model);
 
   torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
@@ -93,6 +124,8 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
     synchronize(options.device);
     reset_peak_memory(options.device);
     record.resting_memory = current_memory(options.device);
+    const int64_t faults_before = minor_page_faults();
+    const double cpu_start = process_cpu_seconds();
     const auto start = std::chrono::steady_clock::now();
     if (swap_manager) swap_manager->reset_stats();
     {
@@ -106,6 +139,8 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
     }
     synchronize(options.device);
     record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record.cpu_seconds = process_cpu_seconds() - cpu_start;
+    record.page_faults = minor_page_faults() - faults_before;
     record.peak_memory = peak_memory(options.device);
     if (swap_manager) record.bytes_swapped = swap_manager->stats().bytes_offloaded;
     result.steps.push_back(record);

@@ -7,6 +7,7 @@
 #include "policies.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,16 +21,19 @@ struct TrainOptions {
   uint64_t seed = 1337;
   torch::Device device = torch::kCPU;
   std::string label = "train";  // shown before the progress bar
+  std::filesystem::path save_initial_state;  // written before the first step when not empty
 };
 
 struct StepRecord {
   int64_t step = 0;
   double loss = 0;
   double seconds = 0;
+  double cpu_seconds = 0;    // process CPU time of the step: less disturbed by a busy machine
   int64_t bytes_held = 0;    // peak bytes autograd held for backward (SavedTensorMeter)
   int64_t peak_memory = 0;   // peak tensor memory allocated on the device during the step
   int64_t resting_memory = 0;  // allocated when the step starts: weights, optimizer state, batch
   int64_t bytes_swapped = 0; // bytes offloaded to host memory (swap policy)
+  int64_t page_faults = 0;   // minor page faults of the process during the step (getrusage)
 };
 
 struct TrainResult {
@@ -40,7 +44,11 @@ struct TrainResult {
   double final_loss() const { return steps.back().loss; }
   // Mean step time without the first step, which pays for one-time allocations and warm-up.
   double mean_step_seconds() const;
+  double mean_step_cpu_seconds() const;  // same, CPU time
   int64_t peak_bytes_held() const;
+  // Mean minor page faults per step without the first step: memory the allocator took from
+  // the kernel again (see examples/common/allocator_tuning.h).
+  double mean_page_faults() const;
   int64_t peak_memory() const;
   // Highest peak above the resting memory: activations, gradients and temporaries of a step.
   int64_t peak_step_memory() const;
