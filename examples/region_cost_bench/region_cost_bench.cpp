@@ -8,7 +8,8 @@
 //   time       the variant's step time / regions
 //   overhead   variant minus plain, paired within each repetition (what checkpointing costs)
 //   - body     overhead minus one plain forward of the body (the recomputation itself): the
-//              bookkeeping alone, which issue 11 bounds at 20 us
+//              bookkeeping alone, which issue 11 bounds at 20 us (offload recomputes nothing:
+//              its overhead is the figure)
 //
 //   ./build/examples/region_cost_bench/region_cost_bench [--regions 100] [--steps 30] [--reps 15]
 //       [--threads 1] [--only NAME-PREFIX]
@@ -76,6 +77,7 @@ struct Variant {
   std::vector<Tiny> chain;
   Call call;
   std::vector<double> seconds;
+  bool recomputes = true;  // false: no recomputation to subtract (offload)
 };
 
 std::vector<Tiny> make_chain(int64_t n) {
@@ -148,8 +150,16 @@ int main(int argc, char** argv) {
   for (auto& b : add("selective (save addmm)")) {
     recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"})));
   }
-  // apply_offload: the lead adds this variant once recompose::apply_offload lands (issue 11,
-  // part 1), e.g.  for (auto& b : add("apply_offload")) recompose::apply_offload(b, ...);
+  // Offload: every saved activation through the swap manager (host-to-host copies on CPU), and
+  // with nothing eligible (the default 1 MiB threshold): the hooks and batch bookkeeping alone.
+  auto copies = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+  for (auto& b : add("apply_offload (copies)")) recompose::apply_offload(b, recompose::OffloadOptions().manager(copies));
+  variants.back().recomputes = false;
+  auto threshold = recompose::SwapManager::create();
+  for (auto& b : add("apply_offload (none eligible)")) {
+    recompose::apply_offload(b, recompose::OffloadOptions().manager(threshold));
+  }
+  variants.back().recomputes = false;
 
   if (!c.only.empty()) {
     std::erase_if(variants, [&](const Variant& v) { 
@@ -179,11 +189,12 @@ int main(int argc, char** argv) {
     const double overhead = median(diff);
     if (&v == &plain) {
       std::printf("%-30s %10.2f\n", v.name.c_str(), median(v.seconds) * per);
+    } else if (!v.recomputes) {
+      std::printf("%-30s %10.2f %10.2f %10s\n", v.name.c_str(), median(v.seconds) * per, overhead, "-");
     } else {
       std::printf("%-30s %10.2f %10.2f %10.2f\n", v.name.c_str(), median(v.seconds) * per, overhead,
                   overhead - body_us);
     }
   }
-  std::printf("%-30s %10s\n", "apply_offload", "(issue 11 part 1: not built yet)");
   return 0;
 }
