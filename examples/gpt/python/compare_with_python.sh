@@ -2,8 +2,8 @@
 # C++ (the GPT example, as shipped) against PyTorch 2.11 in Python (gpt_peer.py): same model,
 # weights, batches and dropout draws, 1 thread, runs alternating, per policy none/full/selective.
 # Also runs the C++ example with glibc's malloc defaults (RECOMPOSE_MALLOC_TUNING=0), to show what
-# examples/common/allocator_tuning.h saves. The first round checks that Python's losses equal the
-# C++ run's to 9 digits (and fails otherwise).
+# examples/common/allocator_tuning.h saves. The first round checks Python's losses against the C++
+# run's (gpt_peer.py --check-losses: fails beyond 1e-3 relative; prints how many agree to 9 digits).
 #
 #   bash examples/gpt/python/compare_with_python.sh [--rounds 5] [--steps 20] [--large-steps 10]
 #       [--models default,large]
@@ -61,7 +61,7 @@ run_py() {  # policy state check-csv flags...
   [ -n "$check" ] && extra=(--check-losses "$check")
   "$python" "$peer" --quiet --state "$state" --policy "$policy" --steps "$steps" --threads 1 "${extra[@]}" "$@" \
     >"$work/py.log" 2>&1 || { cat "$work/py.log" >&2; exit 1; }
-  [ -n "$check" ] && grep '^losses equal' "$work/py.log" >&2
+  [ -n "$check" ] && echo "$policy: $(grep '^losses against' "$work/py.log")" >&2
   sed -n 's/.*mean step \([0-9.]*\) ms (CPU \([0-9.]*\) ms.*, \([0-9]*\) page faults per step.*/\1 \2 \3/p' "$work/py.log"
 }
 
