@@ -10,12 +10,13 @@
 //
 // The solver (solve_plan) works on a MemoryProfile (recompose/memory_profile.h). Each module's
 // candidate configurations are points (bytes held, extra time): no checkpointing; full
-// checkpointing; selective checkpointing keeping the k ops with the most time per byte, for every
-// k; offload, where it pays. The points on each module's lower convex hull give upgrades (more
-// bytes, less time); all upgrades of all modules are sorted by time saved per byte added, and the
-// plan for a budget starts from each module's smallest point and takes the longest prefix of that
-// order that fits. So a larger budget never gives a plan holding fewer bytes or taking more
-// estimated time, and no plan's estimate exceeds its budget.
+// checkpointing; selective checkpointing keeping the k ops with the most time saved per byte,
+// for every k, and keeping what transformer_policy keeps (with and without every second mm);
+// offload, where it pays. Combining the modules one by one, it keeps the Pareto frontier of whole
+// plans (fewer bytes or less time; one plan per 1/4096 of the byte range). The frontier does not
+// depend on the budget: the plan for a budget is the frontier's last plan that fits, and along
+// the frontier time falls as bytes grow. So a larger budget never gives a plan holding fewer
+// bytes or taking more estimated time, and no plan's estimate exceeds its budget.
 //
 // Estimates: bytes = what no module holds + per module its inputs and kept outputs (or what it
 // saves without checkpointing); time = the profiled step + per module its recomputation (its

@@ -1,11 +1,11 @@
-// solve_plan(): per module, candidate configurations as (bytes, time) points; their lower convex
-// hulls give upgrades; all upgrades merged by time saved per byte; a budget takes the longest
-// prefix that fits (recompose/planner.h explains why this is monotone).
+// solve_plan(): per module, candidate configurations as (bytes, time) points; the Pareto
+// frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
+// that fits (recompose/planner.h explains why this is monotone).
 #include <recompose/planner.h>
 
 #include <algorithm>
 #include <chrono>
-#include <queue>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -14,20 +14,23 @@ namespace recompose {
 namespace {
 
 constexpr double kDefaultForcedBandwidth = 1e10;
+// The frontier keeps at most one plan per 1/kBuckets of the largest total: solving stays fast
+// (modules x candidates x kBuckets) and loses at most that much of a budget.
+constexpr int64_t kBuckets = 4096;
 
 struct Point {
   int64_t bytes = 0;
   double seconds = 0;  // extra step time against no checkpointing
   ModuleChoice choice = ModuleChoice::None;
-  size_t kept = 0;  // Selective: how many ops of the module's ranking are kept
+  size_t keep_set = 0;  // Selective: index into ModuleOptions::keep_sets
 };
 
-// One module's options, and the ops of its forward ranked for keeping.
+// One module's configurations.
 struct ModuleOptions {
   const ModuleProfile* profile = nullptr;
-  std::vector<size_t> ranked;  // op indices, most time saved per byte first
-  std::vector<bool> swap;      // per op: offloaded rather than recomputed when not kept
-  std::vector<Point> hull;     // lower convex hull, fewest bytes first
+  std::vector<std::vector<bool>> keep_sets;  // Selective: per op, kept or not
+  std::vector<bool> swap;                    // per op: offloaded rather than recomputed when not kept
+  std::vector<Point> points;                 // Pareto front, fewest bytes first
 };
 
 double bandwidth_for(const MemoryProfile& profile, const SolveOptions& options) {
@@ -40,66 +43,82 @@ double bandwidth_for(const MemoryProfile& profile, const SolveOptions& options) 
   return 0;
 }
 
-std::vector<Point> candidate_points(const ModuleProfile& m, double bandwidth, ModuleOptions& mo) {
+bool keepable(const OpProfile& o) { return !o.mutated && !o.inplace && !o.view; }
+
+// The ops a transformer policy keeps (recompose::transformer_policy's list): its configurations
+// are candidates too, so that a plan is never estimated slower than that fixed policy.
+bool compute_intensive(const std::string& op) {
+  for (const char* name : {"aten::mm.", "aten::addmm.", "aten::bmm.", "aten::linear.", "aten::_scaled_mm.",
+                           "aten::_scaled_dot_product_"}) {
+    if (op.starts_with(name)) return true;
+  }
+  return op == "aten::max.default";
+}
+
+void add_candidates(const ModuleProfile& m, double bandwidth, ModuleOptions& mo) {
   std::vector<Point> points;
   points.push_back({m.saved_bytes, 0.0, ModuleChoice::None, 0});
   points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
   // Everything the forward saves crosses the bus twice (out and back).
   if (bandwidth > 0) points.push_back({0, 2.0 * static_cast<double>(m.saved_bytes) / bandwidth, ModuleChoice::Offload, 0});
 
-  // Selective: not keeping an op costs its recomputation, or its two copies when cheaper.
-  mo.swap.assign(m.ops.size(), false);
-  std::vector<double> gain(m.ops.size(), 0.0);
-  double base = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
-  for (size_t k = 0; k < m.ops.size(); ++k) {
+  // Selective: not keeping an op costs its recomputation, or its two copies when cheaper; the
+  // fixed cost is the interception in the forward and the replay in backward.
+  const size_t n = m.ops.size();
+  mo.swap.assign(n, false);
+  std::vector<double> cost(n, 0.0);
+  const double fixed = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
+  for (size_t k = 0; k < n; ++k) {
     const OpProfile& o = m.ops[k];
-    double cost = std::max(0.0, o.seconds);
-    const bool keepable = !o.mutated && !o.inplace && !o.view;
-    if (keepable && bandwidth > 0) {
+    cost[k] = std::max(0.0, o.seconds);
+    if (keepable(o) && bandwidth > 0) {
       const double copies = 2.0 * static_cast<double>(o.output_bytes) / bandwidth;
-      if (copies < cost) cost = copies, mo.swap[k] = true;
+      if (copies < cost[k]) cost[k] = copies, mo.swap[k] = true;
     }
-    base += cost;
-    if (keepable && cost > 0) mo.ranked.push_back(k), gain[k] = cost;
   }
-  std::stable_sort(mo.ranked.begin(), mo.ranked.end(), [&](size_t a, size_t b) {
-    // gain[a] / bytes[a] > gain[b] / bytes[b], without dividing by zero
-    return gain[a] * static_cast<double>(m.ops[b].output_bytes) > gain[b] * static_cast<double>(m.ops[a].output_bytes);
+  auto add_selective = [&](std::vector<bool> keep) {
+    int64_t bytes = m.input_bytes;
+    double seconds = fixed;
+    for (size_t k = 0; k < n; ++k) {
+      if (keep[k]) bytes += m.ops[k].output_bytes;
+      else seconds += cost[k];
+    }
+    points.push_back({bytes, seconds, ModuleChoice::Selective, mo.keep_sets.size()});
+    mo.keep_sets.push_back(std::move(keep));
+  };
+  // Keeping the ops with the most time saved per byte first, one more at a time.
+  std::vector<size_t> ranked;
+  for (size_t k = 0; k < n; ++k) {
+    if (keepable(m.ops[k]) && cost[k] > 0) ranked.push_back(k);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+    return cost[a] * static_cast<double>(m.ops[b].output_bytes) > cost[b] * static_cast<double>(m.ops[a].output_bytes);
   });
-  int64_t bytes = m.input_bytes;
-  double seconds = base;
-  points.push_back({bytes, seconds, ModuleChoice::Selective, 0});
-  for (size_t j = 0; j < mo.ranked.size(); ++j) {
-    bytes += m.ops[mo.ranked[j]].output_bytes;
-    seconds -= gain[mo.ranked[j]];
-    points.push_back({bytes, std::max(0.0, seconds), ModuleChoice::Selective, j + 1});
+  std::vector<bool> keep(n, false);
+  // Nothing kept and nothing swapped is full checkpointing plus the interception: not a candidate.
+  if (std::find(mo.swap.begin(), mo.swap.end(), true) != mo.swap.end()) add_selective(keep);
+  for (size_t k : ranked) {
+    keep[k] = true;
+    add_selective(keep);
   }
-  return points;
-}
+  // The transformer policy, and its variant recomputing every second aten::mm.
+  for (bool every_second : {false, true}) {
+    std::vector<bool> t(n, false);
+    for (size_t k = 0; k < n; ++k) {
+      const OpProfile& o = m.ops[k];
+      t[k] = keepable(o) && compute_intensive(o.op) &&
+             !(every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1);
+    }
+    add_selective(std::move(t));
+  }
 
-// Pareto front (more bytes must buy less time), then its lower convex hull: along it, the time
-// saved per byte falls, so taking a module's upgrades in order is also taking the best first.
-std::vector<Point> lower_hull(std::vector<Point> points) {
+  // Pareto front: more bytes must buy less time.
   std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
     return std::tie(a.bytes, a.seconds) < std::tie(b.bytes, b.seconds);
   });
-  std::vector<Point> front;
   for (const Point& p : points) {
-    if (front.empty() || p.seconds < front.back().seconds) front.push_back(p);
+    if (mo.points.empty() || p.seconds < mo.points.back().seconds) mo.points.push_back(p);
   }
-  std::vector<Point> hull;
-  for (const Point& p : front) {
-    while (hull.size() >= 2) {
-      const Point& o = hull[hull.size() - 2];
-      const Point& a = hull.back();
-      const double cross = static_cast<double>(a.bytes - o.bytes) * (p.seconds - o.seconds) -
-                           (a.seconds - o.seconds) * static_cast<double>(p.bytes - o.bytes);
-      if (cross > 0) break;
-      hull.pop_back();
-    }
-    hull.push_back(p);
-  }
-  return hull;
 }
 
 std::vector<ModuleOptions> module_options(const MemoryProfile& profile, const SolveOptions& options) {
@@ -108,7 +127,49 @@ std::vector<ModuleOptions> module_options(const MemoryProfile& profile, const So
   std::vector<ModuleOptions> out(profile.modules.size());
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].profile = &profile.modules[i];
-    out[i].hull = lower_hull(candidate_points(profile.modules[i], bandwidth, out[i]));
+    add_candidates(profile.modules[i], bandwidth, out[i]);
+  }
+  return out;
+}
+
+// A whole plan on the frontier: its totals and how it was made (for the walk back).
+struct Node {
+  int64_t bytes;
+  double seconds;
+  int32_t parent;  // index in the previous module's frontier
+  int32_t point;   // index in this module's points
+};
+
+// The frontier after each module: plans of modules 0..i, Pareto-optimal (sorted by bytes, time
+// strictly falling), thinned to one plan per bucket. Built the same way for every budget, so a
+// budget only picks a point of the last one.
+std::vector<std::vector<Node>> frontiers(const MemoryProfile& profile, const std::vector<ModuleOptions>& modules) {
+  int64_t most = profile.other_bytes;
+  for (const auto& mo : modules) most += mo.points.back().bytes;
+  const int64_t bucket = std::max<int64_t>(1, most / kBuckets);
+  std::vector<std::vector<Node>> out;
+  std::vector<Node> current{{profile.other_bytes, 0.0, -1, -1}};
+  std::vector<Node> next;
+  for (const auto& mo : modules) {
+    next.clear();
+    for (size_t f = 0; f < current.size(); ++f) {
+      for (size_t k = 0; k < mo.points.size(); ++k) {
+        next.push_back({current[f].bytes + mo.points[k].bytes, current[f].seconds + mo.points[k].seconds,
+                        static_cast<int32_t>(f), static_cast<int32_t>(k)});
+      }
+    }
+    std::sort(next.begin(), next.end(), [](const Node& a, const Node& b) {
+      return std::tie(a.bytes, a.seconds, a.parent, a.point) < std::tie(b.bytes, b.seconds, b.parent, b.point);
+    });
+    std::vector<Node> front;
+    for (const Node& n : next) {
+      if (!front.empty() && n.seconds >= front.back().seconds) continue;  // dominated
+      // Same bucket as the last kept plan (not the first plan): the faster one stays.
+      if (front.size() > 1 && n.bytes / bucket == front.back().bytes / bucket) front.pop_back();
+      front.push_back(n);
+    }
+    out.push_back(front);
+    current = std::move(front);
   }
   return out;
 }
@@ -122,26 +183,25 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   plan.bytes = p.bytes;
   plan.seconds = p.seconds;
   if (p.choice != ModuleChoice::Selective) return plan;
-  std::vector<bool> kept(m.ops.size(), false);
-  for (size_t j = 0; j < p.kept; ++j) kept[mo.ranked[j]] = true;
+  const auto& keep = mo.keep_sets[p.keep_set];
   for (size_t k = 0; k < m.ops.size(); ++k) {
-    if (kept[k]) plan.save.push_back({m.ops[k].op, m.ops[k].call_index});
+    if (keep[k]) plan.save.push_back({m.ops[k].op, m.ops[k].call_index});
     else if (mo.swap[k]) plan.swap.push_back({m.ops[k].op, m.ops[k].call_index});
   }
-  // Nothing kept, nothing swapped: that is full checkpointing without the interception.
-  if (plan.save.empty() && plan.swap.empty()) plan.choice = ModuleChoice::Full;
   return plan;
 }
 
 int64_t min_bytes(const MemoryProfile& profile, const std::vector<ModuleOptions>& modules) {
   int64_t bytes = profile.other_bytes;
-  for (const auto& mo : modules) bytes += mo.hull.front().bytes;
+  for (const auto& mo : modules) bytes += mo.points.front().bytes;
   return bytes;
 }
 
 std::string mib(int64_t bytes) {
-  return std::to_string(static_cast<double>(bytes) / (1024.0 * 1024.0)).substr(0, 8) + " MiB (" +
-         std::to_string(bytes) + " bytes)";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0),
+                static_cast<long long>(bytes));
+  return buffer;
 }
 
 }  // namespace
@@ -154,48 +214,31 @@ Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveO
   const auto t0 = std::chrono::steady_clock::now();
   const auto modules = module_options(profile, options);
   const int64_t limit = budget.resolve(profile);
-  int64_t bytes = min_bytes(profile, modules);
-  if (bytes > limit) {
+  const int64_t least = min_bytes(profile, modules);
+  if (least > limit) {
     throw std::invalid_argument("solve_plan: a budget of " + mib(limit) + " is below the least any plan holds, " +
-                                mib(bytes) + " (" +
+                                mib(least) + " (" +
                                 (bandwidth_for(profile, options) > 0 ? "offload or full checkpointing"
                                                                      : "full checkpointing") +
                                 " of every module)");
   }
-  // Merge the modules' upgrade chains by time saved per byte; ties go to the earlier module.
-  // Each chain is consumed in its own order, so a module's upgrades are never taken out of turn.
-  std::vector<size_t> at(modules.size(), 0);
-  auto efficiency = [&](size_t i) {
-    const Point& a = modules[i].hull[at[i]];
-    const Point& b = modules[i].hull[at[i] + 1];
-    return (a.seconds - b.seconds) / static_cast<double>(b.bytes - a.bytes);
-  };
-  auto later = [&](size_t x, size_t y) {
-    const double ex = efficiency(x), ey = efficiency(y);
-    return ex != ey ? ex < ey : x > y;
-  };
-  std::priority_queue<size_t, std::vector<size_t>, decltype(later)> heads(later);
-  for (size_t i = 0; i < modules.size(); ++i) {
-    if (modules[i].hull.size() > 1) heads.push(i);
-  }
-  while (!heads.empty()) {
-    const size_t i = heads.top();
-    const int64_t more = modules[i].hull[at[i] + 1].bytes - modules[i].hull[at[i]].bytes;
-    if (bytes + more > limit) break;  // the longest prefix that fits: monotone in the budget
-    heads.pop();
-    bytes += more;
-    if (++at[i] + 1 < modules[i].hull.size()) heads.push(i);
-  }
+  const auto fronts = frontiers(profile, modules);
+  // The fastest plan that fits: the last frontier point within the budget (time falls along it).
+  const auto& last = fronts.back();
+  auto it = std::upper_bound(last.begin(), last.end(), limit, [](int64_t b, const Node& n) { return b < n.bytes; });
+  size_t at = static_cast<size_t>(it - last.begin()) - 1;  // the first point is `least`, which fits
 
   Plan plan;
   plan.budget_bytes = limit;
-  plan.bytes = bytes;
+  plan.bytes = last[at].bytes;
   plan.none_bytes = profile.bytes_held;
   plan.none_step_seconds = profile.step_seconds;
-  plan.step_seconds = profile.step_seconds;
-  for (size_t i = 0; i < modules.size(); ++i) {
-    plan.modules.push_back(module_plan(modules[i], modules[i].hull[at[i]]));
-    plan.step_seconds += plan.modules.back().seconds;
+  plan.step_seconds = profile.step_seconds + last[at].seconds;
+  plan.modules.resize(modules.size());
+  for (size_t i = modules.size(); i-- > 0;) {
+    const Node& n = fronts[i][at];
+    plan.modules[i] = module_plan(modules[i], modules[i].points[static_cast<size_t>(n.point)]);
+    at = static_cast<size_t>(n.parent);
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return plan;
