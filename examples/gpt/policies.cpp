@@ -12,6 +12,8 @@ std::string_view policy_name(Policy policy) {
     case Policy::Full: return "full";
     case Policy::Selective: return "selective";
     case Policy::Swap: return "swap";
+    case Policy::EverySecondMm: return "every-second-mm";
+    case Policy::Planned: return "planned";
   }
   return "?";
 }
@@ -47,12 +49,17 @@ std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy) 
                                         : nullptr;
   for (auto& block : model->blocks) {
     switch (policy) {
-      case Policy::None: break;
+      case Policy::None:
+      case Policy::Planned: break;  // the plan is applied by recompose::apply_plan (train.cpp)
       case Policy::Full: recompose::apply_checkpoint(block); break;
       case Policy::Selective:
         recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
         break;
       case Policy::Swap: recompose::apply_checkpoint(block, swap_options(manager)); break;
+      case Policy::EverySecondMm:
+        recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy(
+                                               recompose::TransformerPolicyOptions().recompute_every_second_mm(true))));
+        break;
     }
   }
   return manager;

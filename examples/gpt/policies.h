@@ -19,9 +19,12 @@ enum class Policy {
   Full,       // each block saves only its input and recomputes its forward in backward
   Selective,  // each block saves matrix products and attention, recomputes the cheap rest
   Swap,       // each block keeps its matrix products in host memory, recomputes the rest
+  EverySecondMm,  // selective, but every second matrix product is recomputed too (less memory)
+  Planned,    // what the memory-budget planner chose per block (--budget, --plan); not in kAllPolicies
 };
 
-inline constexpr std::array<Policy, 4> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap};
+inline constexpr std::array<Policy, 5> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap,
+                                                       Policy::EverySecondMm};
 
 std::string_view policy_name(Policy policy);
 std::optional<Policy> parse_policy(std::string_view name);
