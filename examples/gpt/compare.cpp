@@ -59,7 +59,7 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
       "gradients, temporaries).%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",
-      options.device.is_cuda() ? "" : " On CPU, swap copies host to host: it saves no memory there.");
+      options.device.is_cuda() ? "" : " On CPU, swap and offload copy host to host: they save no memory there.");
   if (!outcome.losses_match) {
     std::printf("FAILED: losses differ across policies by more than %.0e (relative); marked with !\n",
                 kLossTolerance);

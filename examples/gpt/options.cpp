@@ -61,7 +61,8 @@ Options parse_options(int argc, char** argv) {
       auto name = value();
       auto p = parse_policy(name);
       if (!p) {
-        throw UsageError("--policy must be none, full, selective, swap or every-second-mm, got '" + std::string(name) + "'");
+        throw UsageError("--policy must be none, full, selective, swap, offload or every-second-mm, got '" +
+                         std::string(name) + "'");
       }
       o.policy = *p;
     } else if (flag == "--device") {
@@ -116,7 +117,8 @@ std::string usage(const char* program) {
   std::ostringstream s;
   s << "Usage: " << program << " [flags]\n"
     << "Trains a small character-level GPT on a public-domain text, with activation checkpointing.\n\n"
-    << "  --policy none|full|selective|swap|every-second-mm  checkpointing of every block (default none)\n"
+    << "  --policy none|full|selective|swap|offload|every-second-mm\n"
+    << "                       checkpointing of every block (default none)\n"
     << "  --budget B           plan per block for at most B held for backward (\"40%\" of no checkpointing,\n"
     << "                       or bytes: \"12MiB\"), train under the plan; the plan goes to OUT/plan.json\n"
     << "  --plan FILE          train under a saved plan (JSON from --budget), without profiling\n"

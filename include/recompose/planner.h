@@ -98,8 +98,9 @@ struct ApplyPlanOptions {
   TORCH_ARG(std::shared_ptr<SwapManager>, swap_manager) = nullptr;
 };
 
-// Applies `plan` to the modules of `model` it names (apply_checkpoint / apply_offload; nothing for
-// None). All or nothing: on an error, what was applied is removed again. Throws CheckpointError if
+// Applies `plan` to the modules of `model` it names: nothing for None, apply_checkpoint for Full,
+// apply_checkpoint with a selective policy for Selective (MUST_SAVE the kept ops, MUST_SWAP the
+// swapped ones, recompute the rest), apply_offload with keep_last_on_device(false) for Offload. All or nothing: on an error, what was applied is removed again. Throws CheckpointError if
 // a named module is missing, of another type (the plan was made for another model), or already
 // checkpointed or offloaded; std::invalid_argument if a planned op is not registered.
 void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptions& options = {});

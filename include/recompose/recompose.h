@@ -2,10 +2,12 @@
 #pragma once
 
 #include <recompose/apply_checkpoint.h>
+#include <recompose/apply_offload.h>
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/checkpoint_options.h>
 #include <recompose/checkpoint_state.h>
+#include <recompose/graph_exec_group.h>
 #include <recompose/hooks/forward_annotation.h>
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/hooks/module_state.h>

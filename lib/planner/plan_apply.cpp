@@ -2,6 +2,7 @@
 #include "planner_targets.h"
 
 #include <recompose/apply_checkpoint.h>
+#include <recompose/apply_offload.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/hooks/module_state.h>
 #include <recompose/planner.h>
@@ -94,21 +95,26 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
     }
     Target t{module, &m, CheckpointOptions()};
     if (m.choice == ModuleChoice::Selective) t.options.policy(plan_policy(m)).swap_manager(manager);
-    if (m.choice == ModuleChoice::Offload) {
-      throw CheckpointError("apply_plan: module " + label(m) +
-                            " is planned for offload, which this build of recompose does not have (apply_offload)");
-    }
     targets.push_back(std::move(t));
   }
   std::vector<torch::nn::Module*> applied;
   try {
     for (auto& t : targets) {
-      if (t.plan->choice == ModuleChoice::None) continue;
-      apply_checkpoint(*t.module, t.options);
+      switch (t.plan->choice) {
+        case ModuleChoice::None: continue;
+        case ModuleChoice::Full:
+        case ModuleChoice::Selective: apply_checkpoint(*t.module, t.options); break;
+        // The estimate counts every offloaded byte as gone: the last call's too.
+        case ModuleChoice::Offload:
+          apply_offload(*t.module, OffloadOptions().manager(manager).keep_last_on_device(false));
+          break;
+      }
       applied.push_back(t.module.get());
     }
   } catch (...) {
-    for (auto* m : applied) remove_checkpoint(*m);
+    for (auto* m : applied) {
+      if (!remove_checkpoint(*m)) remove_offload(*m);
+    }
     throw;
   }
 }
@@ -117,7 +123,10 @@ int64_t remove_plan(torch::nn::Module& model, const Plan& plan) {
   int64_t removed = 0;
   for (const auto& m : plan.modules) {
     auto module = detail::find_module(model, m.name);
-    if (module && remove_checkpoint(*module)) ++removed;
+    if (!module) continue;
+    const bool checkpoint = remove_checkpoint(*module);
+    const bool offload = remove_offload(*module);
+    if (checkpoint || offload) ++removed;
   }
   return removed;
 }

@@ -55,12 +55,13 @@ bool compute_intensive(const std::string& op) {
   return op == "aten::max.default";
 }
 
-void add_candidates(const ModuleProfile& m, double bandwidth, ModuleOptions& mo) {
+void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, ModuleOptions& mo) {
   std::vector<Point> points;
   points.push_back({m.saved_bytes, 0.0, ModuleChoice::None, 0});
   points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
-  // Everything the forward saves crosses the bus twice (out and back).
-  if (bandwidth > 0) points.push_back({0, 2.0 * static_cast<double>(m.saved_bytes) / bandwidth, ModuleChoice::Offload, 0});
+  // Everything the forward saves crosses the bus twice (out and back). What it holds while its
+  // own forward runs is counted once per plan (Family::base_bytes).
+  if (offload) points.push_back({0, 2.0 * static_cast<double>(m.saved_bytes) / bandwidth, ModuleChoice::Offload, 0});
 
   // Selective: not keeping an op costs its recomputation, or its two copies when cheaper; the
   // fixed cost is the interception in the forward and the replay in backward.
@@ -121,13 +122,12 @@ void add_candidates(const ModuleProfile& m, double bandwidth, ModuleOptions& mo)
   }
 }
 
-std::vector<ModuleOptions> module_options(const MemoryProfile& profile, const SolveOptions& options) {
+std::vector<ModuleOptions> module_options(const MemoryProfile& profile, double bandwidth, bool offload) {
   if (profile.modules.empty()) throw std::invalid_argument("solve_plan: the profile has no module");
-  const double bandwidth = bandwidth_for(profile, options);
   std::vector<ModuleOptions> out(profile.modules.size());
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].profile = &profile.modules[i];
-    add_candidates(profile.modules[i], bandwidth, out[i]);
+    add_candidates(profile.modules[i], bandwidth, offload, out[i]);
   }
   return out;
 }
@@ -143,14 +143,21 @@ struct Node {
 // The frontier after each module: plans of modules 0..i, Pareto-optimal (sorted by bytes, time
 // strictly falling), thinned to one plan per bucket. Built the same way for every budget, so a
 // budget only picks a point of the last one.
-std::vector<std::vector<Node>> frontiers(const MemoryProfile& profile, const std::vector<ModuleOptions>& modules) {
-  int64_t most = profile.other_bytes;
-  for (const auto& mo : modules) most += mo.points.back().bytes;
-  const int64_t bucket = std::max<int64_t>(1, most / kBuckets);
-  std::vector<std::vector<Node>> out;
-  std::vector<Node> current{{profile.other_bytes, 0.0, -1, -1}};
+// Plans with and plans without offloaded modules: an offloaded module holds what it saves until
+// its call ends (the copies start then), so a plan with offload holds, at its peak, up to the
+// largest module's saved bytes on top of the rest. Each family is solved with that in its base.
+struct Family {
+  std::vector<ModuleOptions> modules;
+  int64_t base_bytes = 0;
+  // The frontier after each module: plans of modules 0..i, Pareto-optimal (sorted by bytes, time
+  // strictly falling), thinned to one plan per bucket. Built the same way for every budget.
+  std::vector<std::vector<Node>> fronts;
+};
+
+void build_frontiers(Family& family, int64_t bucket) {
+  std::vector<Node> current{{family.base_bytes, 0.0, -1, -1}};
   std::vector<Node> next;
-  for (const auto& mo : modules) {
+  for (const auto& mo : family.modules) {
     next.clear();
     for (size_t f = 0; f < current.size(); ++f) {
       for (size_t k = 0; k < mo.points.size(); ++k) {
@@ -168,8 +175,48 @@ std::vector<std::vector<Node>> frontiers(const MemoryProfile& profile, const std
       if (front.size() > 1 && n.bytes / bucket == front.back().bytes / bucket) front.pop_back();
       front.push_back(n);
     }
-    out.push_back(front);
+    family.fronts.push_back(front);
     current = std::move(front);
+  }
+}
+
+std::vector<Family> families(const MemoryProfile& profile, const SolveOptions& options) {
+  const double bandwidth = bandwidth_for(profile, options);
+  std::vector<Family> out(bandwidth > 0 ? 2 : 1);
+  out[0].modules = module_options(profile, bandwidth, false);
+  out[0].base_bytes = profile.other_bytes;
+  if (bandwidth > 0) {
+    out[1].modules = module_options(profile, bandwidth, true);
+    int64_t largest = 0;
+    for (const auto& m : profile.modules) largest = std::max(largest, m.saved_bytes);
+    out[1].base_bytes = profile.other_bytes + largest;
+  }
+  int64_t most = profile.other_bytes;
+  for (const auto& m : profile.modules) most += std::max(m.saved_bytes, m.input_bytes);
+  const int64_t bucket = std::max<int64_t>(1, most / kBuckets);
+  for (auto& f : out) build_frontiers(f, bucket);
+  return out;
+}
+
+// The final frontier: the last frontiers of all families, merged and Pareto-filtered.
+struct Final {
+  int64_t bytes;
+  double seconds;
+  size_t family, node;
+};
+
+std::vector<Final> final_frontier(const std::vector<Family>& fams) {
+  std::vector<Final> all;
+  for (size_t f = 0; f < fams.size(); ++f) {
+    const auto& last = fams[f].fronts.back();
+    for (size_t i = 0; i < last.size(); ++i) all.push_back({last[i].bytes, last[i].seconds, f, i});
+  }
+  std::sort(all.begin(), all.end(), [](const Final& a, const Final& b) {
+    return std::tie(a.bytes, a.seconds, a.family, a.node) < std::tie(b.bytes, b.seconds, b.family, b.node);
+  });
+  std::vector<Final> out;
+  for (const Final& x : all) {
+    if (out.empty() || x.seconds < out.back().seconds) out.push_back(x);
   }
   return out;
 }
@@ -191,12 +238,6 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   return plan;
 }
 
-int64_t min_bytes(const MemoryProfile& profile, const std::vector<ModuleOptions>& modules) {
-  int64_t bytes = profile.other_bytes;
-  for (const auto& mo : modules) bytes += mo.points.front().bytes;
-  return bytes;
-}
-
 std::string mib(int64_t bytes) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0),
@@ -207,37 +248,37 @@ std::string mib(int64_t bytes) {
 }  // namespace
 
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
-  return min_bytes(profile, module_options(profile, options));
+  return final_frontier(families(profile, options)).front().bytes;
 }
 
 Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto modules = module_options(profile, options);
+  const auto fams = families(profile, options);
+  const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
-  const int64_t least = min_bytes(profile, modules);
-  if (least > limit) {
+  if (frontier.front().bytes > limit) {
     throw std::invalid_argument("solve_plan: a budget of " + mib(limit) + " is below the least any plan holds, " +
-                                mib(least) + " (" +
-                                (bandwidth_for(profile, options) > 0 ? "offload or full checkpointing"
-                                                                     : "full checkpointing") +
+                                mib(frontier.front().bytes) + " (" +
+                                (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
                                 " of every module)");
   }
-  const auto fronts = frontiers(profile, modules);
   // The fastest plan that fits: the last frontier point within the budget (time falls along it).
-  const auto& last = fronts.back();
-  auto it = std::upper_bound(last.begin(), last.end(), limit, [](int64_t b, const Node& n) { return b < n.bytes; });
-  size_t at = static_cast<size_t>(it - last.begin()) - 1;  // the first point is `least`, which fits
+  auto it = std::upper_bound(frontier.begin(), frontier.end(), limit,
+                             [](int64_t b, const Final& n) { return b < n.bytes; });
+  const Final& chosen = *(it - 1);
+  const Family& fam = fams[chosen.family];
 
   Plan plan;
   plan.budget_bytes = limit;
-  plan.bytes = last[at].bytes;
+  plan.bytes = chosen.bytes;
   plan.none_bytes = profile.bytes_held;
   plan.none_step_seconds = profile.step_seconds;
-  plan.step_seconds = profile.step_seconds + last[at].seconds;
-  plan.modules.resize(modules.size());
-  for (size_t i = modules.size(); i-- > 0;) {
-    const Node& n = fronts[i][at];
-    plan.modules[i] = module_plan(modules[i], modules[i].points[static_cast<size_t>(n.point)]);
+  plan.step_seconds = profile.step_seconds + chosen.seconds;
+  plan.modules.resize(fam.modules.size());
+  size_t at = chosen.node;
+  for (size_t i = fam.modules.size(); i-- > 0;) {
+    const Node& n = fam.fronts[i][at];
+    plan.modules[i] = module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
     at = static_cast<size_t>(n.parent);
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
