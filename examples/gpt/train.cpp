@@ -35,6 +35,11 @@ double learning_rate(double peak, int64_t step, int64_t steps) {
   return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * progress)));
 }
 
+// The generator dropout draws from on `device`.
+at::Generator dropout_generator(const torch::Device& device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+}
+
 }  // namespace
 
 torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets) {
@@ -82,9 +87,23 @@ Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptio
   }
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
+  rng_state_ = dropout_generator(options.device).get_state();
 }
 
 StepRecord Trainer::step(int64_t step) {
+  // This trainer's random state in, the previous one back out after the step.
+  at::Generator gen = dropout_generator(options_.device);
+  const at::Tensor outside = gen.get_state();
+  gen.set_state(rng_state_);
+  struct Restore {
+    at::Generator& gen;
+    at::Tensor& mine;
+    const at::Tensor& outside;
+    ~Restore() {
+      mine = gen.get_state();
+      gen.set_state(outside);
+    }
+  } restore{gen, rng_state_, outside};
   const double lr = learning_rate(options_.lr, step, options_.steps);
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   auto [inputs, targets] = data_.batch(options_.batch, /*validation=*/false, batches_, options_.device);

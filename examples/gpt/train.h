@@ -55,8 +55,9 @@ struct TrainResult {
 // The cross-entropy of the model's next-character predictions.
 torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets);
 
-// A freshly built model (from the seed), its policy or plan, AdamW and the batch stream: one
-// measured training step per call, so that several can be interleaved (--sweep).
+// A freshly built model (from the seed), its policy or plan, AdamW, the batch stream and its own
+// random state (dropout): one measured training step per call, so that several can be
+// interleaved (--sweep) and each still draws what it would draw alone.
 class Trainer {
  public:
   Trainer(const Config& config, const CharDataset& data, const TrainOptions& options);
@@ -72,6 +73,7 @@ class Trainer {
   std::shared_ptr<recompose::SwapManager> swap_manager_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   at::Generator batches_;
+  at::Tensor rng_state_;  // the default generator of the device (dropout) between this trainer's steps
 };
 
 // Trains a freshly built model; the same seed gives the same weights, batches and dropout masks
