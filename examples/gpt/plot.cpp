@@ -105,11 +105,13 @@ void write_svg(const std::filesystem::path& path, const Chart& chart) {
   // Series, each thinner than the one before: identical curves (policies that must agree) show
   // as nested bands instead of hiding one another.
   const size_t n = chart.series.size();
+  size_t lines_left = 0;  // lines still to draw, this one included: the first line is the widest
+  for (const auto& s : chart.series) lines_left += s.line ? 1 : 0;
   for (size_t i = 0; i < n; ++i) {
     const auto& s = chart.series[i];
     const char* color = kColors[i % kColors.size()];
     if (s.line) {
-      svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << 1.2 * static_cast<double>(n - i)
+      svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << 1.2 * static_cast<double>(lines_left--)
           << "\" stroke-linejoin=\"round\" points=\"";
       for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
         if (std::isfinite(s.y[j])) svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';

@@ -102,9 +102,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
          "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss\n";
   std::printf("\n%lld steps per run, interleaved; step time: median without the first step; x: against none\n",
               static_cast<long long>(options.steps));
-  std::printf("| run             | budget    | est. held | held      | %s | step ms | time x | best fixed fitting  | vs best |\n",
+  std::printf("| run             | budget    | est. held | held      | %s | step ms | time x | best fixed fitting    | vs best |\n",
               cpu ? "held+swap" : "swapped  ");
-  std::printf("|-----------------|-----------|-----------|-----------|-----------|---------|--------|---------------------|---------|\n");
+  std::printf("|-----------------|-----------|-----------|-----------|-----------|---------|--------|-----------------------|---------|\n");
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     const double t = e.step_seconds();
@@ -126,7 +126,7 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
       best_x = best_t / t_none;
       if (static_cast<double>(e.held()) > 1.05 * static_cast<double>(e.plan->budget_bytes)) ok = false;
     }
-    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f | %6.3f | %-19s | %7s |\n", e.name.c_str(), budget,
+    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f | %6.3f | %-21s | %7s |\n", e.name.c_str(), budget,
                 est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()), t * 1e3, t / t_none,
                 best == "-" ? "-" : (best + " " + std::to_string(best_x).substr(0, 5)).c_str(),
                 std::isfinite(best_x) ? std::to_string(t / t_none / best_x).substr(0, 5).c_str() : "-");
