@@ -19,9 +19,12 @@
 // bytes or taking more estimated time, and no plan's estimate exceeds its budget.
 //
 // Estimates: bytes = what no module holds + per module its inputs and kept outputs (or what it
-// saves without checkpointing); time = the profiled step + per module its recomputation (its
-// forward for full; replay plus the recomputed ops for selective) or its copies at the measured
-// bandwidth (offload, swap).
+// saves without checkpointing; nothing when offloaded, but a plan with offloaded modules also
+// counts the largest module's saved bytes once: an offloaded module holds them until its call
+// ends and its copies start); time = the profiled step + per module its recomputation (its
+// forward for full; interception, replay and the recomputed ops for selective) or its copies
+// at the measured bandwidth (offload, swap). Estimates come from one profiled step: on a noisy
+// machine, profile after a warm-up step.
 #pragma once
 
 #include <recompose/memory_plan.h>
