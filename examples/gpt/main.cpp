@@ -9,9 +9,13 @@
 #include "device_memory.h"
 #include "model.h"
 #include "options.h"
+#include "planning.h"
 #include "report.h"
 #include "sample.h"
+#include "sweep.h"
 #include "train.h"
+
+#include <recompose/planner.h>
 
 #include <torch/torch.h>
 
@@ -70,17 +74,37 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     return outcome.losses_match ? 0 : 1;
   }
 
+  if (options.sweep) return gpt::run_sweep(config, data, train_options, options.out);
+  if (!options.budget.empty() || !options.plan.empty()) {
+    recompose::Plan plan;
+    if (!options.plan.empty()) {
+      plan = recompose::Plan::load(options.plan);
+      std::printf("plan %s:\n", options.plan.c_str());
+    } else {
+      const auto budget = recompose::Budget::parse(options.budget);  // bad text fails before profiling
+      const auto profile = gpt::profile_training_step(config, data, train_options);
+      plan = recompose::solve_plan(profile, budget);
+      profile.save(options.out / "profile.json");
+      plan.save(options.out / "plan.json");
+      std::printf("planned for %s in %.1f ms (profile) + %.3f ms (solve), saved to %s:\n", options.budget.c_str(),
+                  profile.profile_seconds * 1e3, plan.solve_seconds * 1e3, (options.out / "plan.json").c_str());
+    }
+    std::printf("%s\n", plan.to_table().c_str());
+    train_options.policy = gpt::Policy::Planned;
+    train_options.plan = std::make_shared<const recompose::Plan>(std::move(plan));
+  }
+
   gpt::GPT model{nullptr};
   auto result = gpt::train(config, data, train_options, &model);
   std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
               static_cast<long long>(result.tokens_per_step));
-  gpt::print_summary(result, options.policy, device);
+  gpt::print_summary(result, train_options.policy, device);
   std::printf("  validation loss    %.4f\n",
               gpt::validation_loss(model, data, options.batch, 8, options.seed, device));
-  const gpt::PolicyResults results{{options.policy, result}};
+  const gpt::PolicyResults results{{train_options.policy, result}};
   gpt::write_csv(options.out / "loss.csv", results);
   gpt::write_loss_plot(options.out / "loss.svg", results,
-                       "Training loss, policy " + std::string(gpt::policy_name(options.policy)));
+                       "Training loss, policy " + std::string(gpt::policy_name(train_options.policy)));
   std::printf("wrote %s and %s\n", (options.out / "loss.csv").c_str(), (options.out / "loss.svg").c_str());
   if (options.sample > 0) {
     std::printf("\nsample:\n%s\n", gpt::sample(model, data, data.can_encode("Alice ") ? "Alice " : data.text().substr(0, 1), options.sample, options.seed, device).c_str());

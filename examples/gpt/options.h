@@ -13,6 +13,9 @@ namespace gpt {
 struct Options {
   Policy policy = Policy::None;
   bool compare = false;
+  std::string budget;          // --budget: plan for this many bytes held for backward ("40%", "12MiB")
+  std::filesystem::path plan;  // --plan: apply this saved plan (JSON) instead of a policy
+  bool sweep = false;          // --sweep: the planner's curve beside the fixed policies
   std::string device = "auto";  // auto: CUDA when available, else CPU
   int64_t steps = 300;
   int64_t layers = 4;

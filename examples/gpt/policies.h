@@ -20,10 +20,12 @@ enum class Policy {
   Selective,  // each block saves matrix products and attention, recomputes the cheap rest
   Swap,       // each block keeps its matrix products in host memory, recomputes the rest
   Offload,    // each block's saved activations go to host memory, nothing is recomputed
+  EverySecondMm,  // selective, but every second matrix product is recomputed too (less memory)
+  Planned,    // what the memory-budget planner chose per block (--budget, --plan); not in kAllPolicies
 };
 
-inline constexpr std::array<Policy, 5> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap,
-                                                       Policy::Offload};
+inline constexpr std::array<Policy, 6> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap,
+                                                       Policy::Offload, Policy::EverySecondMm};
 
 std::string_view policy_name(Policy policy);
 std::optional<Policy> parse_policy(std::string_view name);
