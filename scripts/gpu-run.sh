@@ -98,6 +98,11 @@ main() {
   grep -q 'RECOMPOSE_WITH_CUDA' "$build/build.ninja" || { echo "CUDA IS NOT ON in $build"; return 1; }
   ninja -C "$build" -j "$jobs" || { echo "BUILD FAILED"; return 1; }
   meson test -C "$build" --print-errorlogs --num-processes 1 || { echo "TESTS FAILED"; status=1; }
+  # Here the CUDA cases (tests/cuda_test.cpp) must run: any skipped case means they did not.
+  local totals
+  totals=$(bash scripts/doctest-totals.sh "$build/meson-logs/testlog.txt")
+  echo "$totals"
+  case "$totals" in *" 0 skipped") ;; *) echo "CUDA TEST CASES SKIPPED (no CUDA device seen by the tests?)"; status=1 ;; esac
   for b in checkpoint_bench/checkpoint_bench selective_bench/selective_bench swap_bench/swap_bench; do
     echo "== $b --device cuda"
     "$build/examples/$b" --device cuda || { echo "BENCHMARK FAILED: $b"; status=1; }

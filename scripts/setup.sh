@@ -2,19 +2,21 @@
 # Installs everything recompose needs on a Debian 12 machine, idempotently:
 #   - Debian packages: compiler, meson, ninja, pkg-config, cmake, doctest, unzip, python3-pip
 #     (pkg-config and cmake build the consumer tests, tests/consumers);
-#   - LibTorch 2.11.0 from the PyPI `torch` wheel (plus the two small CUDA runtime wheels that
-#     libtorch_cpu.so links against), unpacked OUTSIDE the checkout so every clone reuses it.
+#   - LibTorch from the PyPI `torch` wheel (2.11.0 unless RECOMPOSE_TORCH_VERSION says otherwise;
+#     the versions and the two small CUDA runtime wheels each one's libtorch_cpu.so links against
+#     are in scripts/torch-versions.sh), unpacked OUTSIDE the checkout so every clone reuses it.
 # Prints the LibTorch folder (the one holding include/ and lib/) on its last line.
 #
 # Environment:
-#   RECOMPOSE_DEPS       where LibTorch goes (default: $HOME/.cache/recompose)
-#   RECOMPOSE_TORCH_DIR  use this existing LibTorch / torch package folder instead (skips the wheel)
+#   RECOMPOSE_TORCH_VERSION  the LibTorch version to install, fetched on first use into
+#                            $RECOMPOSE_DEPS/torch-<version> (default 2.11.0; one of
+#                            RECOMPOSE_TORCH_VERSIONS in scripts/torch-versions.sh)
+#   RECOMPOSE_DEPS           where LibTorch goes (default: $HOME/.cache/recompose)
+#   RECOMPOSE_TORCH_DIR      use this existing LibTorch / torch package folder instead (skips the wheel)
 set -euo pipefail
+source "$(dirname "$0")/torch-versions.sh"
 
-TORCH_VERSION=2.11.0
-# libtorch_cpu.so of the cu130 wheel needs libcudart.so.13 and libcupti.so.13, found through its
-# RPATH $ORIGIN/../../nvidia/cu13/lib; these are the versions torch 2.11.0 pins.
-CUDA_RUNTIME_WHEELS=("nvidia-cuda-runtime==13.0.96" "nvidia-cuda-cupti==13.0.85")
+TORCH_VERSION=${RECOMPOSE_TORCH_VERSION:-$RECOMPOSE_TORCH_DEFAULT_VERSION}
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -44,6 +46,12 @@ install_debian_packages() {
 }
 
 install_libtorch() {
+  local cuda_runtime_wheels
+  if ! cuda_runtime_wheels=$(torch_cuda_runtime_wheels "$TORCH_VERSION"); then
+    echo "[setup] RECOMPOSE_TORCH_VERSION=$TORCH_VERSION is not a LibTorch version recompose supports" \
+         "(supported: ${RECOMPOSE_TORCH_VERSIONS[*]}; see scripts/torch-versions.sh to add one)" >&2
+    exit 2
+  fi
   local deps="${RECOMPOSE_DEPS:-$HOME/.cache/recompose}"
   local root="$deps/torch-$TORCH_VERSION"
   if [ -f "$root/.complete" ]; then
@@ -51,7 +59,7 @@ install_libtorch() {
     echo "$root/torch"
     return
   fi
-  log "LibTorch $TORCH_VERSION: downloading the torch wheel into $deps (about 530 MB, once per machine)"
+  log "LibTorch $TORCH_VERSION: downloading the torch wheel into $deps (500-900 MB, once per machine and version)"
   mkdir -p "$deps/wheels" "$root"
   # The wheel's C++ parts do not depend on the Python version; pin the tag so any pip works.
   python3 -m pip download --quiet --no-deps --only-binary=:all: \
@@ -59,12 +67,16 @@ install_libtorch() {
     -d "$deps/wheels" "torch==$TORCH_VERSION" >&2
   python3 -m pip download --quiet --no-deps --only-binary=:all: \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$deps/wheels" "${CUDA_RUNTIME_WHEELS[@]}" >&2
-  local w
+    --platform manylinux2014_x86_64 -d "$deps/wheels" $cuda_runtime_wheels >&2
+  local w spec name
+  # The wheel's build tag, if any (torch-2.10.0-3-cp311-...), comes after the version.
   w=$(ls "$deps"/wheels/torch-"$TORCH_VERSION"-*.whl | head -n1)
   log "unpacking $(basename "$w")"
   unzip -q -o "$w" 'torch/include/*' 'torch/lib/*' 'torch/share/*' 'torch/version.py' -d "$root"
-  for w in "$deps"/wheels/nvidia_cuda_runtime-*.whl "$deps"/wheels/nvidia_cuda_cupti-*.whl; do
+  # Only the pinned runtime wheels: the wheels folder may hold those of other versions.
+  for spec in $cuda_runtime_wheels; do
+    name=${spec%%==*}
+    w=$(ls "$deps"/wheels/"${name//-/_}"-"${spec##*==}"-*.whl | head -n1)
     unzip -q -o "$w" 'nvidia/*' -d "$root"
   done
   # Python bindings are not used from C++; dropping them keeps a stray engine from loading.

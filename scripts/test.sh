@@ -13,16 +13,7 @@ status=0
 meson test -C "$build" --print-errorlogs --num-processes 1 || status=$?
 done_at=$(date +%s)
 # meson prints its own summary; add the doctest totals as one plain line that CI can read.
-totals=$(python3 - "$build/meson-logs/testlog.txt" <<'PY' || true
-import re, sys
-passed = failed = skipped = 0
-for line in open(sys.argv[1], errors="replace"):
-    m = re.search(r"\[doctest\] test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed\s*\|\s*(\d+) skipped", line)
-    if m:
-        passed += int(m.group(2)); failed += int(m.group(3)); skipped += int(m.group(4))
-print(f"doctest: {passed} passed, {failed} failed, {skipped} skipped")
-PY
-)
+totals=$(bash scripts/doctest-totals.sh "$build/meson-logs/testlog.txt" || true)
 echo "$totals"
 consumers=skipped
 if [ "${RECOMPOSE_CONSUMERS:-}" != none ]; then

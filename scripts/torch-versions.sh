@@ -1,0 +1,20 @@
+# The LibTorch versions recompose is checked against, sourced by scripts/setup.sh and
+# scripts/test-versions.sh. Adding a version: check the adapters' internals for it (their version
+# guards name the files: lib/engine/torch_version_guard.h, lib/selective/dispatch_interceptor.cpp),
+# add it here with its CUDA runtime wheels, then run `bash scripts/test-versions.sh <version>`.
+
+# What scripts/setup.sh installs when RECOMPOSE_TORCH_VERSION is not set (and what CI builds).
+RECOMPOSE_TORCH_DEFAULT_VERSION=2.11.0
+RECOMPOSE_TORCH_VERSIONS=(2.10.0 2.11.0)
+
+# The two CUDA runtime wheels the PyPI torch wheel's libtorch_cpu.so links against (NEEDED
+# libcudart.so.N and libcupti.so.N, found through its RPATH $ORIGIN/../../nvidia/...), pinned as
+# that torch pins them: its METADATA's Requires-Dist, or, from 2.11 on, the Requires-Dist of the
+# cuda-toolkit version it pins (extras cudart and cupti). The wheel's CUDA version is in brackets.
+torch_cuda_runtime_wheels() {
+  case "$1" in
+    2.10.0) echo "nvidia-cuda-runtime-cu12==12.8.90 nvidia-cuda-cupti-cu12==12.8.90" ;;  # cu128
+    2.11.0) echo "nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85" ;;  # cu130: cuda-toolkit 13.0.2
+    *) return 1 ;;
+  esac
+}

@@ -1,0 +1,452 @@
+// CUDA cases: swap of device tensors (pinned buffers, copy streams, prefetch), the CUDA generator
+// across a recomputation, CUDA autocast (bf16) and selective policies on CUDA.
+//
+// Compiled in every build: they use only LibTorch's device-generic API, which CPU-only LibTorch
+// has too. Where no CUDA device is available at run time the suite is skipped visibly: doctest
+// counts its cases under "skipped" in its summary (scripts/test.sh's totals line shows them),
+// and the program says why when it starts.
+#include "support/grad_check.h"
+
+#include <recompose/recompose.h>
+
+#include <ATen/autocast_mode.h>
+#include <doctest/doctest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+#include "selective/dispatch_interceptor.h"  // OpCounter: which ops backward really runs
+#endif
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Asked once, when the cases register (doctest decorators are evaluated then).
+bool has_cuda() {
+  static const bool available = [] {
+    const bool yes = torch::cuda::is_available();
+    if (!yes) {
+      std::cout << "[cuda_test] no CUDA device at run time: the test suite \"cuda\" is skipped "
+                   "(doctest counts its cases as skipped)\n";
+    }
+    return yes;
+  }();
+  return available;
+}
+
+const c10::Device kCuda(c10::kCUDA, 0);
+
+// Bitwise comparisons need deterministic kernels. cuBLAS is deterministic only with a fixed
+// workspace configuration, which must be in the environment before its first handle is made;
+// with it set, deterministic algorithms do not reject matrix products.
+class DeterministicCuda {
+ public:
+  DeterministicCuda()
+      : was_(at::globalContext().deterministicAlgorithms()),
+        warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  }
+  ~DeterministicCuda() { at::globalContext().setDeterministicAlgorithms(was_, warn_only_); }
+  DeterministicCuda(const DeterministicCuda&) = delete;
+  DeterministicCuda& operator=(const DeterministicCuda&) = delete;
+
+ private:
+  bool was_, warn_only_;
+};
+
+std::shared_ptr<recompose::SwapManager> test_manager(int64_t prefetch_groups = 1) {
+  return recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
+}
+
+// Linear + ReLU layers on the GPU; forward opens one swap group per layer when given a manager.
+struct CudaMlp {
+  explicit CudaMlp(int64_t layers, int64_t width = 256) {
+    torch::manual_seed(0);
+    for (int64_t i = 0; i < layers; ++i) {
+      fcs.emplace_back(width, width);
+      fcs.back()->to(kCuda);
+    }
+  }
+  torch::Tensor forward(torch::Tensor x, recompose::SwapManager* grouped = nullptr) {
+    for (auto& fc : fcs) {
+      std::optional<recompose::SwapGroupScope> group;
+      if (grouped) group.emplace(*grouped);
+      x = torch::relu(fc->forward(x));
+    }
+    return x;
+  }
+  std::vector<torch::Tensor> params() {
+    std::vector<torch::Tensor> out;
+    for (auto& fc : fcs) {
+      for (auto& p : fc->parameters()) out.push_back(p);
+    }
+    return out;
+  }
+  std::vector<torch::nn::Linear> fcs;
+};
+
+std::vector<torch::Tensor> with(std::vector<torch::Tensor> v, const torch::Tensor& t) {
+  v.push_back(t);
+  return v;
+}
+
+// Linear, dropout, Linear: a checkpointable module whose recomputation draws random numbers.
+struct DropoutBlockImpl : torch::nn::Module {
+  explicit DropoutBlockImpl(int64_t width) {
+    fc1 = register_module("fc1", torch::nn::Linear(width, width));
+    fc2 = register_module("fc2", torch::nn::Linear(width, width));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return fc2(torch::dropout(torch::relu(fc1(x)), 0.5, /*train=*/true));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(DropoutBlock);
+
+torch::Tensor cuda_generator_state() { return at::globalContext().defaultGenerator(kCuda).get_state(); }
+
+// Two matrix products, elementwise ops, a reduction: the body of the selective and MUST_SWAP cases.
+torch::Tensor mm_body(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+  torch::Tensor h = torch::mm(a, b).sin();
+  torch::Tensor k = torch::mm(h, c);
+  return torch::relu(k) * torch::sigmoid(k).sum();
+}
+
+struct MmLeaves {
+  torch::Tensor a, b, c;
+  static MmLeaves make() {
+    torch::manual_seed(5);
+    auto opts = torch::TensorOptions().device(kCuda).requires_grad(true);
+    return {torch::randn({64, 128}, opts), torch::randn({128, 96}, opts), torch::randn({96, 80}, opts)};
+  }
+  std::vector<torch::Tensor> all() const { return {a, b, c}; }
+};
+
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+// Counts the ops that really run below it; replayed (kept) ops never reach it. The mode is part
+// of the thread-local state autograd hands to its CUDA device thread, so it sees backward there.
+struct OpCounter final : recompose::detail::OpInterceptor {
+  std::map<std::string, int> runs;
+  void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+    ++runs[op.schema().name()];
+    recompose::detail::run_below(op, stack);
+  }
+  int operator[](const std::string& name) const {
+    auto it = runs.find(name);
+    return it == runs.end() ? 0 : it->second;
+  }
+};
+
+// Gradients of mm_body's squared sum with the body run through `run`, counting backward's ops.
+std::vector<torch::Tensor> mm_grads(const std::function<torch::Tensor(const MmLeaves&)>& run, OpCounter& backward_ops) {
+  const MmLeaves l = MmLeaves::make();
+  torch::Tensor loss = run(l).square().sum();
+  {
+    recompose::detail::InterceptorScope scope(backward_ops);
+    loss.backward();
+  }
+  std::vector<torch::Tensor> g;
+  for (const auto& t : l.all()) g.push_back(t.grad());
+  return g;
+}
+#endif
+
+}  // namespace
+
+TEST_SUITE("cuda" * doctest::skip(!has_cuda())) {
+
+// ---- Swap of device tensors ----------------------------------------------------------------
+
+#ifndef RECOMPOSE_TEST_NO_SWAP
+TEST_CASE("cuda swap: AsyncSaveOnCpu with per-layer groups gives bitwise the plain gradients, prefetching ahead") {
+  DeterministicCuda deterministic;
+  const int64_t layers = 4;
+  CudaMlp mlp(layers);
+  auto x = torch::randn({64, 256}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  const auto leaves = with(mlp.params(), x);
+  const auto plain = rt::grads_of([&] { return mlp.forward(x).sum(); }, leaves);
+  REQUIRE(plain.back().is_cuda());
+  const auto activation_bytes = static_cast<int64_t>(x.nbytes());  // every ReLU output is 64 x 256
+
+  for (int64_t lookahead : {0, 1}) {
+    CAPTURE(lookahead);
+    auto manager = test_manager(lookahead);
+    torch::Tensor loss;
+    {
+      recompose::AsyncSaveOnCpu offload(manager);
+      loss = mlp.forward(x, manager.get()).sum();  // sum saves nothing: every save is in a group
+    }
+    // Copies to pinned host memory run on a side stream; wait for them so that every tensor is
+    // in host memory only (device copies dropped) and backward must reload each of them.
+    manager->synchronize();
+    auto s = manager->stats();
+    CHECK(s.groups == layers);
+    // Each ReLU output is saved by ReLU and by the next Linear: one copy, shared.
+    CHECK(s.tensors_offloaded == layers);
+    CHECK(s.shared_offloads == layers - 1);
+    CHECK(s.bytes_offloaded == layers * activation_bytes);
+    CHECK(s.tensors_kept > 0);  // x (a leaf requiring grad) and the weights stay on the device
+    CHECK(s.tensors_reloaded == 0);
+    CHECK(manager->tensors_alive() == layers);
+    CHECK(manager->bytes_alive() == s.bytes_offloaded);
+
+    for (auto& t : leaves) t.mutable_grad() = torch::Tensor();
+    loss.backward();
+    loss = torch::Tensor();
+    std::vector<torch::Tensor> swapped;
+    for (const auto& t : leaves) swapped.push_back(t.grad());
+    CHECK(rt::bitwise_equal(plain, swapped));
+
+    s = manager->stats();
+    CHECK(s.early_returns == 0);  // nothing was still in flight to the host
+    CHECK(s.tensors_reloaded == layers);
+    CHECK(s.bytes_reloaded == s.bytes_offloaded);
+    // Backward reaches the last group first and loads it on demand; with a lookahead of one
+    // group, each group's first use launched the reload of the group before it.
+    CHECK(s.sync_loads == (lookahead == 0 ? layers : 1));
+    CHECK(s.prefetched == (lookahead == 0 ? 0 : layers - 1));
+    CHECK(manager->tensors_alive() == 0);
+    CHECK(manager->pool_bytes() == s.bytes_offloaded);  // pinned buffers kept for the next step
+  }
+}
+
+TEST_CASE("cuda swap: the next step reuses the pinned buffers and gives the same gradients") {
+  DeterministicCuda deterministic;
+  CudaMlp mlp(3);
+  auto x = torch::randn({32, 256}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  const auto leaves = with(mlp.params(), x);
+  auto manager = test_manager();
+  auto step = [&] {
+    return rt::grads_of(
+        [&] {
+          recompose::AsyncSaveOnCpu offload(manager);
+          return mlp.forward(x, manager.get()).sum();
+        },
+        leaves);
+  };
+  const auto first = step();
+  manager->synchronize();  // the first step's reloads have landed: its buffers are free again
+  const auto misses = manager->stats().pool_misses;
+  CHECK(misses == 3);
+  const auto second = step();
+  CHECK(rt::bitwise_equal(first, second));
+  CHECK(manager->stats().pool_misses == misses);
+  CHECK(manager->stats().pool_hits == 3);
+}
+
+TEST_CASE("cuda swap: swap_inputs keeps a checkpointed region's CUDA input in host memory") {
+  DeterministicCuda deterministic;
+  CudaMlp mlp(2);
+  auto x = torch::randn({64, 256}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  const auto leaves = with(mlp.params(), x);
+  auto body = [&](const torch::Tensor& in) { return mlp.forward(in); };
+  const auto none = rt::grads_of([&] { return body(x * 2).sum(); }, leaves);
+  // The region's input is an activation (x * 2), not a leaf: eligible.
+  const auto ckpt = rt::grads_of([&] { return recompose::checkpoint(body, x * 2).sum(); }, leaves);
+  auto manager = test_manager();
+  const auto swapped = rt::grads_of(
+      [&] {
+        auto out = recompose::checkpoint(recompose::CheckpointOptions().swap_inputs(true).swap_manager(manager),
+                                         body, x * 2);
+        CHECK(manager->stats().tensors_offloaded == 1);
+        CHECK(manager->stats().bytes_offloaded == static_cast<int64_t>(x.nbytes()));
+        return out.sum();
+      },
+      leaves);
+  CHECK(rt::bitwise_equal(none, ckpt));
+  CHECK(rt::bitwise_equal(ckpt, swapped));
+  CHECK(manager->stats().tensors_reloaded + manager->stats().early_returns == 1);
+  CHECK(manager->stats().bytes_reloaded <= manager->stats().bytes_offloaded);
+  CHECK(manager->tensors_alive() == 0);
+}
+
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+TEST_CASE("cuda swap: MUST_SWAP sends the matrix products to host memory and replays them") {
+  DeterministicCuda deterministic;
+  auto swap_mm = recompose::SelectivePolicy([](const recompose::SelectiveCheckpointContext&,
+                                               const c10::OperatorHandle& op, const torch::jit::Stack&) {
+    return op.schema().name() == "aten::mm" ? recompose::CheckpointPolicy::MUST_SWAP
+                                            : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
+  });
+  OpCounter none_bwd;
+  const auto none = mm_grads([](const MmLeaves& l) { return mm_body(l.a, l.b, l.c); }, none_bwd);
+  auto manager = test_manager();
+  auto options = recompose::CheckpointOptions().swap_manager(manager);
+  options.policy(swap_mm);
+  OpCounter bwd;
+  const auto got = mm_grads([&](const MmLeaves& l) {
+    auto out = recompose::checkpoint(options, mm_body, l.a, l.b, l.c);
+    CHECK(manager->stats().tensors_offloaded == 2);
+    CHECK(manager->stats().bytes_offloaded == (64 * 96 + 64 * 80) * 4);
+    return out;
+  }, bwd);
+  CHECK(rt::bitwise_equal(got, none));
+  // The recomputation replayed both products from their reloaded copies: backward ran only its
+  // own matrix products.
+  CHECK(bwd["aten::mm"] == none_bwd["aten::mm"]);
+  CHECK(manager->stats().tensors_reloaded + manager->stats().early_returns == 2);
+  CHECK(manager->tensors_alive() == 0);
+}
+#endif  // RECOMPOSE_TEST_NO_SELECTIVE
+#endif  // RECOMPOSE_TEST_NO_SWAP
+
+// ---- CUDA generator across the recomputation -------------------------------------------------
+
+TEST_CASE("cuda RNG: dropout in checkpoint draws the forward's mask again; the generator ends where it would") {
+  DeterministicCuda deterministic;
+  auto x = torch::randn({4096}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  auto body = [](const torch::Tensor& t) { return torch::dropout(t.sin(), 0.5, /*train=*/true).cos(); };
+  torch::manual_seed(7);  // seeds the CUDA generators too
+  const auto plain = rt::grads_of([&] { return body(x).sum(); }, {x});
+  const auto plain_state = cuda_generator_state();
+
+  torch::manual_seed(7);
+  const auto ckpt = rt::grads_of([&] { return recompose::checkpoint(body, x).sum(); }, {x});
+  CHECK(rt::bitwise_equal(plain, ckpt));
+  CHECK(torch::equal(cuda_generator_state(), plain_state));
+
+  // Without preserving the state the recomputation draws another mask: the case can tell.
+  torch::manual_seed(7);
+  const auto unpreserved = rt::grads_of(
+      [&] { return recompose::checkpoint(recompose::CheckpointOptions().preserve_rng_state(false), body, x).sum(); },
+      {x});
+  CHECK_FALSE(rt::bitwise_equal(plain, unpreserved));
+  CHECK_FALSE(torch::equal(cuda_generator_state(), plain_state));
+}
+
+TEST_CASE("cuda RNG: apply_checkpoint on blocks with dropout gives the plain gradients and generator state") {
+  DeterministicCuda deterministic;
+  auto make = [] {
+    torch::manual_seed(11);
+    std::vector<DropoutBlock> blocks{DropoutBlock(128), DropoutBlock(128), DropoutBlock(128)};
+    for (auto& b : blocks) b->to(kCuda);
+    return blocks;
+  };
+  auto params = [](std::vector<DropoutBlock>& blocks) {
+    std::vector<torch::Tensor> out;
+    for (auto& b : blocks) {
+      for (auto& p : b->parameters()) out.push_back(p);
+    }
+    return out;
+  };
+  auto x = torch::randn({32, 128}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  auto run = [&](std::vector<DropoutBlock>& blocks) {
+    torch::manual_seed(12);
+    const auto g = rt::grads_of([&] { return blocks[2](blocks[1](blocks[0](x))).square().sum(); },
+                                with(params(blocks), x));
+    return std::make_pair(g, cuda_generator_state());
+  };
+  auto plain_blocks = make();
+  const auto [plain, plain_state] = run(plain_blocks);
+  auto blocks = make();
+  for (auto& b : blocks) recompose::apply_checkpoint(b);
+  const auto [ckpt, ckpt_state] = run(blocks);
+  CHECK(rt::bitwise_equal(plain, ckpt));
+  CHECK(torch::equal(ckpt_state, plain_state));
+}
+
+// ---- CUDA autocast -------------------------------------------------------------------------
+
+TEST_CASE("cuda autocast: a bf16 region recomputes under the forward's autocast state") {
+  DeterministicCuda deterministic;
+  torch::manual_seed(8);
+  auto opts = torch::TensorOptions().device(kCuda).requires_grad(true);
+  torch::Tensor x = torch::randn({64, 128}, opts);
+  torch::Tensor w = torch::randn({128, 128}, opts);
+  auto body = [&w](const torch::Tensor& t) {
+    torch::Tensor h = t.matmul(w);
+    const bool bf16 = h.scalar_type() == torch::kBFloat16;
+    CHECK(bf16);  // autocast is on here, also in the recomputation
+    return h.relu().to(torch::kFloat);
+  };
+  // Autocast only around the forward: backward (and so the recomputation) runs with it off.
+  auto under_autocast = [](auto fn) {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    auto out = fn();
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    return out;
+  };
+  const auto plain = rt::grads_of([&] { return under_autocast([&] { return body(x); }).sum(); }, {x, w});
+  const auto ckpt =
+      rt::grads_of([&] { return under_autocast([&] { return recompose::checkpoint(body, x); }).sum(); }, {x, w});
+  CHECK(rt::bitwise_equal(plain, ckpt));
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+  for (const std::string op : {"aten::mm", "aten::_to_copy"}) {
+    CAPTURE(op);
+    const auto options = recompose::CheckpointOptions().policy(recompose::SelectivePolicy(std::vector<std::string>{op}));
+    const auto sac = rt::grads_of(
+        [&] { return under_autocast([&] { return recompose::checkpoint(options, body, x); }).sum(); }, {x, w});
+    CHECK(rt::bitwise_equal(plain, sac));
+  }
+#endif
+}
+
+// ---- Selective policies on CUDA -----------------------------------------------------------
+
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+TEST_CASE("cuda selective: saving mm and recomputing the rest gives the plain gradients, without rerunning mm") {
+  DeterministicCuda deterministic;
+  OpCounter none_bwd, full_bwd, sac_bwd, recompute_bwd;
+  const auto none = mm_grads([](const MmLeaves& l) { return mm_body(l.a, l.b, l.c); }, none_bwd);
+  const auto full = mm_grads([](const MmLeaves& l) { return recompose::checkpoint(mm_body, l.a, l.b, l.c); }, full_bwd);
+  const auto save_mm = recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::mm"}));
+  const auto sac = mm_grads([&](const MmLeaves& l) { return recompose::checkpoint(save_mm, mm_body, l.a, l.b, l.c); },
+                            sac_bwd);
+  const auto recompute_all = recompose::CheckpointOptions().policy(recompose::SelectivePolicy(
+      [](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle&, const torch::jit::Stack&) {
+        return recompose::CheckpointPolicy::PREFER_RECOMPUTE;
+      }));
+  const auto recomputed = mm_grads(
+      [&](const MmLeaves& l) { return recompose::checkpoint(recompute_all, mm_body, l.a, l.b, l.c); }, recompute_bwd);
+  REQUIRE(none[0].is_cuda());
+  CHECK(rt::bitwise_equal(none, full));
+  CHECK(rt::bitwise_equal(none, sac));
+  CHECK(rt::bitwise_equal(none, recomputed));
+  // Full checkpointing and recompute-everything rerun both products; saving mm reruns neither,
+  // but still recomputes the elementwise ops (sin).
+  CHECK(full_bwd["aten::mm"] == none_bwd["aten::mm"] + 2);
+  CHECK(recompute_bwd["aten::mm"] == none_bwd["aten::mm"] + 2);
+  CHECK(sac_bwd["aten::mm"] == none_bwd["aten::mm"]);
+  CHECK(sac_bwd["aten::sin"] == none_bwd["aten::sin"] + 1);
+}
+
+TEST_CASE("cuda selective: transformer_policy on checkpointed CUDA blocks gives the plain gradients") {
+  DeterministicCuda deterministic;
+  auto make = [] {
+    torch::manual_seed(13);
+    std::vector<DropoutBlock> blocks{DropoutBlock(128), DropoutBlock(128)};
+    for (auto& b : blocks) b->to(kCuda);
+    return blocks;
+  };
+  auto x = torch::randn({16, 128}, torch::TensorOptions().device(kCuda));
+  auto grads = [&](std::vector<DropoutBlock>& blocks) {
+    std::vector<torch::Tensor> ps;
+    for (auto& b : blocks) {
+      for (auto& p : b->parameters()) ps.push_back(p);
+    }
+    torch::manual_seed(14);
+    return rt::grads_of([&] { return blocks[1](blocks[0](x)).square().sum(); }, ps);
+  };
+  auto plain_blocks = make();
+  const auto plain = grads(plain_blocks);
+  auto blocks = make();
+  // Dropout is random: the policy keeps the matrix products, the recomputation redraws the mask
+  // from the restored CUDA generator.
+  for (auto& b : blocks) {
+    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+  }
+  CHECK(rt::bitwise_equal(plain, grads(blocks)));
+}
+#endif  // RECOMPOSE_TEST_NO_SELECTIVE
+
+}  // TEST_SUITE
