@@ -180,9 +180,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   std::printf("  profiling + solving: %.1f ms = %.2f steps of none (target <= 3); solving %.3f ms\n", planning * 1e3,
               planning / t_none, solve_seconds * 1e3);
   std::printf("  losses: largest relative difference from none %.1e (%s)\n", worst_loss,
-              worst_loss <= kLossTolerance ? "equal" : "DIFFER");
+              worst_loss <= tolerance ? "equal" : "DIFFER");
   std::printf("wrote %s, %s, profile.json and plan_*.json\n", (out / "sweep.csv").c_str(), (out / "sweep.svg").c_str());
-  return ok && worst_loss <= kLossTolerance ? 0 : 1;
+  return ok && worst_loss <= tolerance ? 0 : 1;
 }
 
 }  // namespace gpt
