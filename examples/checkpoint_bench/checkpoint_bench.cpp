@@ -1,11 +1,15 @@
 // Step time and bytes held for backward of a stack of transformer blocks, with and without
 // apply_checkpoint on every block, measured side by side (interleaved repetitions, medians).
+// With --budget, also under the memory-budget planner's plan for each budget (profiled once on
+// the stack, solved per budget, applied to a copy with the same weights), in the same rounds.
 //
 //   ./build/examples/checkpoint_bench/checkpoint_bench [--device auto|cpu|cuda] [--layers 8]
 //       [--width 128] [--heads 4] [--seq 64] [--batch 8] [--reps 7] [--threads 0]
+//       [--budget 25%,50%,75%]
 #include "../common/device.h"
 #include "../common/transformer_block.h"
 
+#include <recompose/planner.h>
 #include <recompose/recompose.h>
 
 #include <torch/torch.h>
@@ -16,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,11 +30,14 @@ namespace {
 struct Config {
   int64_t layers = 8, width = 128, heads = 4, seq = 64, batch = 8, reps = 7, threads = 0;
   std::string device = "auto";  // auto: CUDA when available
+  std::vector<std::string> budgets;  // --budget: planner budgets ("50%", "12MiB")
+  bool print_plans = false;          // --print-plans 1: each plan's table
 };
 
 const char* kUsage =
     "usage: checkpoint_bench [--device auto|cpu|cuda] [--layers 8] [--width 128] [--heads 4] [--seq 64]\n"
-    "                        [--batch 8] [--reps 7] [--threads 0]\n";
+    "                        [--batch 8] [--reps 7] [--threads 0] [--budget B1,B2,...] [--print-plans 1]\n"
+    "  --budget: also run the planner's plan for each budget (\"50%\" of no checkpointing, or bytes)\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -41,6 +49,17 @@ Config parse(int argc, char** argv) {
       c.device = argv[i + 1];
       continue;
     }
+    if (k == "--budget") {
+      std::string list = argv[i + 1];
+      for (size_t start = 0; start <= list.size();) {
+        const size_t end = std::min(list.find(',', start), list.size());
+        const std::string item = list.substr(start, end - start);
+        recompose::Budget::parse(item);  // std::invalid_argument names what is wrong
+        c.budgets.push_back(item);
+        start = end + 1;
+      }
+      continue;
+    }
     const int64_t v = examples::int_flag(k, argv[i + 1]);
     if (k == "--layers") c.layers = v;
     else if (k == "--width") c.width = v;
@@ -49,18 +68,22 @@ Config parse(int argc, char** argv) {
     else if (k == "--batch") c.batch = v;
     else if (k == "--reps") c.reps = v;
     else if (k == "--threads") c.threads = v;
+    else if (k == "--print-plans") c.print_plans = v != 0;
     else throw std::invalid_argument("unknown flag " + k);
   }
   return c;
 }
 
-struct Stack {
+// A module, so that the planner can name its blocks ("blocks.0", ...); same seed, same weights.
+struct Stack : torch::nn::Module {
   std::vector<examples::TransformerBlock> blocks;
   Stack(const Config& c, const torch::Device& device, bool checkpointed) {
     torch::manual_seed(0);
+    auto list = register_module("blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.layers; ++i) {
       blocks.emplace_back(c.width, c.heads);
       blocks.back()->to(device);
+      list->push_back(blocks.back());
       if (checkpointed) recompose::apply_checkpoint(blocks.back());
     }
   }
@@ -121,45 +144,87 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (c.threads > 0) at::set_num_threads(static_cast<int>(c.threads));
-  Stack plain(c, device, false), ckpt(c, device, true);
   torch::Tensor x = torch::randn({c.batch, c.seq, c.width}, torch::TensorOptions().device(device));
   const int64_t input_bytes = x.numel() * static_cast<int64_t>(sizeof(float));
 
-  step(plain, x);  // warm-up: allocator, thread pools
-  step(ckpt, x);
-  std::vector<double> t_plain, t_ckpt, c_plain, c_ckpt;
-  int64_t held_plain = 0, held_ckpt = 0, peak_plain = -1, peak_ckpt = -1;
-  for (int64_t r = 0; r < c.reps; ++r) {
-    const Sample a = step(plain, x);
-    const Sample b = step(ckpt, x);
-    t_plain.push_back(a.seconds);
-    t_ckpt.push_back(b.seconds);
-    c_plain.push_back(a.cpu_seconds);
-    c_ckpt.push_back(b.cpu_seconds);
-    held_plain = a.bytes_held;
-    held_ckpt = b.bytes_held;
-    peak_plain = a.peak_bytes;
-    peak_ckpt = b.peak_bytes;
+  // Variants measured in the same interleaved rounds: none, full, then one plan per budget.
+  struct Variant {
+    std::string name;
+    std::unique_ptr<Stack> stack;
+    int64_t budget_bytes = -1;
+    std::vector<Sample> samples;
+  };
+  std::vector<Variant> variants;
+  auto variant = [&](std::string name, bool checkpointed) {
+    Variant v;
+    v.name = std::move(name);
+    v.stack = std::make_unique<Stack>(c, device, checkpointed);
+    return v;
+  };
+  variants.push_back(variant("none", false));
+  variants.push_back(variant("full", true));
+  step(*variants[0].stack, x);  // warm-up before profiling: allocator, thread pools
+  double profile_seconds = 0, solve_seconds = 0;
+  if (!c.budgets.empty()) {
+    Stack profiled(c, device, false);
+    step(profiled, x);
+    const auto profile = recompose::profile_memory(profiled, [&] { profiled.forward(x).pow(2).mean().backward(); });
+    profile_seconds = profile.profile_seconds;
+    for (const auto& text : c.budgets) {
+      const auto plan = recompose::solve_plan(profile, recompose::Budget::parse(text));
+      solve_seconds += plan.solve_seconds;
+      Variant v = variant("planned " + text, false);
+      v.budget_bytes = plan.budget_bytes;
+      recompose::apply_plan(*v.stack, plan);
+      if (c.print_plans) std::printf("plan for %s:\n%s\n", text.c_str(), plan.to_table().c_str());
+      variants.push_back(std::move(v));
+    }
   }
-  const double tp = median(t_plain), tc = median(t_ckpt), cp = median(c_plain), cc = median(c_ckpt);
+  for (auto& v : variants) step(*v.stack, x);  // warm-up
+  for (int64_t r = 0; r < c.reps; ++r) {
+    for (auto& v : variants) v.samples.push_back(step(*v.stack, x));
+  }
+  auto median_of = [](const Variant& v, double Sample::*field) {
+    std::vector<double> values;
+    for (const auto& s : v.samples) values.push_back(s.*field);
+    return median(values);
+  };
+
   std::printf("recompose checkpoint_bench: %lld transformer blocks, width %lld, heads %lld, seq %lld, batch %lld, "
               "%lld interleaved reps, LibTorch %s, %s, %d threads\n",
               (long long)c.layers, (long long)c.width, (long long)c.heads, (long long)c.seq, (long long)c.batch,
               (long long)c.reps, TORCH_VERSION, device.str().c_str(), at::get_num_threads());
   const bool cuda = device.is_cuda();
-  std::printf("%-12s %14s %14s %18s%s\n", "", "step (ms)", "CPU (ms)", "held for bwd (MiB)",
-              cuda ? "  step peak (MiB)" : "");
-  auto row = [&](const char* name, double t, double cpu, int64_t held, int64_t peak) {
-    std::printf("%-12s %14.1f %14.1f %18.2f", name, t * 1e3, cpu * 1e3, held / 1048576.0);
-    if (cuda) std::printf("  %15.2f", peak / 1048576.0);
+  const Variant& none = variants[0];
+  const double tp = median_of(none, &Sample::seconds), cp = median_of(none, &Sample::cpu_seconds);
+  const int64_t held_plain = none.samples.back().bytes_held, peak_plain = none.samples.back().peak_bytes;
+  std::printf("%-16s %10s %10s %18s%s %8s %8s %8s\n", "", "step (ms)", "CPU (ms)", "held for bwd (MiB)",
+              cuda ? "  step peak (MiB)" : "", "time x", "CPU x", "held x");
+  for (const auto& v : variants) {
+    const double t = median_of(v, &Sample::seconds), cpu = median_of(v, &Sample::cpu_seconds);
+    const int64_t held = v.samples.back().bytes_held;
+    std::printf("%-16s %10.1f %10.1f %18.2f", v.name.c_str(), t * 1e3, cpu * 1e3, held / 1048576.0);
+    if (cuda) std::printf("  %15.2f", v.samples.back().peak_bytes / 1048576.0);
+    std::printf(" %8.3f %8.3f %8.3f", t / tp, cpu / cp, static_cast<double>(held) / held_plain);
+    if (v.budget_bytes >= 0) {
+      std::printf("  (budget %.2f MiB: %s)", v.budget_bytes / 1048576.0,
+                  held <= v.budget_bytes * 1.05 ? "within" : "OVER");
+    }
     std::printf("\n");
-  };
-  row("none", tp, cp, held_plain, peak_plain);
-  row("full", tc, cc, held_ckpt, peak_ckpt);
-  if (cuda) std::printf("ratio full/none: step peak device memory %.3f\n", static_cast<double>(peak_ckpt) / peak_plain);
+  }
+  const Variant& full = variants[1];
+  const int64_t held_ckpt = full.samples.back().bytes_held;
+  if (cuda) {
+    std::printf("ratio full/none: step peak device memory %.3f\n",
+                static_cast<double>(full.samples.back().peak_bytes) / peak_plain);
+  }
   std::printf("ratios full/none: step time %.3f, CPU time %.3f, bytes held %.4f (1/L = %.4f; held = %.2f block inputs)\n",
-              tc / tp, cc / cp,
+              median_of(full, &Sample::seconds) / tp, median_of(full, &Sample::cpu_seconds) / cp,
               static_cast<double>(held_ckpt) / held_plain, 1.0 / c.layers,
               static_cast<double>(held_ckpt) / input_bytes);
+  if (!c.budgets.empty()) {
+    std::printf("planner: profiling %.1f ms (%.2f steps of none), solving %.3f ms for %zu budgets\n",
+                profile_seconds * 1e3, profile_seconds / tp, solve_seconds * 1e3, c.budgets.size());
+  }
   return 0;
 }

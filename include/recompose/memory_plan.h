@@ -24,9 +24,12 @@ enum class ModuleChoice {
   Selective,  // apply_checkpoint with a selective policy: the ops listed in `save` are kept,
               // those in `swap` are kept in host memory, the others are recomputed
   Offload,    // apply_offload: what the forward saves goes to host memory until backward
+  FullSwapInputs,  // apply_checkpoint with swap_inputs: as Full, and the inputs it keeps wait in
+                   // host memory (on a device: the least a module can hold, for the cost of a
+                   // recomputation and two copies of its inputs)
 };
 
-// "none", "full", "selective", "offload".
+// "none", "full", "selective", "offload", "full-swap-inputs".
 std::string_view module_choice_name(ModuleChoice choice);
 
 // An op of a module's forward: its overload ("aten::mm.default") and its call index among the

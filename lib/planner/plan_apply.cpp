@@ -58,7 +58,10 @@ SelectivePolicy plan_policy(const ModulePlan& m) {
 
 bool needs_manager(const Plan& plan) {
   for (const auto& m : plan.modules) {
-    if (m.choice == ModuleChoice::Offload || (m.choice == ModuleChoice::Selective && !m.swap.empty())) return true;
+    if (m.choice == ModuleChoice::Offload || m.choice == ModuleChoice::FullSwapInputs ||
+        (m.choice == ModuleChoice::Selective && !m.swap.empty())) {
+      return true;
+    }
   }
   return false;
 }
@@ -95,6 +98,7 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
     }
     Target t{module, &m, CheckpointOptions()};
     if (m.choice == ModuleChoice::Selective) t.options.policy(plan_policy(m)).swap_manager(manager);
+    if (m.choice == ModuleChoice::FullSwapInputs) t.options.swap_inputs(true).swap_manager(manager);
     targets.push_back(std::move(t));
   }
   std::vector<torch::nn::Module*> applied;
@@ -103,6 +107,7 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
       switch (t.plan->choice) {
         case ModuleChoice::None: continue;
         case ModuleChoice::Full:
+        case ModuleChoice::FullSwapInputs:
         case ModuleChoice::Selective: apply_checkpoint(*t.module, t.options); break;
         // The estimate counts every offloaded byte as gone: the last call's too.
         case ModuleChoice::Offload:

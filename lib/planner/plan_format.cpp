@@ -35,7 +35,8 @@ std::vector<PlannedOp> ops_from(const detail::json::Value& v, std::string_view w
 }
 
 ModuleChoice choice_from(const std::string& name) {
-  for (ModuleChoice c : {ModuleChoice::None, ModuleChoice::Full, ModuleChoice::Selective, ModuleChoice::Offload}) {
+  for (ModuleChoice c : {ModuleChoice::None, ModuleChoice::Full, ModuleChoice::Selective, ModuleChoice::Offload,
+                         ModuleChoice::FullSwapInputs}) {
     if (module_choice_name(c) == name) return c;
   }
   throw std::invalid_argument("Plan::from_json: unknown choice '" + name + "' (none, full, selective, offload)");
@@ -49,6 +50,7 @@ std::string_view module_choice_name(ModuleChoice choice) {
     case ModuleChoice::Full: return "full";
     case ModuleChoice::Selective: return "selective";
     case ModuleChoice::Offload: return "offload";
+    case ModuleChoice::FullSwapInputs: return "full-swap-inputs";
   }
   return "?";
 }

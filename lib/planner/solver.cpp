@@ -62,6 +62,12 @@ void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, Modu
   // Everything the forward saves crosses the bus twice (out and back). What it holds while its
   // own forward runs is counted once per plan (Family::base_bytes).
   if (offload) points.push_back({0, 2.0 * static_cast<double>(m.saved_bytes) / bandwidth, ModuleChoice::Offload, 0});
+  // Full checkpointing whose inputs wait in host memory: nothing held, for a recomputation and
+  // the inputs' two copies (counted as if they did not overlap with compute).
+  if (bandwidth > 0 && m.input_bytes > 0) {
+    points.push_back(
+        {0, m.forward_seconds + 2.0 * static_cast<double>(m.input_bytes) / bandwidth, ModuleChoice::FullSwapInputs, 0});
+  }
 
   // Selective: not keeping an op costs its recomputation, or its two copies when cheaper; the
   // fixed cost is the interception in the forward and the replay in backward.
