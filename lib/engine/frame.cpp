@@ -2,7 +2,6 @@
 
 #include "engine/checkpoint_depth.h"
 #include "engine/current_graph_task.h"
-#include "engine/noop_save_inputs.h"
 #include "engine/op_trace.h"
 #include "engine/saved_tensor_policy.h"
 
@@ -61,7 +60,20 @@ constexpr const char* kDebugTip =
 }  // namespace
 
 Frame::Frame(RecomputeFn recompute, bool early_stop, DeterminismCheck check, bool debug)
-    : recompute_fn_(std::move(recompute)), early_stop_(early_stop), check_(check), debug_(debug) {}
+    : recompute_fn_(std::move(recompute)), early_stop_(early_stop), check_(check), debug_(debug) {
+  if (debug_) {
+    forward_ops_ = std::make_shared<std::vector<std::string>>();
+    recompute_ops_ = std::make_shared<std::vector<std::string>>();
+  }
+}
+
+Frame::Recomputation& Frame::recomputation(int64_t graph_task) {
+  for (auto& r : recomputations_) {
+    if (r.graph_task == graph_task) return r;
+  }
+  recomputations_.push_back(Recomputation{graph_task});
+  return recomputations_.back();
+}
 
 std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
   std::lock_guard lock(mutex_);
@@ -74,16 +86,16 @@ std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
 at::Tensor Frame::unpack(Holder& holder) {
   const int64_t graph_task = current_recompute_key();
   std::lock_guard lock(mutex_);
-  if (!is_recomputed_[graph_task]) {
+  if (!recomputation(graph_task).done) {
     recompute(graph_task);
-    is_recomputed_[graph_task] = true;
+    recomputation(graph_task).done = true;  // a reference could dangle: nested unpacks may add entries
     check_recomputed_tensors_match(graph_task);
   }
-  auto it = holder.by_graph_task.find(graph_task);
-  if (it == holder.by_graph_task.end()) {
+  Holder::Slot* slot = holder.find(graph_task);
+  if (slot == nullptr) {
     fail("internal error: a saved tensor was not recomputed. Please report this with the model that triggers it.");
   }
-  if (it->second.consumed) {
+  if (slot->consumed) {
     fail(std::string("Unpack is being triggered for a tensor that was already unpacked once. ") +
          (in_graph_exec_group()
               ? "Two backward calls under one recompose::GraphExecGroup used the same saved tensor of a region; "
@@ -91,9 +103,9 @@ at::Tensor Frame::unpack(Holder& holder) {
               : "") +
          "If you read ctx->get_saved_variables() in a custom backward, do so only once.");
   }
-  at::Tensor out = std::move(it->second.value);
-  it->second.value = at::Tensor();
-  it->second.consumed = true;  // rule 4: cleared as soon as it is unpacked, even with retain_graph
+  at::Tensor out = std::move(slot->value);
+  slot->value = at::Tensor();
+  slot->consumed = true;  // rule 4: cleared as soon as it is unpacked, even with retain_graph
   return out;
 }
 
@@ -105,8 +117,8 @@ void Frame::recompute(int64_t graph_task) {
          "CheckpointOptions().preserve_rng_state(false) if the region draws no random numbers there.");
   }
   // Unpacking the inputs may recompute the enclosing regions first (rules 1 and 2).
-  std::vector<at::Tensor> inputs = unpack_region_inputs(input_saver_);
-  recompute_ops_->clear();
+  std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
+  if (recompute_ops_) recompute_ops_->clear();
   SavedTensorPolicyBarrier barrier;  // rule 3: start as if no region were active
   RecomputationPolicy policy(shared_from_this(), graph_task);
   SavedTensorPolicyScope scope(policy);
@@ -125,7 +137,8 @@ void Frame::recompute(int64_t graph_task) {
 
 void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {
   std::lock_guard lock(mutex_);
-  const std::size_t index = recompute_counter_[graph_task]++;
+  Recomputation& r = recomputation(graph_task);
+  const std::size_t index = r.count++;
   if (index >= weak_holders_.size()) {
     if (!forward_completed_) {
       // A backward inside the region's forward with early stop off: the forward has not saved
@@ -136,14 +149,14 @@ void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {
     fail("trying to save more tensors during recomputation than during the original forward pass.");
   }
   if (auto holder = weak_holders_[index].lock()) {
-    holder->by_graph_task[graph_task] = Holder::Slot{detached, false};
+    holder->put(graph_task, detached);
   }
-  if (early_stop_ && recompute_counter_[graph_task] == weak_holders_.size()) throw StopRecomputation{};
+  if (early_stop_ && r.count == weak_holders_.size()) throw StopRecomputation{};
 }
 
 void Frame::check_recomputed_tensors_match(int64_t graph_task) {
   if (ignore_saved_mismatch_) return;
-  const std::size_t recomputed = recompute_counter_[graph_task];
+  const std::size_t recomputed = recomputation(graph_task).count;
   if (recomputed != weak_holders_.size()) {
     fail("A different number of tensors was saved during the original forward and recomputation.\n"
          "Number of tensors saved during forward: " + std::to_string(weak_holders_.size()) +
@@ -155,9 +168,9 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
   for (std::size_t i = 0; i < weak_holders_.size(); ++i) {
     auto holder = weak_holders_[i].lock();
     if (!holder) continue;
-    auto it = holder->by_graph_task.find(graph_task);
-    if (it == holder->by_graph_task.end() || !it->second.value.defined()) continue;
-    const TensorMeta now = TensorMeta::of(it->second.value);
+    const Holder::Slot* slot = holder->find(graph_task);
+    if (slot == nullptr || !slot->value.defined()) continue;
+    const TensorMeta now = TensorMeta::of(slot->value);
     if (!(now == metadata_[i])) {
       ++count;
       mismatches << "tensor at position " << i << ":\nsaved metadata: " << metadata_[i].str()

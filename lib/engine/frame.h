@@ -10,6 +10,7 @@
 
 #include "engine/holder.h"
 #include "engine/module_state_snapshot.h"
+#include "engine/region_inputs.h"
 #include "engine/rng_state.h"
 #include "engine/tensor_meta.h"
 
@@ -18,12 +19,12 @@
 #include <recompose/region_run.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace recompose::detail {
@@ -34,7 +35,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
 
   // Forward side.
   std::shared_ptr<Holder> record_saved(const at::Tensor& tensor);
-  void set_input_saver(at::Tensor saver) { input_saver_ = std::move(saver); }
+  void set_inputs(SavedRegionInputs inputs) { inputs_ = std::move(inputs); }
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
   const ForwardState& forward_state() const { return forward_state_; }
   void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
@@ -43,6 +44,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void mark_forward_completed() { forward_completed_ = true; }
   // The forward initialised a device whose RNG state could not be stashed (see rng_state.h).
   void set_rng_problem(std::string device) { rng_problem_ = std::move(device); }
+  // The ops of the forward (debug mode only; null otherwise).
   std::shared_ptr<std::vector<std::string>> forward_ops() { return forward_ops_; }
   bool debug() const { return debug_; }
   const std::shared_ptr<RegionContexts>& contexts() const { return contexts_; }
@@ -61,11 +63,19 @@ class Frame : public std::enable_shared_from_this<Frame> {
   [[noreturn]] void fail(const std::string& message);
 
   RecomputeFn recompute_fn_;
-  at::Tensor input_saver_;
-  std::vector<std::weak_ptr<Holder>> weak_holders_;
-  std::vector<TensorMeta> metadata_;
-  std::unordered_map<int64_t, std::size_t> recompute_counter_;
-  std::unordered_map<int64_t, bool> is_recomputed_;
+  SavedRegionInputs inputs_;
+  // Per backward (graph task or group key) that recomputed the region. Few: a linear search.
+  struct Recomputation {
+    int64_t graph_task;
+    std::size_t count = 0;  // tensors recomputed so far
+    bool done = false;
+  };
+  Recomputation& recomputation(int64_t graph_task);
+
+  // Inline capacity for small regions: the frame is one allocation, these add none.
+  c10::SmallVector<std::weak_ptr<Holder>, 4> weak_holders_;
+  c10::SmallVector<TensorMeta, 4> metadata_;
+  c10::SmallVector<Recomputation, 1> recomputations_;
   bool early_stop_;
   DeterminismCheck check_;
   bool debug_;
@@ -75,8 +85,9 @@ class Frame : public std::enable_shared_from_this<Frame> {
   std::string rng_problem_;
   std::shared_ptr<RegionContexts> contexts_;
   std::unique_ptr<ModuleStateSnapshot> module_state_;
-  std::shared_ptr<std::vector<std::string>> forward_ops_ = std::make_shared<std::vector<std::string>>();
-  std::shared_ptr<std::vector<std::string>> recompute_ops_ = std::make_shared<std::vector<std::string>>();
+  // Debug mode only (allocated by the constructor when debug is on).
+  std::shared_ptr<std::vector<std::string>> forward_ops_;
+  std::shared_ptr<std::vector<std::string>> recompute_ops_;
   std::recursive_mutex mutex_;
 };
 

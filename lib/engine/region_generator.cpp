@@ -6,7 +6,7 @@
 // the body.
 #include "engine/checkpoint_depth.h"
 #include "engine/frame.h"
-#include "engine/noop_save_inputs.h"
+#include "engine/region_inputs.h"
 #include "engine/op_trace.h"
 #include "engine/region_forward_policy.h"
 #include "engine/rng_state.h"
@@ -110,7 +110,7 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
     // The plug-ins' saved-tensor policies for the inputs (swap_inputs).
     LifoList<std::unique_ptr<SavedTensorPolicyScope>> input_scopes;
     for (const auto& plugin : region_plugins()) input_scopes.push(plugin->input_policy(options));
-    frame->set_input_saver(save_region_inputs(inputs));
+    frame->set_inputs(save_region_inputs(inputs));
   }
   inputs.clear();  // the saver holds them now (or an enclosing region does)
   frame->set_contexts(make_contexts(options));

@@ -3,7 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Generator.h>
-#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/CPUGeneratorImpl.h>  // getDefaultCPUGenerator
 
 #include "engine/device_adapter.h"
 
@@ -50,7 +50,7 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
       if (!hooks.hasPrimaryContext(i)) state.uninitialised_cuda.push_back(i);
     }
   }
-  state.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
+  state.cpu_rng = read_cpu_generator(at::detail::getDefaultCPUGenerator());
   for (const auto& t : inputs) {
     if (!t.defined() || t.device().is_cpu() || t.device().is_meta()) continue;
     const c10::Device device = t.device();
@@ -84,8 +84,8 @@ ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
   at::autocast::set_autocast_cache_enabled(state.autocast_cache);
   if (state.has_rng) {
     saved_.has_rng = true;
-    saved_.cpu_rng = get_generator_state(at::detail::getDefaultCPUGenerator());
-    set_generator_state(at::detail::getDefaultCPUGenerator(), state.cpu_rng);
+    saved_.cpu_rng = read_cpu_generator(at::detail::getDefaultCPUGenerator());
+    write_cpu_generator(at::detail::getDefaultCPUGenerator(), state.cpu_rng);
     for (const auto& [device, rng] : state.device_rng) {
       auto gen = at::globalContext().defaultGenerator(device);
       saved_.device_rng.emplace_back(device, get_generator_state(gen));
@@ -107,7 +107,7 @@ ForwardStateRestorer::~ForwardStateRestorer() {
   // cache, the next forward (after the optimizer's step) would use them.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   if (!saved_.has_rng) return;
-  set_generator_state(at::detail::getDefaultCPUGenerator(), saved_.cpu_rng);
+  write_cpu_generator(at::detail::getDefaultCPUGenerator(), saved_.cpu_rng);
   for (const auto& [device, rng] : saved_.device_rng) {
     set_generator_state(at::globalContext().defaultGenerator(device), rng);
   }

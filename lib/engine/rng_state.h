@@ -2,6 +2,8 @@
 // recomputation so that dropout masks and autocast choices match.
 #pragma once
 
+#include "engine/cpu_generator_adapter.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -21,7 +23,7 @@ struct AutocastState {
 
 struct ForwardState {
   bool has_rng = false;
-  at::Tensor cpu_rng;
+  CpuGeneratorState cpu_rng;  // a plain copy: cheaper than get_state's serialised tensor
   std::vector<std::pair<c10::Device, at::Tensor>> device_rng;  // devices the inputs live on
   std::vector<AutocastState> autocast;
   bool autocast_cache = true;

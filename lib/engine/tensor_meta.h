@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/DimVector.h>
 
 #include <cstdint>
 #include <string>
@@ -11,12 +12,12 @@
 namespace recompose::detail {
 
 struct TensorMeta {
-  std::vector<int64_t> sizes;
+  c10::DimVector sizes;  // inline up to 5 dimensions: no allocation per saved tensor
   at::ScalarType dtype;
   c10::Device device;
   bool operator==(const TensorMeta& o) const { return sizes == o.sizes && dtype == o.dtype && device == o.device; }
   std::string str() const;
-  static TensorMeta of(const at::Tensor& t) { return TensorMeta{t.sizes().vec(), t.scalar_type(), t.device()}; }
+  static TensorMeta of(const at::Tensor& t) { return TensorMeta{c10::DimVector(t.sizes()), t.scalar_type(), t.device()}; }
 };
 
 }  // namespace recompose::detail

@@ -1,0 +1,36 @@
+// Adapter: at::CPUGeneratorImpl's engine and normal-sample accessors (engine/set_engine,
+// next_{float,double}_normal_sample and their setters). Together they are the generator's whole
+// state, the same fields CPUGeneratorImpl::get_state serialises.
+#include "engine/cpu_generator_adapter.h"
+#include "engine/torch_version_guard.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+
+namespace recompose::detail {
+namespace {
+
+at::CPUGeneratorImpl* cpu_impl(const at::Generator& gen) {
+  TORCH_CHECK(gen.defined() && gen.device().is_cpu(), "recompose: expected a CPU generator");
+  return gen.get<at::CPUGeneratorImpl>();
+}
+
+}  // namespace
+
+CpuGeneratorState read_cpu_generator(at::Generator gen) {
+  auto* impl = cpu_impl(gen);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return CpuGeneratorState{impl->engine(), impl->next_float_normal_sample(), impl->next_double_normal_sample()};
+}
+
+void write_cpu_generator(at::Generator gen, const CpuGeneratorState& state) {
+  auto* impl = cpu_impl(gen);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  impl->set_engine(state.engine);
+  impl->set_next_float_normal_sample(state.next_float_normal);
+  impl->set_next_double_normal_sample(state.next_double_normal);
+}
+
+}  // namespace recompose::detail
