@@ -32,6 +32,7 @@ ADAPTERS = {
     'lib/engine/engine_adapter.cpp',        # autograd engine: default engine stub, graph task id
     'lib/engine/dispatch_keys_adapter.cpp', # thread-local dispatch keys (InternalOpsGuard)
     'lib/engine/device_adapter.cpp',        # device guard impls: streams, device counts
+    'lib/engine/region_inputs_adapter.cpp', # SavedVariable: a region's inputs saved without a node
     'lib/selective/dispatch_interceptor.cpp',  # dispatch modes (TorchDispatchModeTLS, PyInterpreter)
 }
 PUBLIC_AUTOGRAD = {'variable.h', 'custom_function.h', 'grad_mode.h', 'saved_variable_hooks.h'}
