@@ -8,6 +8,13 @@
 #include "engine/saved_tensor_policy.h"
 #include "engine/torch_version_guard.h"
 
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/engine/engine_adapter.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check torch/csrc/autograd/engine.h (Engine's virtual \
+get_default_saved_variable_hooks, set_default_engine_stub, get_base_engine) and graph_task.h \
+(get_current_graph_task_id), then extend torch_version_guard.h"
+#endif
+
 #include <recompose/checkpoint_error.h>
 
 #include <torch/csrc/autograd/engine.h>

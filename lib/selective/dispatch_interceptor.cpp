@@ -31,13 +31,14 @@
 #if !defined(TORCH_VERSION_MAJOR) || !defined(TORCH_VERSION_MINOR)
 #error "recompose dispatch_interceptor.cpp: <torch/version.h> did not define TORCH_VERSION_MAJOR/MINOR"
 #endif
-// Verified against LibTorch 2.11.0 (pure virtuals of PyInterpreterVTable,
-// TorchDispatchModeTLS API, pythonFallback behaviour). Other versions change
-// the vtable's pure virtuals and the TLS API: re-check them before extending.
-#if !(TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR == 11)
-#error "recompose dispatch_interceptor.cpp was written and verified for LibTorch 2.11 only: \
-check c10/core/impl/PyInterpreter.h (pure virtuals), c10/core/impl/TorchDispatchModeTLS.h and \
-aten/src/ATen/core/PythonFallbackKernel.cpp of your version, then extend this guard"
+// Verified against LibTorch 2.10 and 2.11 (pure virtuals of PyInterpreterVTable,
+// TorchDispatchModeTLS API, SafePyObject: the same headers in both; pythonFallback behaviour:
+// the selective and interceptor test suites). Other versions change the vtable's pure virtuals
+// and the TLS API: re-check them before extending.
+#if !(TORCH_VERSION_MAJOR == 2 && (TORCH_VERSION_MINOR == 10 || TORCH_VERSION_MINOR == 11))
+#error "recompose lib/selective/dispatch_interceptor.cpp supports LibTorch 2.10 and 2.11: port it to \
+your version (check c10/core/impl/PyInterpreter.h (pure virtuals), c10/core/impl/TorchDispatchModeTLS.h, \
+c10/core/SafePyObject.h and aten/src/ATen/core/PythonFallbackKernel.cpp), then extend this guard"
 #endif
 
 #include <ATen/core/ivalue.h>
