@@ -43,12 +43,14 @@ torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointO
           st->options, call.input_leaves(), std::move(recompute), call.module().shared_from_this()));
       call.slot(kCheckpointApi) = region;
     }, owner);
+    // Prepended: the region closes before the post-hooks registered earlier run, so hooks that
+    // enclose it (apply_offload, a sharded trainer's unshard/reshard) nest around it.
     state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {
       auto region = std::static_pointer_cast<detail::RegionRun>(call.slot(kCheckpointApi));
       if (!region) return;
       call.slot(kCheckpointApi).reset();
       region->end(call.error());
-    }, hooks::HookOptions(owner).set_always_call(true));
+    }, hooks::HookOptions(owner).set_always_call(true).set_prepend(true));
   } catch (...) {
     state->pre.remove();
     state->post.remove();

@@ -15,13 +15,16 @@ def layer_of(path):
     if p.startswith('hooks/') or p.startswith('include/recompose/hooks/'): return (1, 'hooks')
     if p.startswith('lib/engine/') or p in ('include/recompose/checkpoint_options.h', 'include/recompose/region_contexts.h',
             'include/recompose/region_run.h', 'include/recompose/checkpoint_state.h',
-            'include/recompose/saved_tensor_meter.h'): return (2, 'engine')
+            'include/recompose/saved_tensor_meter.h', 'include/recompose/graph_exec_group.h'): return (2, 'engine')
     if p.startswith('lib/plugin/'): return (3, 'plugin')
     if p.startswith('lib/selective/') or p == 'include/recompose/selective_checkpoint.h': return (4, 'selective')
-    if p.startswith('lib/swap/') or p == 'include/recompose/swap.h': return (4, 'swap')
+    if p.startswith('lib/swap/') or p in ('include/recompose/swap.h', 'include/recompose/apply_offload.h'): return (4, 'swap')
     if p.startswith('lib/') and p.count('/') == 1: return (5, 'frontend')
     if p in ('include/recompose/apply_checkpoint.h', 'include/recompose/checkpoint.h'): return (5, 'frontend')
-    if p == 'include/recompose/recompose.h': return (6, 'umbrella')
+    # The memory-budget planner drives the front ends (apply_checkpoint, apply_offload): above them.
+    if p.startswith('lib/planner/') or p in ('include/recompose/planner.h', 'include/recompose/memory_plan.h',
+            'include/recompose/memory_profile.h'): return (6, 'planner')
+    if p == 'include/recompose/recompose.h': return (7, 'umbrella')
     return None
 
 # LibTorch internals and the only files allowed to use them (one adapter per internal).

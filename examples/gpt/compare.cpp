@@ -37,16 +37,16 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
               static_cast<long long>(options.batch), static_cast<long long>(config.context),
               static_cast<long long>(config.layers), static_cast<long long>(config.width),
               options.device.str().c_str());
-  std::printf("| policy    | loss after %3zu | max rel. diff | step ms | time x | held for backward | x     "
+  std::printf("| policy          | loss after %3zu | max rel. diff | step ms | time x | held for backward | x     "
               "| step peak | x     |\n",
               base.steps.size());
-  std::printf("|-----------|----------------|---------------|---------|--------|-------------------|-------"
+  std::printf("|-----------------|----------------|---------------|---------|--------|-------------------|-------"
               "|-----------|-------|\n");
   for (const auto& [policy, result] : outcome.results) {
     const double diff = max_relative_difference(base, result);
     const bool ok = diff <= kLossTolerance;
     outcome.losses_match = outcome.losses_match && ok;
-    std::printf("| %-9s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f |\n",
+    std::printf("| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f |\n",
                 std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
                 result.mean_step_seconds() * 1e3, result.mean_step_seconds() / base.mean_step_seconds(),
                 format_bytes(result.peak_bytes_held()).c_str(), ratio(result.peak_bytes_held(), base.peak_bytes_held()),
@@ -59,7 +59,7 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
       "gradients, temporaries).%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",
-      options.device.is_cuda() ? "" : " On CPU, swap copies host to host: it saves no memory there.");
+      options.device.is_cuda() ? "" : " On CPU, swap and offload copy host to host: they save no memory there.");
   if (!outcome.losses_match) {
     std::printf("FAILED: losses differ across policies by more than %.0e (relative); marked with !\n",
                 kLossTolerance);

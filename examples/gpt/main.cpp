@@ -3,14 +3,19 @@
 //   gpt                              # no checkpointing, CPU (CUDA when available)
 //   gpt --policy selective           # checkpoint every block with the transformer policy
 //   gpt --compare --steps 20         # every policy, one table; exits 1 if the losses differ
+#include "../common/allocator_tuning.h"
 #include "compare.h"
 #include "data.h"
 #include "device_memory.h"
 #include "model.h"
 #include "options.h"
+#include "planning.h"
 #include "report.h"
 #include "sample.h"
+#include "sweep.h"
 #include "train.h"
+
+#include <recompose/planner.h>
 
 #include <torch/torch.h>
 
@@ -30,7 +35,7 @@ torch::Device pick_device(const std::string& requested) {
                                                                  : torch::Device(torch::kCPU);
 }
 
-int run(const gpt::Options& options) {
+int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   const torch::Device device = pick_device(options.device);
   if (options.threads > 0) torch::set_num_threads(static_cast<int>(options.threads));
   gpt::install_cpu_memory_counter();  // before any tensor of the run is allocated
@@ -50,6 +55,7 @@ int run(const gpt::Options& options) {
   train_options.lr = options.lr;
   train_options.seed = options.seed;
   train_options.device = device;
+  train_options.save_initial_state = options.save_initial_state;
 
   std::filesystem::create_directories(options.out);
   std::printf("data %s: %lld characters, vocabulary of %lld\n", options.data.string().c_str(),
@@ -58,6 +64,7 @@ int run(const gpt::Options& options) {
               static_cast<long long>(config.layers), static_cast<long long>(config.width),
               static_cast<long long>(config.heads), static_cast<long long>(config.context), config.dropout,
               device.str().c_str(), torch::get_num_threads());
+  std::printf("memory: %s\n", examples::describe(malloc_tuning));
 
   if (options.compare) {
     auto outcome = gpt::compare_policies(config, data, train_options);
@@ -67,17 +74,37 @@ int run(const gpt::Options& options) {
     return outcome.losses_match ? 0 : 1;
   }
 
+  if (options.sweep) return gpt::run_sweep(config, data, train_options, options.out);
+  if (!options.budget.empty() || !options.plan.empty()) {
+    recompose::Plan plan;
+    if (!options.plan.empty()) {
+      plan = recompose::Plan::load(options.plan);
+      std::printf("plan %s:\n", options.plan.c_str());
+    } else {
+      const auto budget = recompose::Budget::parse(options.budget);  // bad text fails before profiling
+      const auto profile = gpt::profile_training_step(config, data, train_options);
+      plan = recompose::solve_plan(profile, budget);
+      profile.save(options.out / "profile.json");
+      plan.save(options.out / "plan.json");
+      std::printf("planned for %s in %.1f ms (profile) + %.3f ms (solve), saved to %s:\n", options.budget.c_str(),
+                  profile.profile_seconds * 1e3, plan.solve_seconds * 1e3, (options.out / "plan.json").c_str());
+    }
+    std::printf("%s\n", plan.to_table().c_str());
+    train_options.policy = gpt::Policy::Planned;
+    train_options.plan = std::make_shared<const recompose::Plan>(std::move(plan));
+  }
+
   gpt::GPT model{nullptr};
   auto result = gpt::train(config, data, train_options, &model);
   std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
               static_cast<long long>(result.tokens_per_step));
-  gpt::print_summary(result, options.policy, device);
+  gpt::print_summary(result, train_options.policy, device);
   std::printf("  validation loss    %.4f\n",
               gpt::validation_loss(model, data, options.batch, 8, options.seed, device));
-  const gpt::PolicyResults results{{options.policy, result}};
+  const gpt::PolicyResults results{{train_options.policy, result}};
   gpt::write_csv(options.out / "loss.csv", results);
   gpt::write_loss_plot(options.out / "loss.svg", results,
-                       "Training loss, policy " + std::string(gpt::policy_name(options.policy)));
+                       "Training loss, policy " + std::string(gpt::policy_name(train_options.policy)));
   std::printf("wrote %s and %s\n", (options.out / "loss.csv").c_str(), (options.out / "loss.svg").c_str());
   if (options.sample > 0) {
     std::printf("\nsample:\n%s\n", gpt::sample(model, data, data.can_encode("Alice ") ? "Alice " : data.text().substr(0, 1), options.sample, options.seed, device).c_str());
@@ -88,13 +115,16 @@ int run(const gpt::Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before the first tensor: otherwise glibc gives the step's memory back to the kernel every
+  // step and faults it in again (see the header).
+  const auto malloc_tuning = examples::tune_malloc_for_training();
   try {
     const auto options = gpt::parse_options(argc, argv);
     if (options.help) {
       std::cout << gpt::usage(argv[0]);
       return 0;
     }
-    return run(options);
+    return run(options, malloc_tuning);
   } catch (const gpt::UsageError& e) {
     std::cerr << "gpt: " << e.what() << "\n\n" << gpt::usage(argv[0]);
     return 2;

@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include <recompose/planner.h>
+
 #include <charconv>
 #include <limits>
 #include <sstream>
@@ -44,10 +46,24 @@ Options parse_options(int argc, char** argv) {
       o.help = true;
     } else if (flag == "--compare") {
       o.compare = true;
+    } else if (flag == "--budget") {
+      o.budget = value();
+      try {
+        recompose::Budget::parse(o.budget);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--budget: ") + e.what());
+      }
+    } else if (flag == "--plan") {
+      o.plan = value();
+    } else if (flag == "--sweep") {
+      o.sweep = true;
     } else if (flag == "--policy") {
       auto name = value();
       auto p = parse_policy(name);
-      if (!p) throw UsageError("--policy must be none, full, selective or swap, got '" + std::string(name) + "'");
+      if (!p) {
+        throw UsageError("--policy must be none, full, selective, swap, offload or every-second-mm, got '" +
+                         std::string(name) + "'");
+      }
       o.policy = *p;
     } else if (flag == "--device") {
       o.device = value();
@@ -81,9 +97,15 @@ Options parse_options(int argc, char** argv) {
       o.data = value();
     } else if (flag == "--out") {
       o.out = value();
+    } else if (flag == "--save-initial-state") {
+      o.save_initial_state = value();
     } else {
       throw UsageError("unknown flag '" + std::string(flag) + "'");
     }
+  }
+  if (static_cast<int>(o.compare) + static_cast<int>(o.sweep) + static_cast<int>(!o.budget.empty()) +
+          static_cast<int>(!o.plan.empty()) > 1) {
+    throw UsageError("--compare, --sweep, --budget and --plan exclude each other");
   }
   if (o.width % o.heads != 0) {
     throw UsageError("--width (" + std::to_string(o.width) + ") must be a multiple of --heads (" +
@@ -97,7 +119,13 @@ std::string usage(const char* program) {
   std::ostringstream s;
   s << "Usage: " << program << " [flags]\n"
     << "Trains a small character-level GPT on a public-domain text, with activation checkpointing.\n\n"
-    << "  --policy none|full|selective|swap  checkpointing of every block (default none)\n"
+    << "  --policy none|full|selective|swap|offload|every-second-mm\n"
+    << "                       checkpointing of every block (default none)\n"
+    << "  --budget B           plan per block for at most B held for backward (\"40%\" of no checkpointing,\n"
+    << "                       or bytes: \"12MiB\"), train under the plan; the plan goes to OUT/plan.json\n"
+    << "  --plan FILE          train under a saved plan (JSON from --budget), without profiling\n"
+    << "  --sweep              budgets from the least a plan holds to 100%, beside every policy, trained\n"
+    << "                       side by side for --steps steps: OUT/sweep.csv and OUT/sweep.svg\n"
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"
     << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"
@@ -113,7 +141,9 @@ std::string usage(const char* program) {
     << "  --threads N          CPU threads, 0 for one per core (default " << d.threads << ")\n"
     << "  --sample N           characters to generate after training, 0 for none (default " << d.sample << ")\n"
     << "  --data FILE          training text (default " << RECOMPOSE_GPT_DATA << ")\n"
-    << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n";
+    << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n"
+    << "  --save-initial-state FILE  write the initial weights and RNG state for torch.load\n"
+    << "                       (the Python peer, examples/gpt/python, trains from them)\n";
   return s.str();
 }
 

@@ -13,6 +13,9 @@ namespace gpt {
 struct Options {
   Policy policy = Policy::None;
   bool compare = false;
+  std::string budget;          // --budget: plan for this many bytes held for backward ("40%", "12MiB")
+  std::filesystem::path plan;  // --plan: apply this saved plan (JSON) instead of a policy
+  bool sweep = false;          // --sweep: the planner's curve beside the fixed policies
   std::string device = "auto";  // auto: CUDA when available, else CPU
   int64_t steps = 300;
   int64_t layers = 4;
@@ -29,6 +32,7 @@ struct Options {
   int64_t sample = 200;  // characters generated at the end; 0 turns it off
   std::filesystem::path data;
   std::filesystem::path out = "gpt_out";
+  std::filesystem::path save_initial_state;  // empty: not written (see initial_state.h)
   bool help = false;
 };
 

@@ -14,7 +14,8 @@ namespace {
 
 constexpr double kWidth = 720, kHeight = 420;
 constexpr double kLeft = 70, kRight = 150, kTop = 40, kBottom = 55;  // margins around the plot area
-constexpr std::array<const char*, 6> kColors = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
+constexpr std::array<const char*, 8> kColors = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                                "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
 // Tick step of about `target` intervals over `span`: 1, 2 or 5 times a power of ten.
 double nice_step(double span, int target) {
@@ -104,19 +105,35 @@ void write_svg(const std::filesystem::path& path, const Chart& chart) {
   // Series, each thinner than the one before: identical curves (policies that must agree) show
   // as nested bands instead of hiding one another.
   const size_t n = chart.series.size();
+  size_t lines_left = 0;  // lines still to draw, this one included: the first line is the widest
+  for (const auto& s : chart.series) lines_left += s.line ? 1 : 0;
   for (size_t i = 0; i < n; ++i) {
     const auto& s = chart.series[i];
     const char* color = kColors[i % kColors.size()];
-    svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << 1.2 * static_cast<double>(n - i)
-        << "\" stroke-linejoin=\"round\" points=\"";
-    for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
-      if (std::isfinite(s.y[j])) svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';
+    if (s.line) {
+      svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << 1.2 * static_cast<double>(lines_left--)
+          << "\" stroke-linejoin=\"round\" points=\"";
+      for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
+        if (std::isfinite(s.y[j])) svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';
+      }
+      svg << "\"/>\n";
     }
-    svg << "\"/>\n";
+    if (s.markers) {
+      for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
+        if (std::isfinite(s.y[j])) {
+          svg << "<circle cx=\"" << px(s.x[j]) << "\" cy=\"" << py(s.y[j]) << "\" r=\"4\" fill=\"" << color << "\"/>\n";
+        }
+      }
+    }
     const double ly = kTop + 12 + 18 * static_cast<double>(i);
-    svg << "<line x1=\"" << kLeft + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\"" << kLeft + plot_w + 34
-        << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n"
-        << "<text x=\"" << kLeft + plot_w + 40 << "\" y=\"" << ly + 4 << "\">" << escape(s.name) << "</text>\n";
+    if (s.line) {
+      svg << "<line x1=\"" << kLeft + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\"" << kLeft + plot_w + 34
+          << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n";
+    }
+    if (s.markers) {
+      svg << "<circle cx=\"" << kLeft + plot_w + 23 << "\" cy=\"" << ly << "\" r=\"4\" fill=\"" << color << "\"/>\n";
+    }
+    svg << "<text x=\"" << kLeft + plot_w + 40 << "\" y=\"" << ly + 4 << "\">" << escape(s.name) << "</text>\n";
   }
   svg << "</svg>\n";
 

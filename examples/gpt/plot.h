@@ -11,6 +11,8 @@ namespace gpt {
 struct Series {
   std::string name;
   std::vector<double> x, y;
+  bool line = true;      // a polyline through the points
+  bool markers = false;  // a dot on each point (a series of one point needs it to show)
 };
 
 struct Chart {

@@ -12,6 +12,9 @@ std::string_view policy_name(Policy policy) {
     case Policy::Full: return "full";
     case Policy::Selective: return "selective";
     case Policy::Swap: return "swap";
+    case Policy::Offload: return "offload";
+    case Policy::EverySecondMm: return "every-second-mm";
+    case Policy::Planned: return "planned";
   }
   return "?";
 }
@@ -43,16 +46,24 @@ recompose::CheckpointOptions swap_options(const std::shared_ptr<recompose::SwapM
 }  // namespace
 
 std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy) {
-  auto manager = policy == Policy::Swap ? recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0))
-                                        : nullptr;
+  const bool swaps = policy == Policy::Swap || policy == Policy::Offload;
+  auto manager = swaps ? recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0)) : nullptr;
   for (auto& block : model->blocks) {
     switch (policy) {
-      case Policy::None: break;
+      case Policy::None:
+      case Policy::Planned: break;  // the plan is applied by recompose::apply_plan (train.cpp)
       case Policy::Full: recompose::apply_checkpoint(block); break;
       case Policy::Selective:
         recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
         break;
       case Policy::Swap: recompose::apply_checkpoint(block, swap_options(manager)); break;
+      case Policy::EverySecondMm:
+        recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy(
+                                               recompose::TransformerPolicyOptions().recompute_every_second_mm(true))));
+        break;
+      // One swap group per block, prefetched in reverse block order; the last block's
+      // activations stay on the device (backward needs them first).
+      case Policy::Offload: recompose::apply_offload(block, recompose::OffloadOptions().manager(manager)); break;
     }
   }
   return manager;

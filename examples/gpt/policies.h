@@ -19,15 +19,20 @@ enum class Policy {
   Full,       // each block saves only its input and recomputes its forward in backward
   Selective,  // each block saves matrix products and attention, recomputes the cheap rest
   Swap,       // each block keeps its matrix products in host memory, recomputes the rest
+  Offload,    // each block's saved activations go to host memory, nothing is recomputed
+  EverySecondMm,  // selective, but every second matrix product is recomputed too (less memory)
+  Planned,    // what the memory-budget planner chose per block (--budget, --plan); not in kAllPolicies
 };
 
-inline constexpr std::array<Policy, 4> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap};
+inline constexpr std::array<Policy, 6> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap,
+                                                       Policy::Offload, Policy::EverySecondMm};
 
 std::string_view policy_name(Policy policy);
 std::optional<Policy> parse_policy(std::string_view name);
 
 // Attaches `policy` to every block of `model` (one recompose call per block). Returns the swap
-// manager the blocks use under Policy::Swap (for its statistics), null otherwise.
+// manager the blocks use under Policy::Swap and Policy::Offload (for its statistics), null
+// otherwise.
 std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy);
 
 }  // namespace gpt

@@ -46,6 +46,9 @@ void print_summary(const TrainResult& result, Policy policy, const torch::Device
   std::printf("  step peak memory   %s above weights and optimizer state; %s in all (%s)\n",
               format_bytes(result.peak_step_memory()).c_str(), format_bytes(result.peak_memory()).c_str(),
               device.is_cuda() ? "CUDA caching allocator" : "CPU allocator");
+  std::printf("  CPU time           %.1f ms per step (process CPU time, mean without the first step)\n",
+              result.mean_step_cpu_seconds() * 1e3);
+  std::printf("  page faults        %.0f per step (minor, mean without the first step)\n", result.mean_page_faults());
   if (result.steps.back().bytes_swapped > 0) {
     std::printf("  swapped to host    %s per step\n", format_bytes(result.steps.back().bytes_swapped).c_str());
   }

@@ -1,8 +1,10 @@
 #include "train.h"
 
 #include "device_memory.h"
+#include "initial_state.h"
 #include "progress.h"
 
+#include <recompose/planner.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/swap.h>
 
@@ -10,15 +12,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <numeric>
+#include <stdexcept>
+
+#include <sys/resource.h>
 
 namespace gpt {
 namespace {
-
-torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets) {
-  auto logits = model(inputs);
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
-}
 
 std::string status_line(const StepRecord& r, int64_t tokens_per_step) {
   char buffer[160];
@@ -38,12 +39,48 @@ double learning_rate(double peak, int64_t step, int64_t steps) {
   return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * progress)));
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+int64_t minor_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// The generator dropout draws from on `device`.
+at::Generator dropout_generator(const torch::Device& device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+}
+
 }  // namespace
+
+torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets) {
+  auto logits = model(inputs);
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
 
 double TrainResult::mean_step_seconds() const {
   const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
   const double total =
       std::accumulate(first, steps.end(), 0.0, [](double s, const StepRecord& r) { return s + r.seconds; });
+  return total / static_cast<double>(steps.end() - first);
+}
+
+double TrainResult::mean_step_cpu_seconds() const {
+  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
+  const double total =
+      std::accumulate(first, steps.end(), 0.0, [](double s, const StepRecord& r) { return s + r.cpu_seconds; });
+  return total / static_cast<double>(steps.end() - first);
+}
+
+double TrainResult::mean_page_faults() const {
+  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
+  const double total = std::accumulate(first, steps.end(), 0.0,
+                                       [](double s, const StepRecord& r) { return s + static_cast<double>(r.page_faults); });
   return total / static_cast<double>(steps.end() - first);
 }
 
@@ -67,52 +104,80 @@ int64_t TrainResult::peak_memory() const {
   return peak;
 }
 
-TrainResult train(const Config& config, const CharDataset& data, const TrainOptions& options, GPT* model_out) {
+Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptions& options)
+    : config_(config), data_(data), options_(options), batches_(at::detail::createCPUGenerator(options.seed)) {
   torch::manual_seed(options.seed);  // weights and dropout masks
-  GPT model(config);
-  model->to(options.device);
-  model->train();
-  const auto swap_manager = apply_policy(model, options.policy);
+  model_ = GPT(config);
+  model_->to(options.device);
+  model_->train();
+  swap_manager_ = apply_policy(model_, options.policy);
+  if (!options.save_initial_state.empty()) save_initial_state(options.save_initial_state, *model_);
+  if (options.policy == Policy::Planned) {
+    if (!options.plan) throw std::invalid_argument("Trainer: Policy::Planned needs a plan");
+    recompose::apply_plan(*model_, *options.plan);
+  }
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      model_->parameters(), torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
+  rng_state_ = dropout_generator(options.device).get_state();
+}
 
-  torch::optim::AdamW optimizer(model->parameters(),
-                                torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
-  auto batches = at::detail::createCPUGenerator(options.seed);  // batches: independent of dropout draws
-
-  TrainResult result;
-  result.parameters = model->parameter_count();
-  result.tokens_per_step = options.batch * config.context;
-  ProgressBar progress(options.label, options.steps);
-
-  for (int64_t step = 1; step <= options.steps; ++step) {
-    const double lr = learning_rate(options.lr, step, options.steps);
-    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    auto [inputs, targets] = data.batch(options.batch, /*validation=*/false, batches, options.device);
-    StepRecord record;
-    record.step = step;
-    optimizer.zero_grad();  // frees last step's gradients before the step is measured
-    synchronize(options.device);
-    reset_peak_memory(options.device);
-    record.resting_memory = current_memory(options.device);
-    const auto start = std::chrono::steady_clock::now();
-    if (swap_manager) swap_manager->reset_stats();
-    {
-      recompose::SavedTensorMeter meter;  // what autograd holds between this forward and backward
-      auto loss = loss_of(model, inputs, targets);
-      loss.backward();
-      record.bytes_held = meter.peak_bytes_held();
-      torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-      optimizer.step();
-      record.loss = loss.item<double>();  // also waits for the device
+StepRecord Trainer::step(int64_t step) {
+  // This trainer's random state in, the previous one back out after the step.
+  at::Generator gen = dropout_generator(options_.device);
+  const at::Tensor outside = gen.get_state();
+  gen.set_state(rng_state_);
+  struct Restore {
+    at::Generator& gen;
+    at::Tensor& mine;
+    const at::Tensor& outside;
+    ~Restore() {
+      mine = gen.get_state();
+      gen.set_state(outside);
     }
-    synchronize(options.device);
-    record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    record.peak_memory = peak_memory(options.device);
-    if (swap_manager) record.bytes_swapped = swap_manager->stats().bytes_offloaded;
-    result.steps.push_back(record);
-    progress.update(step, status_line(record, result.tokens_per_step));
+  } restore{gen, rng_state_, outside};
+  const double lr = learning_rate(options_.lr, step, options_.steps);
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  auto [inputs, targets] = data_.batch(options_.batch, /*validation=*/false, batches_, options_.device);
+  StepRecord record;
+  record.step = step;
+  optimizer_->zero_grad();  // frees last step's gradients before the step is measured
+  synchronize(options_.device);
+  reset_peak_memory(options_.device);
+  record.resting_memory = current_memory(options_.device);
+  const int64_t faults_before = minor_page_faults();
+  const double cpu_start = process_cpu_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  if (swap_manager_) swap_manager_->reset_stats();
+  {
+    recompose::SavedTensorMeter meter;  // what autograd holds between this forward and backward
+    auto loss = loss_of(model_, inputs, targets);
+    loss.backward();
+    record.bytes_held = meter.peak_bytes_held();
+    torch::nn::utils::clip_grad_norm_(model_->parameters(), 1.0);
+    optimizer_->step();
+    record.loss = loss.item<double>();  // also waits for the device
+  }
+  synchronize(options_.device);
+  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record.cpu_seconds = process_cpu_seconds() - cpu_start;
+  record.page_faults = minor_page_faults() - faults_before;
+  record.peak_memory = peak_memory(options_.device);
+  if (swap_manager_) record.bytes_swapped = swap_manager_->stats().bytes_offloaded;
+  return record;
+}
+
+TrainResult train(const Config& config, const CharDataset& data, const TrainOptions& options, GPT* model_out) {
+  Trainer trainer(config, data, options);
+  TrainResult result;
+  result.parameters = trainer.model()->parameter_count();
+  result.tokens_per_step = trainer.tokens_per_step();
+  ProgressBar progress(options.label, options.steps);
+  for (int64_t step = 1; step <= options.steps; ++step) {
+    result.steps.push_back(trainer.step(step));
+    progress.update(step, status_line(result.steps.back(), result.tokens_per_step));
   }
   progress.finish();
-  if (model_out) *model_out = model;
+  if (model_out) *model_out = trainer.model();
   return result;
 }
 

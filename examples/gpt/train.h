@@ -6,7 +6,12 @@
 #include "model.h"
 #include "policies.h"
 
+#include <recompose/memory_plan.h>
+#include <recompose/swap.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,16 +25,21 @@ struct TrainOptions {
   uint64_t seed = 1337;
   torch::Device device = torch::kCPU;
   std::string label = "train";  // shown before the progress bar
+  std::filesystem::path save_initial_state;  // written before the first step when not empty
+  // Policy::Planned: the plan applied to the blocks (recompose::apply_plan).
+  std::shared_ptr<const recompose::Plan> plan;
 };
 
 struct StepRecord {
   int64_t step = 0;
   double loss = 0;
   double seconds = 0;
+  double cpu_seconds = 0;    // process CPU time of the step: less disturbed by a busy machine
   int64_t bytes_held = 0;    // peak bytes autograd held for backward (SavedTensorMeter)
   int64_t peak_memory = 0;   // peak tensor memory allocated on the device during the step
   int64_t resting_memory = 0;  // allocated when the step starts: weights, optimizer state, batch
   int64_t bytes_swapped = 0; // bytes offloaded to host memory (swap policy)
+  int64_t page_faults = 0;   // minor page faults of the process during the step (getrusage)
 };
 
 struct TrainResult {
@@ -40,10 +50,38 @@ struct TrainResult {
   double final_loss() const { return steps.back().loss; }
   // Mean step time without the first step, which pays for one-time allocations and warm-up.
   double mean_step_seconds() const;
+  double mean_step_cpu_seconds() const;  // same, CPU time
   int64_t peak_bytes_held() const;
+  // Mean minor page faults per step without the first step: memory the allocator took from
+  // the kernel again (see examples/common/allocator_tuning.h).
+  double mean_page_faults() const;
   int64_t peak_memory() const;
   // Highest peak above the resting memory: activations, gradients and temporaries of a step.
   int64_t peak_step_memory() const;
+};
+
+// The cross-entropy of the model's next-character predictions.
+torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets);
+
+// A freshly built model (from the seed), its policy or plan, AdamW, the batch stream and its own
+// random state (dropout): one measured training step per call, so that several can be
+// interleaved (--sweep) and each still draws what it would draw alone.
+class Trainer {
+ public:
+  Trainer(const Config& config, const CharDataset& data, const TrainOptions& options);
+  StepRecord step(int64_t step);  // step counts from 1
+  GPT& model() { return model_; }
+  int64_t tokens_per_step() const { return options_.batch * config_.context; }
+
+ private:
+  Config config_;
+  const CharDataset& data_;
+  TrainOptions options_;
+  GPT model_{nullptr};
+  std::shared_ptr<recompose::SwapManager> swap_manager_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  at::Generator batches_;
+  at::Tensor rng_state_;  // the default generator of the device (dropout) between this trainer's steps
 };
 
 // Trains a freshly built model; the same seed gives the same weights, batches and dropout masks

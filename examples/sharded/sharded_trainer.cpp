@@ -5,6 +5,7 @@
 // Without --rank this process is the launcher: it starts --world copies of itself (the ranks),
 // waits for them, and returns the run's exit code. Each rank holds 1/world of every unit's
 // parameters; see fully_shard.h for the hooks and flat_shard.h for the buffers.
+#include "../common/allocator_tuning.h"
 #include "collective_counts.h"
 #include "fully_shard.h"
 #include "launcher.h"
@@ -140,6 +141,9 @@ int run_rank(const Options& o) {
 }  // namespace sharded
 
 int main(int argc, char** argv) {
+  // Each rank is this program again (launcher.cpp): every process keeps its step's memory
+  // instead of giving it back to the kernel every step (see the header).
+  examples::tune_malloc_for_training();
   const std::vector<std::string> args(argv + 1, argv + argc);
   sharded::Options o;
   try {

@@ -26,8 +26,8 @@ get_default_saved_variable_hooks, set_default_engine_stub, get_base_engine) and 
 #include <utility>
 #include <vector>
 
-// Internals used: Engine::get_default_saved_variable_hooks (virtual), set_default_engine_stub,
-// get_base_engine, get_current_graph_task_id.
+// Internals used: Engine::get_default_saved_variable_hooks and execute_with_graph_task (virtual),
+// GraphTask::id_, set_default_engine_stub, get_base_engine, get_current_graph_task_id.
 
 namespace recompose::detail {
 namespace {
@@ -39,6 +39,15 @@ class RecomposeEngine final : public torch::autograd::Engine {
 
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
     return hooks_for_saved_tensor();
+  }
+
+  // Every backward call passes here, on the thread that made it: where a GraphExecGroup learns
+  // its graph tasks.
+  c10::intrusive_ptr<at::ivalue::Future> execute_with_graph_task(
+      const std::shared_ptr<torch::autograd::GraphTask>& graph_task, std::shared_ptr<torch::autograd::Node> graph_root,
+      torch::autograd::InputBuffer&& input_buffer) override {
+    note_graph_task_started(static_cast<int64_t>(graph_task->id_));
+    return Engine::execute_with_graph_task(graph_task, std::move(graph_root), std::move(input_buffer));
   }
 };
 

@@ -22,14 +22,6 @@ namespace {
 // std::exception, so that user code catching std::exception inside the body cannot swallow it.
 struct StopRecomputation {};
 
-int64_t current_graph_task() {
-  const int64_t id = current_graph_task_id();
-  if (id != -1) return id;
-  // Unpacked outside of a backward (e.g. by hand): a fresh id, so a fresh recomputation.
-  static std::atomic<int64_t> temporary{-2};
-  return temporary.fetch_sub(1);
-}
-
 // Hooks of one tensor saved during a recomputation: hands the recomputed tensor to the frame
 // and keeps it, so that a backward over the recomputed graph (rule 6) also works.
 class RecomputationHooks final : public torch::autograd::SavedVariableHooks {
@@ -80,7 +72,7 @@ std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
 }
 
 at::Tensor Frame::unpack(Holder& holder) {
-  const int64_t graph_task = current_graph_task();
+  const int64_t graph_task = current_recompute_key();
   std::lock_guard lock(mutex_);
   if (!is_recomputed_[graph_task]) {
     recompute(graph_task);
@@ -92,8 +84,12 @@ at::Tensor Frame::unpack(Holder& holder) {
     fail("internal error: a saved tensor was not recomputed. Please report this with the model that triggers it.");
   }
   if (it->second.consumed) {
-    fail("Unpack is being triggered for a tensor that was already unpacked once. If you read "
-         "ctx->get_saved_variables() in a custom backward, do so only once.");
+    fail(std::string("Unpack is being triggered for a tensor that was already unpacked once. ") +
+         (in_graph_exec_group()
+              ? "Two backward calls under one recompose::GraphExecGroup used the same saved tensor of a region; "
+                "the backward calls of a group must use disjoint parts of the graph (or run them outside the group). "
+              : "") +
+         "If you read ctx->get_saved_variables() in a custom backward, do so only once.");
   }
   at::Tensor out = std::move(it->second.value);
   it->second.value = at::Tensor();

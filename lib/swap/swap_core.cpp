@@ -355,27 +355,28 @@ void SwapCore::reload_ahead_locked(SwappedTensor& s) {
   }
 }
 
+bool SwapCore::reload_group_locked(Group& group, const SwappedTensor* asking, Graveyard& graveyard) {
+  bool live = false;
+  for (const auto& member : group.tensors) {
+    auto s = member.swapped.lock();
+    if (!s) continue;
+    graveyard.push_back(s);
+    if (s->state_ == SwapState::Released) continue;
+    live = true;
+    if (s.get() != asking) reload_ahead_locked(*s);
+  }
+  return live;
+}
+
 void SwapCore::use_group_locked(int64_t group, const SwappedTensor* asking, Graveyard& graveyard) {
   auto it = groups_.find(group);
   if (it == groups_.end() || it->second.used) return;
   it->second.used = true;
-  auto reload_group = [&](Group& g) {
-    bool live = false;
-    for (const auto& member : g.tensors) {
-      auto s = member.swapped.lock();
-      if (!s) continue;
-      graveyard.push_back(s);
-      if (s->state_ == SwapState::Released) continue;
-      live = true;
-      if (s.get() != asking) reload_ahead_locked(*s);
-    }
-    return live;
-  };
-  reload_group(it->second);
+  reload_group_locked(it->second, asking, graveyard);
   // Lookahead: the nearest earlier groups that still hold tensors.
   int64_t remaining = options_.prefetch_groups();
   for (auto prev = std::make_reverse_iterator(it); prev != groups_.rend() && remaining > 0; ++prev) {
-    if (reload_group(prev->second)) --remaining;
+    if (reload_group_locked(prev->second, nullptr, graveyard)) --remaining;
   }
 }
 
@@ -428,6 +429,17 @@ at::Tensor SwapCore::get(SwappedTensor& s, int64_t* generation) {
     s.state_ = SwapState::Offloaded;
   }
   return result;
+}
+
+void SwapCore::prefetch_newest() {
+  InternalOpsGuard internal;  // the reloads' allocations and copies
+  Graveyard graveyard;
+  std::lock_guard lock(mutex_);
+  int64_t remaining = options_.prefetch_groups();
+  for (auto it = groups_.rbegin(); it != groups_.rend() && remaining > 0; ++it) {
+    // Not marked used: its first use still prefetches further back.
+    if (!it->second.used && reload_group_locked(it->second, nullptr, graveyard)) --remaining;
+  }
 }
 
 void SwapCore::prefetch(SwappedTensor& s) {

@@ -47,6 +47,9 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   // drop_user).
   at::Tensor get(SwappedTensor& swapped, int64_t* generation = nullptr);
   void prefetch(SwappedTensor& swapped);
+  // Backward started on saved tensors that never left the device (apply_offload's last call):
+  // reloads the newest `prefetch_groups` groups not used yet, which backward needs next.
+  void prefetch_newest();
   void release(SwappedTensor& swapped);
   // A saved-tensor hook sharing `swapped` is gone: it will not ask for it again. `served` is the
   // generation get() last served it from (-1: never served).
@@ -104,6 +107,8 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void launch_reload_locked(SwappedTensor& swapped);
   // Reload on behalf of the lookahead (no-op unless offloaded).
   void reload_ahead_locked(SwappedTensor& swapped);
+  // Reloads ahead every live tensor of `group` but `asking`; false if it has none left.
+  bool reload_group_locked(Group& group, const SwappedTensor* asking, Graveyard& graveyard);
   // First use of `group`: reloads its other tensors and prefetches earlier groups.
   void use_group_locked(int64_t group, const SwappedTensor* asking, Graveyard& graveyard);
   void poll_locked(Graveyard& graveyard);

@@ -3,12 +3,6 @@
 #include "engine/internal_ops.h"
 #include "swap/swap_core.h"
 
-#include <recompose/checkpoint_error.h>
-
-#include <c10/util/Exception.h>
-
-#include <sstream>
-
 namespace recompose::detail {
 
 SwapHooks::SwapHooks(std::shared_ptr<SwapCore> core) : core_(std::move(core)) {}
@@ -18,10 +12,7 @@ SwapHooks::~SwapHooks() {
 }
 
 void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
-  version_ = tensor.unsafeGetTensorImpl()->version_counter();
-  saved_version_ = version_->current_version();
-  sizes_ = tensor.sizes().vec();
-  dtype_ = tensor.scalar_type();
+  version_.record(tensor);
   if (core_->eligible(tensor)) {
     swapped_ = core_->offload(tensor);
   } else {
@@ -32,17 +23,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
 }
 
 at::Tensor SwapHooks::call_unpack_hook() {
-  const uint32_t current = version_->current_version();
-  if (current != saved_version_) {
-    std::ostringstream message;
-    message << "one of the variables needed for gradient computation has been modified by an "
-               "inplace operation: ["
-            << dtype_ << " " << c10::IntArrayRef(sizes_) << "] is at version " << current
-            << "; expected version " << saved_version_
-            << " instead (it was saved for backward under recompose activation swap). Do not modify a "
-               "tensor in place after an op saved it for backward (clone it first).";
-    throw CheckpointError(message.str());
-  }
+  version_.verify("recompose activation swap");
   return swapped_ ? core_->get(*swapped_, &served_) : kept_;
 }
 

@@ -2,13 +2,11 @@
 #pragma once
 
 #include "engine/saved_tensor_policy.h"
+#include "swap/saved_version_check.h"
 
 #include <recompose/swap.h>
 
-#include <c10/core/TensorImpl.h>
-
 #include <memory>
-#include <optional>
 
 namespace recompose::detail {
 
@@ -29,10 +27,7 @@ class SwapHooks final : public torch::autograd::SavedVariableHooks {
   std::shared_ptr<SwappedTensor> swapped_;
   int64_t served_ = -1;  // reload generation the last unpack was served from
   at::Tensor kept_;
-  std::optional<c10::VariableVersion> version_;  // shared with the saved tensor
-  uint32_t saved_version_ = 0;
-  std::vector<int64_t> sizes_;  // for the error message
-  c10::ScalarType dtype_ = c10::ScalarType::Undefined;
+  SavedVersionCheck version_;
 };
 
 // Gives SwapHooks for every saved tensor. Owned by its core; holds no reference to it.

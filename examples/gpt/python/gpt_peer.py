@@ -1,0 +1,252 @@
+"""The GPT example trained by PyTorch in Python: the Python peer of examples/gpt.
+
+Same model (model.cpp, module for module and op for op), same weights and CPU generator state
+(written by `gpt --save-initial-state FILE`), same batches (data.cpp's sampling, replayed with
+the same generator), same learning-rate schedule, AdamW and gradient clipping (train.cpp). With
+`--check-losses loss.csv` (the C++ run's CSV) it prints how many steps' losses agree to 9
+significant digits (the first ones: same model, weights, batches and dropout masks) and the
+largest relative difference, and fails above 1e-3: LibTorch's AdamW and clip_grad_norm_ are
+other implementations than torch.optim.AdamW and torch.nn.utils.clip_grad_norm_ (torch.optim
+updates the first moment with lerp_, for one), so the last float32 bits differ after a few steps
+and the difference grows with training.
+
+Policies: none; full (torch.utils.checkpoint, non-reentrant, per block); selective (the same
+save list as recompose::transformer_policy, through create_selective_checkpoint_contexts).
+
+    python gpt_peer.py --state init.pt --policy full --steps 20 --threads 1 --check-losses loss.csv
+
+Prints one line per step (loss to 9 digits) and a summary line:
+    python <policy>: ... mean step <ms> ms (CPU <ms> ms; ...), <faults> page faults per step ...
+"""
+
+import argparse
+import functools
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.jit._pickle  # restore_type_tag, for torch.load of torch::pickle_save's output
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data" / "alice.txt"
+
+
+# ---- the model (model.cpp) ----
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, width, heads, dropout):
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.heads = heads
+        self.attn_dropout = dropout
+
+    def forward(self, x):
+        batch, time_, width = x.shape
+        q, k, v = self.qkv(x).view(batch, time_, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                           dropout_p=self.attn_dropout if self.training else 0.0, is_causal=True)
+        y = y.transpose(1, 2).reshape(batch, time_, width)
+        return self.resid_dropout(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, width, dropout):
+        super().__init__()
+        self.fc = nn.Linear(width, 4 * width)
+        self.proj = nn.Linear(4 * width, width)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, dropout):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, dropout)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = MLP(width, dropout)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, layers, width, heads, dropout):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab, width)
+        self.position_embedding = nn.Embedding(context, width)
+        self.embedding_dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(width, heads, dropout) for _ in range(layers))
+        self.ln_final = nn.LayerNorm(width)
+        self.run_block = lambda block, x: block(x)  # replaced by the checkpointing policy
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.size(1), dtype=tokens.dtype)
+        x = self.embedding_dropout(self.token_embedding(tokens) + self.position_embedding(positions))
+        for block in self.blocks:
+            x = self.run_block(block, x)
+        return F.linear(self.ln_final(x), self.token_embedding.weight)  # tied head
+
+
+# ---- policies (policies.cpp) ----
+
+def transformer_save_list():
+    """recompose::transformer_policy's kSaveList (torchtitan's _save_list), the overloads this build has."""
+    names = [("aten", "mm"), ("aten", "addmm"), ("aten", "bmm"), ("aten", "linear"), ("aten", "_scaled_mm"),
+             ("aten", "_scaled_dot_product_flash_attention"), ("aten", "_scaled_dot_product_efficient_attention"),
+             ("aten", "_scaled_dot_product_cudnn_attention"), ("aten", "_scaled_dot_product_flash_attention_for_cpu"),
+             ("aten", "max"), ("_c10d_functional", "reduce_scatter_tensor")]
+    ops = set()
+    for namespace, name in names:
+        packet = getattr(getattr(torch.ops, namespace), name, None)
+        if packet is not None and hasattr(packet, "default"):
+            ops.add(packet.default)
+    return ops
+
+
+def apply_policy(model, policy):
+    if policy == "none":
+        return
+    if policy == "full":
+        model.run_block = lambda block, x: checkpoint(block, x, use_reentrant=False)
+        return
+    save = transformer_save_list()
+
+    def policy_fn(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    context_fn = functools.partial(create_selective_checkpoint_contexts, policy_fn)
+    model.run_block = lambda block, x: checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
+
+
+# ---- data (data.cpp) ----
+
+class CharDataset:
+    def __init__(self, path, context, validation_fraction=0.1):
+        text = Path(path).read_bytes()
+        alphabet = sorted(set(text))
+        index = {c: i for i, c in enumerate(alphabet)}
+        all_ids = torch.tensor([index[c] for c in text], dtype=torch.long)
+        n_validation = int(len(text) * validation_fraction)
+        self.train = all_ids[: len(text) - n_validation]
+        self.vocab_size = len(alphabet)
+        self.context = context
+
+    def batch(self, batch, generator):
+        starts = torch.randint(self.train.numel() - self.context - 1, (batch, 1), generator=generator, dtype=torch.long)
+        index = starts + torch.arange(self.context + 1, dtype=torch.long)
+        windows = self.train[index]
+        return windows[:, : self.context], windows[:, 1:]
+
+
+# ---- training (train.cpp) ----
+
+def learning_rate(peak, step, steps):
+    warmup = max(steps // 10, 1)
+    if step <= warmup:
+        return peak * step / warmup
+    progress = (step - warmup) / max(steps - warmup, 1)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(3.141592653589793 * progress)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", required=True, help="file written by gpt --save-initial-state")
+    ap.add_argument("--policy", choices=["none", "full", "selective"], default="none")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--check-losses", help="the C++ run's loss.csv: fail unless every loss agrees to 9 digits")
+    ap.add_argument("--quiet", action="store_true", help="only the summary line")
+    a = ap.parse_args()
+
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    data = CharDataset(a.data, a.context)
+    # torch::pickle_save tags the dict's types: allow that one helper, nothing else.
+    with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+        state = torch.load(a.state, weights_only=True)
+    model = GPT(data.vocab_size, a.context, a.layers, a.width, a.heads, a.dropout)
+    params = dict(model.named_parameters())
+    loaded = {k[len("param."):]: v for k, v in state.items() if k.startswith("param.")}
+    if set(loaded) != set(params):
+        sys.exit(f"gpt_peer: parameter names differ from the C++ model's: {sorted(set(loaded) ^ set(params))}")
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(loaded[name])
+    model.train()
+    apply_policy(model, a.policy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), weight_decay=0.01)
+    torch.set_rng_state(state["cpu_rng_state"])  # dropout continues where the C++ model's construction left it
+    batches = torch.Generator().manual_seed(a.seed)
+
+    losses, seconds, cpu, faults = [], [], [], []
+    for step in range(1, a.steps + 1):
+        lr = learning_rate(a.lr, step, a.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = data.batch(a.batch, batches)
+        optimizer.zero_grad()
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t0, c0 = time.perf_counter(), time.process_time()
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        value = loss.item()
+        seconds.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        losses.append(value)
+        if not a.quiet:
+            print(f"step {step:4d}  loss {value:.9g}  {seconds[-1] * 1e3:.1f} ms  {faults[-1]} page faults")
+
+    rest = slice(1, None) if len(seconds) > 1 else slice(None)
+    mean_ms = 1e3 * sum(seconds[rest]) / len(seconds[rest])
+    mean_cpu_ms = 1e3 * sum(cpu[rest]) / len(cpu[rest])
+    mean_faults = sum(faults[rest]) / len(faults[rest])
+    print(f"python {a.policy}: loss {losses[-1]:.9g} after {a.steps} steps; mean step {mean_ms:.2f} ms "
+          f"(CPU {mean_cpu_ms:.2f} ms; without the first step), {mean_faults:.0f} page faults per step; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+
+    if a.check_losses:
+        cpp = {}
+        for line in Path(a.check_losses).read_text().splitlines()[1:]:
+            fields = line.split(",")
+            cpp[int(fields[1])] = float(fields[2])
+        worst, equal, leading = 0.0, 0, None
+        for s, l in enumerate(losses, 1):
+            if s not in cpp:
+                sys.exit(f"gpt_peer: step {s} is missing from {a.check_losses}")
+            same = float(f"{l:.9g}") == cpp[s]
+            equal += same
+            if not same and leading is None:
+                leading = s - 1
+            worst = max(worst, abs(l - cpp[s]) / abs(cpp[s]))
+        leading = len(losses) if leading is None else leading
+        print(f"losses against the C++ run's: the first {leading} steps equal to 9 digits, {equal} of "
+              f"{len(losses)} in all; largest relative difference {worst:.1e}")
+        if worst > 1e-3:
+            sys.exit(f"gpt_peer: losses differ from {a.check_losses} by more than 1e-3 (relative)")
+
+if __name__ == "__main__":
+    main()

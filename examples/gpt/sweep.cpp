@@ -1,0 +1,188 @@
+#include "sweep.h"
+
+#include "compare.h"
+#include "plot.h"
+#include "planning.h"
+#include "progress.h"
+
+#include <recompose/planner.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpt {
+namespace {
+
+struct Entry {
+  std::string name;
+  bool planned = false;
+  std::shared_ptr<const recompose::Plan> plan;
+  double fraction = 0;  // planned: the budget as a fraction of none's bytes
+  std::unique_ptr<Trainer> trainer;
+  std::vector<StepRecord> steps;
+
+  // Median over the steps after the first (one-time allocations): robust to a noisy machine.
+  double step_seconds() const {
+    std::vector<double> t;
+    for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) t.push_back(steps[i].seconds);
+    std::sort(t.begin(), t.end());
+    return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  }
+  int64_t held() const {
+    int64_t m = 0;
+    for (const auto& r : steps) m = std::max(m, r.bytes_held);
+    return m;
+  }
+  int64_t swapped() const { return steps.empty() ? 0 : steps.back().bytes_swapped; }
+};
+
+double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+}  // namespace
+
+int run_sweep(const Config& config, const CharDataset& data, const TrainOptions& options,
+              const std::filesystem::path& out) {
+  const bool cpu = !options.device.is_cuda();
+  std::printf("profiling one training step...\n");
+  const auto profile = profile_training_step(config, data, options);
+  profile.save(out / "profile.json");
+  const std::string text = profile.to_string();
+  std::printf("%s\n", text.substr(0, text.find("\nops of")).c_str());
+
+  // Budgets: the least a plan can hold, then every tenth of none's bytes above it.
+  const int64_t least = recompose::min_plan_bytes(profile);
+  const double lo = static_cast<double>(least) / static_cast<double>(profile.bytes_held);
+  std::vector<double> fractions{lo};
+  for (int percent = 10; percent <= 100; percent += 10) {
+    if (percent / 100.0 > lo + 0.02) fractions.push_back(percent / 100.0);
+  }
+  double solve_seconds = 0;
+  std::vector<Entry> entries;
+  for (Policy p : kAllPolicies) entries.push_back({std::string(policy_name(p)), false, nullptr, 0, nullptr, {}});
+  const size_t fixed = entries.size();
+  for (double f : fractions) {
+    auto budget = f == lo ? recompose::Budget::bytes(least) : recompose::Budget::fraction(f);
+    auto plan = std::make_shared<recompose::Plan>(recompose::solve_plan(profile, budget));
+    solve_seconds = std::max(solve_seconds, plan->solve_seconds);
+    char name[32];
+    std::snprintf(name, sizeof name, "planned %.0f%%", f * 100);
+    char file[32];
+    std::snprintf(file, sizeof file, "plan_%03.0f.json", f * 100);
+    plan->save(out / file);
+    entries.push_back({name, true, plan, f, nullptr, {}});
+  }
+  for (auto& e : entries) {
+    TrainOptions o = options;
+    o.policy = e.planned ? Policy::Planned : *parse_policy(e.name);
+    o.plan = e.plan;
+    e.trainer = std::make_unique<Trainer>(config, data, o);
+  }
+
+  ProgressBar progress("sweep (" + std::to_string(entries.size()) + " runs interleaved)", options.steps);
+  for (int64_t step = 1; step <= options.steps; ++step) {
+    for (auto& e : entries) e.steps.push_back(e.trainer->step(step));
+    progress.update(step, "");
+  }
+  progress.finish();
+
+  const Entry& none = entries.front();
+  const double t_none = none.step_seconds();
+  // On CPU, what swap and offload move to "host" memory stays in the same memory: it counts.
+  auto effective = [&](const Entry& e) { return e.held() + (cpu ? e.swapped() : 0); };
+  bool ok = true;
+  double worst_loss = 0;
+  std::ofstream csv(out / "sweep.csv");
+  csv << "kind,name,budget_bytes,budget_fraction,estimated_bytes,estimated_step_ms,held_bytes,swapped_bytes,"
+         "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss\n";
+  std::printf("\n%lld steps per run, interleaved; step time: median without the first step; x: against none\n",
+              static_cast<long long>(options.steps));
+  std::printf("| run             | budget    | est. held | held      | %s | step ms | time x | best fixed fitting    | vs best |\n",
+              cpu ? "held+swap" : "swapped  ");
+  std::printf("|-----------------|-----------|-----------|-----------|-----------|---------|--------|-----------------------|---------|\n");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const double t = e.step_seconds();
+    const double loss_diff = std::abs(e.steps.back().loss - none.steps.back().loss) / std::abs(none.steps.back().loss);
+    worst_loss = std::max(worst_loss, loss_diff);
+    std::string best = "-";
+    double best_x = NAN;
+    char budget[16] = "-", est[16] = "-";
+    if (e.planned) {
+      std::snprintf(budget, sizeof budget, "%.2f MiB", mib(e.plan->budget_bytes));
+      std::snprintf(est, sizeof est, "%.2f MiB", mib(e.plan->bytes));
+      double best_t = INFINITY;
+      for (size_t j = 0; j < fixed; ++j) {
+        if (effective(entries[j]) <= e.plan->budget_bytes && entries[j].step_seconds() < best_t) {
+          best_t = entries[j].step_seconds();
+          best = entries[j].name;
+        }
+      }
+      best_x = best_t / t_none;
+      if (static_cast<double>(e.held()) > 1.05 * static_cast<double>(e.plan->budget_bytes)) ok = false;
+    }
+    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f | %6.3f | %-21s | %7s |\n", e.name.c_str(), budget,
+                est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()), t * 1e3, t / t_none,
+                best == "-" ? "-" : (best + " " + std::to_string(best_x).substr(0, 5)).c_str(),
+                std::isfinite(best_x) ? std::to_string(t / t_none / best_x).substr(0, 5).c_str() : "-");
+    csv << (e.planned ? "planned" : "fixed") << ',' << e.name << ',' << (e.planned ? e.plan->budget_bytes : 0) << ','
+        << e.fraction << ',' << (e.planned ? e.plan->bytes : 0) << ',' << (e.planned ? e.plan->step_seconds * 1e3 : 0)
+        << ',' << e.held() << ',' << e.swapped() << ',' << effective(e) << ',' << t * 1e3 << ',' << t / t_none << ','
+        << static_cast<double>(effective(e)) / static_cast<double>(effective(none)) << ',' << best << ','
+        << (std::isfinite(best_x) ? best_x : 0) << ',' << e.steps.back().loss << '\n';
+  }
+  csv.close();
+
+  // The plot: the planner's curve and a dot per fixed policy.
+  Chart chart{"Bytes held for backward against step time (" + std::string(cpu ? "CPU" : "CUDA") + ")",
+              std::string("held for backward, MiB") + (cpu ? " (swapped bytes included on CPU)" : ""),
+              "step time, x of no checkpointing", {}};
+  Series curve{"planner", {}, {}, true, true};
+  for (size_t i = fixed; i < entries.size(); ++i) {
+    curve.x.push_back(mib(effective(entries[i])));
+    curve.y.push_back(entries[i].step_seconds() / t_none);
+  }
+  chart.series.push_back(curve);
+  for (size_t j = 0; j < fixed; ++j) {
+    chart.series.push_back({entries[j].name, {mib(effective(entries[j]))}, {entries[j].step_seconds() / t_none}, false, true});
+  }
+  write_svg(out / "sweep.svg", chart);
+
+  // The targets.
+  std::printf("\ntargets:\n");
+  std::printf("  held <= budget x 1.05 at every budget: %s\n", ok ? "yes" : "NO");
+  bool on_or_below = true;
+  double worst_vs_best = 0;
+  for (size_t i = fixed; i < entries.size(); ++i) {
+    double best_t = INFINITY;
+    for (size_t j = 0; j < fixed; ++j) {
+      if (effective(entries[j]) <= entries[i].plan->budget_bytes) best_t = std::min(best_t, entries[j].step_seconds());
+    }
+    if (std::isfinite(best_t)) {
+      worst_vs_best = std::max(worst_vs_best, entries[i].step_seconds() / best_t);
+      on_or_below = on_or_below && entries[i].step_seconds() <= best_t;
+    }
+  }
+  std::printf("  planned step time <= best fixed policy that fits: %s (worst ratio %.3f)\n", on_or_below ? "yes" : "no",
+              worst_vs_best);
+  for (size_t i = fixed; i < entries.size(); ++i) {
+    if (std::abs(entries[i].fraction - 0.5) < 1e-9) {
+      std::printf("  at 50%% of none's bytes: step time %.3fx of none (target <= 1.08)\n",
+                  entries[i].step_seconds() / t_none);
+    }
+  }
+  const double planning = profile.profile_seconds + solve_seconds;
+  std::printf("  profiling + solving: %.1f ms = %.2f steps of none (target <= 3); solving %.3f ms\n", planning * 1e3,
+              planning / t_none, solve_seconds * 1e3);
+  std::printf("  losses: largest relative difference from none %.1e (%s)\n", worst_loss,
+              worst_loss <= kLossTolerance ? "equal" : "DIFFER");
+  std::printf("wrote %s, %s, profile.json and plan_*.json\n", (out / "sweep.csv").c_str(), (out / "sweep.svg").c_str());
+  return ok && worst_loss <= kLossTolerance ? 0 : 1;
+}
+
+}  // namespace gpt

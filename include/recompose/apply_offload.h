@@ -1,0 +1,112 @@
+// Composable activation offload: attach it to a module whose forward carries RECOMPOSE_FORWARD,
+// and every tensor that module's forward saves for backward goes to host memory between forward
+// and backward (hyper_parallel's swap_wrapper and torchtune's OffloadActivations, without a
+// wrapper module: the module tree, parameter names and state_dict do not change).
+//
+//   auto manager = recompose::SwapManager::create();
+//   for (auto& block : model->blocks)
+//     recompose::apply_offload(block, recompose::OffloadOptions().manager(manager));
+//   auto loss = model(x).sum();   // block i's saved tensors leave the device as block i+1 starts
+//   loss.backward();              // block i-1 is reloaded while backward works on block i
+//   recompose::offload_stats(*model->blocks[0]).bytes_offloaded;
+//
+// How it runs:
+// - Each call of an offloaded module is one swap group of the manager (SwapGroupScope), so the
+//   forward order of the modules gives the prefetch order in backward: no manual pairing of
+//   layers (hyper_parallel's set_forward_prefetch_layer) is needed.
+// - A call's copies start when the NEXT call of an offloaded module (any module offloaded on this
+//   thread) begins, so the last call's tensors, which backward needs first, never leave the
+//   device (as torchtune does). OffloadOptions::keep_last_on_device(false) starts them at the end
+//   of each call instead.
+// - Which tensors go: those SwapManager::eligible accepts (size threshold, not parameters, whole
+//   storages; see recompose/swap.h) and that the per-tensor `policy` does not keep.
+// - Composition: applied to the same module as apply_checkpoint, in either order, the
+//   checkpointed region runs inside the offload: the region keeps only its inputs, and those are
+//   offloaded. Inside a checkpointed region (an offloaded child of a checkpointed module) and
+//   during recomputation it does nothing: the region already keeps nothing there. With grad mode
+//   off it does nothing.
+//
+// CPU tensors take the same path with host-to-host copies: it saves no memory on CPU, and is
+// there so that logic and gradients are tested without a GPU.
+#pragma once
+
+#include <recompose/swap.h>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace recompose {
+
+// The API name under which the offload state is attached (see hooks::applied_apis).
+inline constexpr const char* kOffloadApi = "recompose.offload";
+
+// What happens to one eligible saved tensor (hyper_parallel's ActivationPolicy).
+enum class ActivationPolicy {
+  SAVE,  // stays on the device
+  SWAP,  // goes to host memory until backward needs it
+};
+
+struct OffloadOptions {
+  // The manager that copies and prefetches (its SwapOptions: size threshold, prefetch depth,
+  // pinned pool, filter). Null: SwapManager::default_manager(). Modules that should prefetch
+  // each other must share one manager.
+  TORCH_ARG(std::shared_ptr<SwapManager>, manager) = nullptr;
+  // Per-tensor decision for tensors the manager finds eligible. Null: every one is swapped.
+  TORCH_ARG(std::function<ActivationPolicy(const at::Tensor&)>, policy) = nullptr;
+  // Leave the most recent call's tensors on the device until the next offloaded call begins
+  // (the last module of a forward keeps its activations: backward needs them first).
+  TORCH_ARG(bool, keep_last_on_device) = true;
+};
+
+// What the calls of one offloaded module did since apply_offload or reset_offload_stats.
+struct OffloadStats {
+  int64_t calls = 0;  // forward calls that offloaded (grad mode on, outside checkpointed regions)
+  int64_t tensors_offloaded = 0;  // copies to host memory launched
+  int64_t bytes_offloaded = 0;
+  int64_t tensors_kept = 0;  // not eligible, or kept by the policy: stayed on the device
+  int64_t bytes_kept = 0;
+  // Eligible, but backward asked for them before the next offloaded call began, so they never
+  // left the device (keep_last_on_device: the last module's tensors).
+  int64_t tensors_left_on_device = 0;
+  int64_t bytes_left_on_device = 0;
+};
+
+// Attaches activation offload to `module` and returns it.
+// Throws hooks::CompositionError if the module is already offloaded, std::invalid_argument if its
+// forward is not annotated with RECOMPOSE_FORWARD or it is not owned by a std::shared_ptr.
+torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions& options = {});
+
+template <class M>
+std::shared_ptr<M> apply_offload(const std::shared_ptr<M>& module, const OffloadOptions& options = {}) {
+  apply_offload(static_cast<torch::nn::Module&>(*module), options);
+  return module;
+}
+
+template <class M>
+torch::nn::ModuleHolder<M>& apply_offload(torch::nn::ModuleHolder<M>& module, const OffloadOptions& options = {}) {
+  apply_offload(static_cast<torch::nn::Module&>(*module), options);
+  return module;
+}
+
+// Detaches offload from `module`; tensors already offloaded still come back in backward.
+// Returns false if the module was not offloaded.
+bool remove_offload(torch::nn::Module& module);
+template <class M>
+bool remove_offload(torch::nn::ModuleHolder<M>& module) {
+  return remove_offload(static_cast<torch::nn::Module&>(*module));
+}
+
+// True if apply_offload is attached to `module`.
+bool is_offloaded(const torch::nn::Module& module);
+
+// The counters of an offloaded module. Throws CheckpointError if it is not offloaded.
+OffloadStats offload_stats(const torch::nn::Module& module);
+// Sets them to zero. Throws CheckpointError if the module is not offloaded.
+void reset_offload_stats(torch::nn::Module& module);
+
+}  // namespace recompose

@@ -1,0 +1,74 @@
+// A checkpoint/offload plan: per module, what to do with what its forward saves for backward.
+// Made by solve_plan / plan_memory (recompose/planner.h), applied with apply_plan. A plan is a
+// value: print it as a table, save it as JSON and load it in a training job that applies it
+// without profiling again.
+//
+//   recompose::Plan plan = recompose::plan_memory(*model, step, recompose::Budget::parse("40%"));
+//   std::cout << plan.to_table();
+//   plan.save("plan.json");
+//   ...
+//   recompose::apply_plan(*model, recompose::Plan::load("plan.json"));
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace recompose {
+
+enum class ModuleChoice {
+  None,       // no checkpointing: autograd keeps what the forward saves
+  Full,       // apply_checkpoint: only the inputs are kept, the forward is recomputed in backward
+  Selective,  // apply_checkpoint with a selective policy: the ops listed in `save` are kept,
+              // those in `swap` are kept in host memory, the others are recomputed
+  Offload,    // apply_offload: what the forward saves goes to host memory until backward
+};
+
+// "none", "full", "selective", "offload".
+std::string_view module_choice_name(ModuleChoice choice);
+
+// An op of a module's forward: its overload ("aten::mm.default") and its call index among the
+// calls of that overload in one forward of the module (SelectiveCheckpointContext::call_index).
+struct PlannedOp {
+  std::string op;
+  int64_t call_index = 0;
+  bool operator==(const PlannedOp&) const = default;
+};
+
+struct ModulePlan {
+  std::string name;  // path from the root the plan is applied to ("blocks.0")
+  std::string type;  // torch::nn::Module::name(): apply_plan checks it
+  ModuleChoice choice = ModuleChoice::None;
+  std::vector<PlannedOp> save;  // Selective: kept on the device
+  std::vector<PlannedOp> swap;  // Selective: kept in host memory (MUST_SWAP)
+  int64_t bytes = 0;            // estimated bytes held for backward
+  double seconds = 0;           // estimated extra step time against no checkpointing
+  bool operator==(const ModulePlan&) const = default;
+};
+
+struct Plan {
+  int64_t budget_bytes = 0;      // what it was solved for
+  int64_t bytes = 0;             // estimated bytes held for backward, whole step (<= budget_bytes)
+  double step_seconds = 0;       // estimated step time
+  int64_t none_bytes = 0;        // the profile's bytes held without checkpointing
+  double none_step_seconds = 0;  // the profile's step time without checkpointing
+  double solve_seconds = 0;      // what solving took
+  std::vector<ModulePlan> modules;
+
+  // One row per module: choice, kept/swapped/recomputed op counts, estimated bytes and time;
+  // then the totals against no checkpointing.
+  std::string to_table() const;
+  // JSON with every field above; from_json reads it back (plan == from_json(plan.to_json())).
+  // Throws std::invalid_argument on text that is not such a plan.
+  std::string to_json() const;
+  static Plan from_json(std::string_view json);
+  // Writes/reads to_json() to/from a file. Throws std::runtime_error if the file cannot be
+  // written or read, std::invalid_argument as from_json.
+  void save(const std::filesystem::path& path) const;
+  static Plan load(const std::filesystem::path& path);
+  bool operator==(const Plan&) const = default;
+};
+
+}  // namespace recompose

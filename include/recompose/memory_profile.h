@@ -1,0 +1,103 @@
+// The profile of one training step that the memory-budget planner solves on (recompose/planner.h):
+// per checkpointable module, the bytes it holds for backward without checkpointing and under full
+// checkpointing (its inputs), its forward time, and per op of its forward the bytes that keeping
+// the op's outputs would hold and the op's measured time. A profile is a value: print it, save it
+// as JSON, load it and solve on it again without running the model.
+//
+//   auto step = [&] { model->forward(x).sum().backward(); };   // forward + backward, no optimizer step
+//   recompose::MemoryProfile profile = recompose::profile_memory(*model, step);
+//   std::cout << profile.to_string();
+//   profile.save("profile.json");
+//
+// How it is taken: `step` runs twice. The first run is plain (no checkpointing): a
+// SavedTensorMeter measures what each module call adds to the bytes held for backward, and the
+// module's forward time. The second run checkpoints every module with a selective policy that keeps
+// every op's output (so nothing is recomputed and nothing changes numerically): the policy, asked
+// after each op ran, records the op, the bytes of its outputs and the time since the previous op
+// (which includes the views and in-place ops the policy does not see, and autograd's bookkeeping:
+// what recomputing the op costs). The backward of the second run times the replay of each module
+// (selective checkpointing's fixed cost). Gradients of both runs accumulate into the parameters'
+// .grad as `step` leaves them; the CPU generator and the model's device generator are put back to
+// their state before each run, so profiling draws no random numbers for the training that follows.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace recompose {
+
+// One op of a module's forward, as selective checkpointing sees it (views, in-place and out= ops
+// are always recomputed and never shown to a policy; their time goes to the next op shown).
+struct OpProfile {
+  std::string op;          // overload, as "aten::mm.default"
+  int64_t call_index = 0;  // how many calls of this overload came before it in the module's forward
+  int64_t output_bytes = 0;  // bytes that keeping its outputs holds (distinct storages)
+  double seconds = 0;      // measured forward time, summed over the module's calls in the step
+  bool random = false;     // draws random numbers (nondeterministic_seeded, or takes a Generator)
+  bool inplace = false;    // writes into an argument (never true for an op a policy sees)
+  bool view = false;       // returns a view of an argument (never true for an op a policy sees)
+  bool mutated = false;    // its output was modified in place later in the forward: never kept
+};
+
+// One checkpointable module (a module whose forward carries RECOMPOSE_FORWARD).
+struct ModuleProfile {
+  std::string name;   // path from the profiled root ("blocks.0"); "" for the root itself
+  std::string type;   // torch::nn::Module::name() of the module
+  int64_t calls = 0;  // forward calls in one step
+  int64_t input_bytes = 0;  // held under full checkpointing: its tensor inputs (not leaves requiring grad)
+  int64_t saved_bytes = 0;  // held without checkpointing: what autograd saves during its forward
+  double forward_seconds = 0;            // forward time without checkpointing
+  double selective_forward_seconds = 0;  // forward time with every op intercepted (and kept)
+  double replay_seconds = 0;  // recomputation in backward with every op kept: selective's fixed cost
+  std::vector<OpProfile> ops;  // in forward order
+};
+
+struct MemoryProfile {
+  std::string device;       // device of the model's parameters, "cpu" or "cuda:0"
+  int64_t bytes_held = 0;   // peak bytes held for backward without checkpointing (SavedTensorMeter)
+  int64_t other_bytes = 0;  // of those, what no profiled module holds (embeddings, head, loss)
+  double step_seconds = 0;  // one step without checkpointing
+  // Device <-> host copy bandwidth in bytes/s (the slower direction), measured once with pinned
+  // memory; 0 on CPU, where offloading frees nothing.
+  double copy_bandwidth = 0;
+  double profile_seconds = 0;  // what profile_memory took, both runs included
+  std::vector<ModuleProfile> modules;
+
+  // A table per module and, below it, the ops of each module.
+  std::string to_string() const;
+  // JSON with every field above; from_json reads it back. Throws std::invalid_argument on text
+  // that is not such a profile (the message says what is wrong and where).
+  std::string to_json() const;
+  static MemoryProfile from_json(std::string_view json);
+  // Writes/reads to_json() to/from a file. Throws std::runtime_error if the file cannot be
+  // written or read, std::invalid_argument as from_json.
+  void save(const std::filesystem::path& path) const;
+  static MemoryProfile load(const std::filesystem::path& path);
+};
+
+struct ProfileOptions {
+  // Paths of the modules to profile (and later plan for), as in named_modules() of the root:
+  // {"blocks.0", "blocks.1"}. Empty: every annotated module of the tree that has no annotated
+  // ancestor below the root (the root itself if none of its descendants is annotated).
+  TORCH_ARG(std::vector<std::string>, modules) = {};
+  // Measure the device <-> host bandwidth when the model lives on a device.
+  TORCH_ARG(bool, measure_bandwidth) = true;
+};
+
+// Profiles one training step of `model`: `step` must run a forward and a backward through it
+// (and should not step an optimizer: it runs twice). Errors: std::invalid_argument if `step` is
+// empty, a path of ProfileOptions::modules names no module (or one that is not annotated, or
+// one nested in another), or no module of the tree is annotated; CheckpointError if a profiled
+// module is already checkpointed (or offloaded), or if the step saved nothing for backward
+// (grad mode off?). Exceptions thrown by `step` go through; the model is left as it was.
+MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
+                             const ProfileOptions& options = {});
+
+}  // namespace recompose

@@ -1,0 +1,115 @@
+// Memory-budget planner: give it a byte budget for what a training step holds for backward, get
+// the plan (per module none / full / selective / offload, per op save / recompute / swap) with the
+// smallest estimated step time that fits.
+//
+//   auto step = [&] { loss_of(model, batch).backward(); };          // forward + backward
+//   recompose::Plan plan = recompose::plan_memory(*model, step, recompose::Budget::parse("40%"));
+//   recompose::apply_plan(*model, plan);                            // train under it
+//   std::cout << plan.to_table();
+//   recompose::remove_plan(*model, plan);
+//
+// The solver (solve_plan) works on a MemoryProfile (recompose/memory_profile.h). Each module's
+// candidate configurations are points (bytes held, extra time): no checkpointing; full
+// checkpointing; selective checkpointing keeping the k ops with the most time saved per byte,
+// for every k, and keeping what transformer_policy keeps (with and without every second mm);
+// offload, where it pays. Combining the modules one by one, it keeps the Pareto frontier of whole
+// plans (fewer bytes or less time; one plan per 1/4096 of the byte range). The frontier does not
+// depend on the budget: the plan for a budget is the frontier's last plan that fits, and along
+// the frontier time falls as bytes grow. So a larger budget never gives a plan holding fewer
+// bytes or taking more estimated time, and no plan's estimate exceeds its budget.
+//
+// Estimates: bytes = what no module holds + per module its inputs and kept outputs (or what it
+// saves without checkpointing; nothing when offloaded, but a plan with offloaded modules also
+// counts the largest module's saved bytes once: an offloaded module holds them until its call
+// ends and its copies start); time = the profiled step + per module its recomputation (its
+// forward for full; interception, replay and the recomputed ops for selective) or its copies
+// at the measured bandwidth (offload, swap). Estimates come from one profiled step: on a noisy
+// machine, profile after a warm-up step.
+#pragma once
+
+#include <recompose/memory_plan.h>
+#include <recompose/memory_profile.h>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+namespace recompose {
+
+class SwapManager;  // recompose/swap.h
+
+// Bytes held for backward, absolute or as a fraction of the profile's no-checkpointing figure.
+class Budget {
+ public:
+  // Throws std::invalid_argument if `bytes` is not positive.
+  static Budget bytes(int64_t bytes);
+  // Throws std::invalid_argument unless 0 < `fraction` (finite; above 1 means no checkpointing).
+  static Budget fraction(double fraction);
+  // "40%" (a fraction), "123456" (bytes), "12.5MiB", "3GiB", "512KiB", "64MB" (units of 1024 and
+  // 1000). Throws std::invalid_argument naming the text if it is none of these or not positive.
+  static Budget parse(std::string_view text);
+
+  // The budget in bytes for `profile`.
+  int64_t resolve(const MemoryProfile& profile) const;
+  bool is_fraction() const { return fraction_ > 0; }
+
+ private:
+  Budget(int64_t bytes, double fraction) : bytes_(bytes), fraction_(fraction) {}
+  int64_t bytes_ = 0;
+  double fraction_ = 0;
+};
+
+// When the solver may offload (module offload, and MUST_SWAP of single ops).
+enum class OffloadMode {
+  Auto,    // when the profile has a device <-> host bandwidth (a model on a device)
+  Never,
+  Always,  // even on CPU (where it frees nothing for real): to test the offload path
+};
+
+struct SolveOptions {
+  TORCH_ARG(OffloadMode, offload) = OffloadMode::Auto;
+  // Bytes/s to assume for offload copies; 0: the profile's copy_bandwidth. With
+  // OffloadMode::Always and no bandwidth anywhere, 1e10 (10 GB/s).
+  TORCH_ARG(double, copy_bandwidth) = 0;
+};
+
+// The fastest plan (estimated) that holds at most `budget` bytes for backward.
+// Throws std::invalid_argument if the budget is below the least any plan holds (the message gives
+// that minimum: full checkpointing, or offload, everywhere) or the profile has no module.
+Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveOptions& options = {});
+
+// The least bytes any plan for `profile` holds (what solve_plan needs at least).
+int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
+
+struct PlannerOptions {
+  TORCH_ARG(ProfileOptions, profile) = {};
+  TORCH_ARG(SolveOptions, solve) = {};
+};
+
+// profile_memory(model, step) then solve_plan(profile, budget): the two calls in one, with the
+// errors of both. The plan is not applied.
+Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
+                 const PlannerOptions& options = {});
+
+struct ApplyPlanOptions {
+  // Manager for Offload modules and swapped ops. Null: one made by apply_plan for this plan, with
+  // SwapOptions().min_bytes(0) (the plan's estimates count every saved tensor as offloaded).
+  TORCH_ARG(std::shared_ptr<SwapManager>, swap_manager) = nullptr;
+};
+
+// Applies `plan` to the modules of `model` it names: nothing for None, apply_checkpoint for Full,
+// apply_checkpoint with a selective policy for Selective (MUST_SAVE the kept ops, MUST_SWAP the
+// swapped ones, recompute the rest), apply_offload with keep_last_on_device(false) for Offload. All or nothing: on an error, what was applied is removed again. Throws CheckpointError if
+// a named module is missing, of another type (the plan was made for another model), or already
+// checkpointed or offloaded; std::invalid_argument if a planned op is not registered.
+void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptions& options = {});
+
+// Removes what apply_plan attached to the modules `plan` names. Returns how many modules had
+// something removed.
+int64_t remove_plan(torch::nn::Module& model, const Plan& plan);
+
+}  // namespace recompose

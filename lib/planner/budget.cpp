@@ -1,0 +1,58 @@
+// Budget: bytes, or a fraction of the profile's no-checkpointing figure.
+#include <recompose/planner.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace recompose {
+
+Budget Budget::bytes(int64_t bytes) {
+  if (bytes <= 0) throw std::invalid_argument("Budget::bytes: the budget must be positive, got " + std::to_string(bytes));
+  return Budget(bytes, 0);
+}
+
+Budget Budget::fraction(double fraction) {
+  if (!(fraction > 0) || !std::isfinite(fraction)) {
+    throw std::invalid_argument("Budget::fraction: the fraction must be positive and finite, got " +
+                                std::to_string(fraction));
+  }
+  return Budget(0, fraction);
+}
+
+Budget Budget::parse(std::string_view text) {
+  const std::string t(text);
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("Budget::parse: '" + t + "' " + why +
+                                 " (write a percentage of the no-checkpointing bytes, \"40%\", or bytes: "
+                                 "\"123456\", \"12.5MiB\", \"3GiB\", \"64MB\")");
+  };
+  char* end = nullptr;
+  const double value = std::strtod(t.c_str(), &end);
+  if (end == t.c_str()) throw bad("is not a number");
+  std::string unit(end);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
+  if (!(value > 0) || !std::isfinite(value)) throw bad("is not positive");
+  if (unit == "%") return fraction(value / 100.0);
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double b = value * scale;
+    if (scale == 1 && b != std::floor(b)) throw bad("is a fraction of a byte");
+    if (b < 1 || b > 9e18) throw bad("is out of range");
+    return bytes(static_cast<int64_t>(std::llround(b)));
+  }
+  throw bad("has an unknown unit '" + unit + "'");
+}
+
+int64_t Budget::resolve(const MemoryProfile& profile) const {
+  if (fraction_ > 0) return static_cast<int64_t>(std::llround(fraction_ * static_cast<double>(profile.bytes_held)));
+  return bytes_;
+}
+
+}  // namespace recompose

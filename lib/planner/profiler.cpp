@@ -1,0 +1,304 @@
+// profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h).
+#include "planner_targets.h"
+
+#include <recompose/apply_checkpoint.h>
+#include <recompose/checkpoint_error.h>
+#include <recompose/checkpoint_state.h>
+#include <recompose/hooks/forward_hooks.h>
+#include <recompose/memory_profile.h>
+#include <recompose/saved_tensor_meter.h>
+#include <recompose/selective_checkpoint.h>
+
+#include <ATen/core/Generator.h>
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+namespace recompose {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Host clocks time a device only after its queued work is done.
+struct DeviceClock {
+  bool cuda = false;
+  Clock::time_point now() const {
+    if (cuda) torch::cuda::synchronize();
+    return Clock::now();
+  }
+};
+
+std::string overload_name(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.name + "." + (name.overload_name.empty() ? std::string("default") : name.overload_name);
+}
+
+bool draws_random(const c10::OperatorHandle& op) {
+  if (op.hasTag(at::Tag::nondeterministic_seeded)) return true;
+  for (const auto& arg : op.schema().arguments()) {
+    auto type = arg.type();
+    if (type->kind() == c10::TypeKind::GeneratorType) return true;
+    if (auto opt = type->cast<c10::OptionalType>(); opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Bytes of the distinct storages of `values`' tensors, leaves requiring grad (and views of them)
+// left out, as SavedTensorMeter counts.
+int64_t storage_bytes(c10::ArrayRef<c10::IValue> values, bool skip_grad_leaves) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    if (skip_grad_leaves && t.requires_grad() && (t.is_leaf() || (t.is_view() && t._base().is_leaf()))) return;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const auto& v : values) {
+    if (v.isTensor()) add(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) add(t);
+    else if (v.isList()) for (const auto& e : v.toListRef()) if (e.isTensor()) add(e.toTensor());
+  }
+  return bytes;
+}
+
+struct Frame {
+  size_t module;
+  Clock::time_point start;
+  int64_t bytes_at_start = 0;
+  bool recomputing = false;
+};
+
+struct Watched {  // a kept output, to see whether the forward later writes into it
+  size_t module, op;
+  at::Tensor tensor;
+  uint32_t version;
+};
+
+// What the hooks and the logging policy of both runs record into.
+struct Recorder {
+  DeviceClock clock;
+  int run = 1;
+  const SavedTensorMeter* meter = nullptr;
+  std::vector<Frame> frames;
+  Clock::time_point last;  // end of the previous thing timed in a module's forward
+  std::vector<ModuleProfile> modules;
+  std::vector<std::map<std::pair<std::string, int64_t>, size_t>> op_index;
+  std::vector<Watched> watched;
+
+  void enter(size_t m, const hooks::ForwardCall& call) {
+    Frame f{m, {}, 0, is_recomputing()};
+    if (run == 1) {
+      modules[m].calls += 1;
+      std::vector<c10::IValue> inputs;
+      for (const auto& t : call.input_leaves()) inputs.emplace_back(t);
+      modules[m].input_bytes += storage_bytes(inputs, /*skip_grad_leaves=*/true);
+      f.bytes_at_start = meter->bytes_held();
+    }
+    frames.push_back(f);
+    frames.back().start = last = clock.now();
+  }
+
+  void leave(size_t m) {
+    if (frames.empty() || frames.back().module != m) return;  // unbalanced: a hook was added mid-call
+    const Frame f = frames.back();
+    frames.pop_back();
+    const double dt = std::chrono::duration<double>(clock.now() - f.start).count();
+    ModuleProfile& p = modules[m];
+    if (run == 1) {
+      p.forward_seconds += dt;
+      p.saved_bytes += meter->bytes_held() - f.bytes_at_start;
+    } else if (f.recomputing) {
+      p.replay_seconds += dt;
+    } else {
+      p.selective_forward_seconds += dt;
+      for (const Watched& w : watched) {
+        if (w.module == m && w.tensor._version() != w.version) p.ops[w.op].mutated = true;
+      }
+      std::erase_if(watched, [m](const Watched& w) { return w.module == m; });
+    }
+  }
+
+  CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op) {
+    const auto now = clock.now();
+    if (frames.empty()) return CheckpointPolicy::MUST_SAVE;
+    const size_t m = frames.back().module;
+    auto key = std::make_pair(overload_name(op), ctx.call_index);
+    auto [it, fresh] = op_index[m].try_emplace(key, modules[m].ops.size());
+    if (fresh) {
+      OpProfile o;
+      o.op = key.first;
+      o.call_index = key.second;
+      o.random = draws_random(op);
+      for (const auto& a : op.schema().arguments()) o.inplace = o.inplace || (a.alias_info() && a.alias_info()->isWrite());
+      for (const auto& r : op.schema().returns()) o.view = o.view || (r.alias_info() && !r.alias_info()->isWrite());
+      modules[m].ops.push_back(std::move(o));
+    }
+    OpProfile& o = modules[m].ops[it->second];
+    o.seconds += std::chrono::duration<double>(now - last).count();
+    o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
+    for (const auto& v : ctx.outputs) {
+      if (v.isTensor() && v.toTensor().defined()) watched.push_back({m, it->second, v.toTensor(), v.toTensor()._version()});
+    }
+    last = Clock::now();  // the policy's own bookkeeping is not the op's time
+    return CheckpointPolicy::MUST_SAVE;
+  }
+};
+
+// Puts a generator back to where it was, so that profiling draws nothing from it.
+struct GeneratorRestore {
+  at::Generator gen;
+  at::Tensor state;
+  explicit GeneratorRestore(at::Generator g) : gen(std::move(g)) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get_state();
+  }
+  void restore() {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
+};
+
+// Hooks and checkpointing the profile attached; removed on every exit.
+struct Instrumentation {
+  std::vector<hooks::HookHandle> handles;
+  std::vector<torch::nn::Module*> checkpointed;
+  void remove_checkpoints() {
+    for (auto* m : checkpointed) remove_checkpoint(*m);
+    checkpointed.clear();
+  }
+  ~Instrumentation() {
+    for (auto& h : handles) h.remove();
+    remove_checkpoints();
+  }
+};
+
+double measure_copy_bandwidth(const torch::Device& device) {
+  const int64_t n = int64_t{64} << 20;
+  auto on_device = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+  auto host = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  host.copy_(on_device);  // warm-up
+  torch::cuda::synchronize();
+  auto t0 = Clock::now();
+  host.copy_(on_device, /*non_blocking=*/true);
+  torch::cuda::synchronize();
+  const double d2h = seconds_since(t0);
+  t0 = Clock::now();
+  on_device.copy_(host, /*non_blocking=*/true);
+  torch::cuda::synchronize();
+  const double h2d = seconds_since(t0);
+  return static_cast<double>(n) / std::max({d2h, h2d, 1e-9});
+}
+
+}  // namespace
+
+MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
+                             const ProfileOptions& options) {
+  if (!step) throw std::invalid_argument("profile_memory: the step function is empty");
+  const auto t_begin = Clock::now();
+  const auto targets = detail::planner_targets(model, options.modules());
+  for (const auto& t : targets) {
+    for (const auto& api : hooks::applied_apis(*t.module)) {
+      if (api.starts_with("recompose.")) {
+        throw CheckpointError("profile_memory: module '" + t.name + "' already has " + api +
+                              " attached; remove it (remove_checkpoint, remove_offload or remove_plan) first");
+      }
+    }
+  }
+  torch::Device device(torch::kCPU);
+  for (const auto& p : model.parameters()) {
+    device = p.device();
+    break;
+  }
+
+  auto rec = std::make_shared<Recorder>();
+  rec->clock.cuda = device.is_cuda();
+  rec->modules.resize(targets.size());
+  rec->op_index.resize(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    rec->modules[i].name = targets[i].name;
+    rec->modules[i].type = targets[i].module->name();
+  }
+  std::vector<GeneratorRestore> generators{GeneratorRestore(at::detail::getDefaultCPUGenerator())};
+  if (device.is_cuda()) generators.emplace_back(at::globalContext().defaultGenerator(device));
+
+  MemoryProfile profile;
+  profile.device = device.str();
+  {
+    Instrumentation inst;
+    auto attach_timing_hooks = [&] {
+      for (size_t i = 0; i < targets.size(); ++i) {
+        const auto owner = hooks::HookOptions().set_owner("recompose.planner.profile");
+        inst.handles.push_back(hooks::register_forward_pre_hook(
+            *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->enter(i, call); }, owner));
+        inst.handles.push_back(hooks::register_forward_hook(
+            *targets[i].module, [rec, i](hooks::ForwardCall&) { rec->leave(i); },
+            hooks::HookOptions(owner).set_always_call(true)));
+      }
+    };
+    auto restore_generators = [&] {
+      for (auto& g : generators) g.restore();
+    };
+
+    // Run 1: no checkpointing. What each module saves, its forward time, the step's time.
+    attach_timing_hooks();
+    {
+      SavedTensorMeter meter;
+      rec->meter = &meter;
+      const auto t0 = rec->clock.now();
+      step();
+      profile.step_seconds = std::chrono::duration<double>(rec->clock.now() - t0).count();
+      profile.bytes_held = meter.peak_bytes_held();
+      rec->meter = nullptr;
+    }
+    restore_generators();
+    if (profile.bytes_held == 0) {
+      throw CheckpointError("profile_memory: the step saved nothing for backward (is grad mode on, and does the "
+                            "step run a forward of the model whose result needs gradients?)");
+    }
+    for (const auto& m : rec->modules) {
+      if (m.calls == 0) {
+        throw CheckpointError("profile_memory: the step never called module '" + m.name + "' (" + m.type + ")");
+      }
+    }
+
+    // Run 2: every module checkpointed, every op kept (nothing recomputed, nothing changes): the
+    // ops, their outputs and times; backward times each module's replay. Timing hooks go after
+    // apply_checkpoint's so that the region's setup is not the first op's time.
+    for (auto& h : inst.handles) h.remove();
+    inst.handles.clear();
+    rec->run = 2;
+    SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
+                                   const torch::jit::Stack&) { return rec->record(ctx, op); });
+    // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an error.
+    auto contexts = [keep_all] { return create_selective_checkpoint_contexts(keep_all, true); };
+    for (const auto& t : targets) {
+      apply_checkpoint(*t.module, CheckpointOptions().context_fn(contexts));
+      inst.checkpointed.push_back(t.module.get());
+    }
+    attach_timing_hooks();
+    step();
+    restore_generators();
+    rec->watched.clear();
+  }
+
+  int64_t module_bytes = 0;
+  for (const auto& m : rec->modules) module_bytes += m.saved_bytes;
+  profile.other_bytes = std::max<int64_t>(0, profile.bytes_held - module_bytes);
+  profile.modules = std::move(rec->modules);
+  if (device.is_cuda() && options.measure_bandwidth()) profile.copy_bandwidth = measure_copy_bandwidth(device);
+  profile.profile_seconds = seconds_since(t_begin);
+  return profile;
+}
+
+}  // namespace recompose

@@ -1,0 +1,293 @@
+// solve_plan(): per module, candidate configurations as (bytes, time) points; the Pareto
+// frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
+// that fits (recompose/planner.h explains why this is monotone).
+#include <recompose/planner.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace recompose {
+namespace {
+
+constexpr double kDefaultForcedBandwidth = 1e10;
+// The frontier keeps at most one plan per 1/kBuckets of the largest total: solving stays fast
+// (modules x candidates x kBuckets) and loses at most that much of a budget.
+constexpr int64_t kBuckets = 4096;
+
+struct Point {
+  int64_t bytes = 0;
+  double seconds = 0;  // extra step time against no checkpointing
+  ModuleChoice choice = ModuleChoice::None;
+  size_t keep_set = 0;  // Selective: index into ModuleOptions::keep_sets
+};
+
+// One module's configurations.
+struct ModuleOptions {
+  const ModuleProfile* profile = nullptr;
+  std::vector<std::vector<bool>> keep_sets;  // Selective: per op, kept or not
+  std::vector<bool> swap;                    // per op: offloaded rather than recomputed when not kept
+  std::vector<Point> points;                 // Pareto front, fewest bytes first
+};
+
+double bandwidth_for(const MemoryProfile& profile, const SolveOptions& options) {
+  const double given = options.copy_bandwidth() > 0 ? options.copy_bandwidth() : profile.copy_bandwidth;
+  switch (options.offload()) {
+    case OffloadMode::Never: return 0;
+    case OffloadMode::Auto: return profile.device.starts_with("cpu") ? 0 : given;
+    case OffloadMode::Always: return given > 0 ? given : kDefaultForcedBandwidth;
+  }
+  return 0;
+}
+
+bool keepable(const OpProfile& o) { return !o.mutated && !o.inplace && !o.view; }
+
+// The ops a transformer policy keeps (recompose::transformer_policy's list): its configurations
+// are candidates too, so that a plan is never estimated slower than that fixed policy.
+bool compute_intensive(const std::string& op) {
+  for (const char* name : {"aten::mm.", "aten::addmm.", "aten::bmm.", "aten::linear.", "aten::_scaled_mm.",
+                           "aten::_scaled_dot_product_"}) {
+    if (op.starts_with(name)) return true;
+  }
+  return op == "aten::max.default";
+}
+
+void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, ModuleOptions& mo) {
+  std::vector<Point> points;
+  points.push_back({m.saved_bytes, 0.0, ModuleChoice::None, 0});
+  points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
+  // Everything the forward saves crosses the bus twice (out and back). What it holds while its
+  // own forward runs is counted once per plan (Family::base_bytes).
+  if (offload) points.push_back({0, 2.0 * static_cast<double>(m.saved_bytes) / bandwidth, ModuleChoice::Offload, 0});
+
+  // Selective: not keeping an op costs its recomputation, or its two copies when cheaper; the
+  // fixed cost is the interception in the forward and the replay in backward.
+  const size_t n = m.ops.size();
+  mo.swap.assign(n, false);
+  std::vector<double> cost(n, 0.0);
+  const double fixed = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
+  for (size_t k = 0; k < n; ++k) {
+    const OpProfile& o = m.ops[k];
+    cost[k] = std::max(0.0, o.seconds);
+    if (keepable(o) && bandwidth > 0) {
+      const double copies = 2.0 * static_cast<double>(o.output_bytes) / bandwidth;
+      if (copies < cost[k]) cost[k] = copies, mo.swap[k] = true;
+    }
+  }
+  auto add_selective = [&](std::vector<bool> keep) {
+    int64_t bytes = m.input_bytes;
+    double seconds = fixed;
+    for (size_t k = 0; k < n; ++k) {
+      if (keep[k]) bytes += m.ops[k].output_bytes;
+      else seconds += cost[k];
+    }
+    points.push_back({bytes, seconds, ModuleChoice::Selective, mo.keep_sets.size()});
+    mo.keep_sets.push_back(std::move(keep));
+  };
+  // Keeping the ops with the most time saved per byte first, one more at a time.
+  std::vector<size_t> ranked;
+  for (size_t k = 0; k < n; ++k) {
+    if (keepable(m.ops[k]) && cost[k] > 0) ranked.push_back(k);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+    return cost[a] * static_cast<double>(m.ops[b].output_bytes) > cost[b] * static_cast<double>(m.ops[a].output_bytes);
+  });
+  std::vector<bool> keep(n, false);
+  // Nothing kept and nothing swapped is full checkpointing plus the interception: not a candidate.
+  if (std::find(mo.swap.begin(), mo.swap.end(), true) != mo.swap.end()) add_selective(keep);
+  for (size_t k : ranked) {
+    keep[k] = true;
+    add_selective(keep);
+  }
+  // The transformer policy, and its variant recomputing every second aten::mm.
+  for (bool every_second : {false, true}) {
+    std::vector<bool> t(n, false);
+    for (size_t k = 0; k < n; ++k) {
+      const OpProfile& o = m.ops[k];
+      t[k] = keepable(o) && compute_intensive(o.op) &&
+             !(every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1);
+    }
+    add_selective(std::move(t));
+  }
+
+  // Pareto front: more bytes must buy less time.
+  std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return std::tie(a.bytes, a.seconds) < std::tie(b.bytes, b.seconds);
+  });
+  for (const Point& p : points) {
+    if (mo.points.empty() || p.seconds < mo.points.back().seconds) mo.points.push_back(p);
+  }
+}
+
+std::vector<ModuleOptions> module_options(const MemoryProfile& profile, double bandwidth, bool offload) {
+  if (profile.modules.empty()) throw std::invalid_argument("solve_plan: the profile has no module");
+  std::vector<ModuleOptions> out(profile.modules.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].profile = &profile.modules[i];
+    add_candidates(profile.modules[i], bandwidth, offload, out[i]);
+  }
+  return out;
+}
+
+// A whole plan on the frontier: its totals and how it was made (for the walk back).
+struct Node {
+  int64_t bytes;
+  double seconds;
+  int32_t parent;  // index in the previous module's frontier
+  int32_t point;   // index in this module's points
+};
+
+// The frontier after each module: plans of modules 0..i, Pareto-optimal (sorted by bytes, time
+// strictly falling), thinned to one plan per bucket. Built the same way for every budget, so a
+// budget only picks a point of the last one.
+// Plans with and plans without offloaded modules: an offloaded module holds what it saves until
+// its call ends (the copies start then), so a plan with offload holds, at its peak, up to the
+// largest module's saved bytes on top of the rest. Each family is solved with that in its base.
+struct Family {
+  std::vector<ModuleOptions> modules;
+  int64_t base_bytes = 0;
+  // The frontier after each module: plans of modules 0..i, Pareto-optimal (sorted by bytes, time
+  // strictly falling), thinned to one plan per bucket. Built the same way for every budget.
+  std::vector<std::vector<Node>> fronts;
+};
+
+void build_frontiers(Family& family, int64_t bucket) {
+  std::vector<Node> current{{family.base_bytes, 0.0, -1, -1}};
+  std::vector<Node> next;
+  for (const auto& mo : family.modules) {
+    next.clear();
+    for (size_t f = 0; f < current.size(); ++f) {
+      for (size_t k = 0; k < mo.points.size(); ++k) {
+        next.push_back({current[f].bytes + mo.points[k].bytes, current[f].seconds + mo.points[k].seconds,
+                        static_cast<int32_t>(f), static_cast<int32_t>(k)});
+      }
+    }
+    std::sort(next.begin(), next.end(), [](const Node& a, const Node& b) {
+      return std::tie(a.bytes, a.seconds, a.parent, a.point) < std::tie(b.bytes, b.seconds, b.parent, b.point);
+    });
+    std::vector<Node> front;
+    for (const Node& n : next) {
+      if (!front.empty() && n.seconds >= front.back().seconds) continue;  // dominated
+      // Same bucket as the last kept plan (not the first plan): the faster one stays.
+      if (front.size() > 1 && n.bytes / bucket == front.back().bytes / bucket) front.pop_back();
+      front.push_back(n);
+    }
+    family.fronts.push_back(front);
+    current = std::move(front);
+  }
+}
+
+std::vector<Family> families(const MemoryProfile& profile, const SolveOptions& options) {
+  const double bandwidth = bandwidth_for(profile, options);
+  std::vector<Family> out(bandwidth > 0 ? 2 : 1);
+  out[0].modules = module_options(profile, bandwidth, false);
+  out[0].base_bytes = profile.other_bytes;
+  if (bandwidth > 0) {
+    out[1].modules = module_options(profile, bandwidth, true);
+    int64_t largest = 0;
+    for (const auto& m : profile.modules) largest = std::max(largest, m.saved_bytes);
+    out[1].base_bytes = profile.other_bytes + largest;
+  }
+  int64_t most = profile.other_bytes;
+  for (const auto& m : profile.modules) most += std::max(m.saved_bytes, m.input_bytes);
+  const int64_t bucket = std::max<int64_t>(1, most / kBuckets);
+  for (auto& f : out) build_frontiers(f, bucket);
+  return out;
+}
+
+// The final frontier: the last frontiers of all families, merged and Pareto-filtered.
+struct Final {
+  int64_t bytes;
+  double seconds;
+  size_t family, node;
+};
+
+std::vector<Final> final_frontier(const std::vector<Family>& fams) {
+  std::vector<Final> all;
+  for (size_t f = 0; f < fams.size(); ++f) {
+    const auto& last = fams[f].fronts.back();
+    for (size_t i = 0; i < last.size(); ++i) all.push_back({last[i].bytes, last[i].seconds, f, i});
+  }
+  std::sort(all.begin(), all.end(), [](const Final& a, const Final& b) {
+    return std::tie(a.bytes, a.seconds, a.family, a.node) < std::tie(b.bytes, b.seconds, b.family, b.node);
+  });
+  std::vector<Final> out;
+  for (const Final& x : all) {
+    if (out.empty() || x.seconds < out.back().seconds) out.push_back(x);
+  }
+  return out;
+}
+
+ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
+  const ModuleProfile& m = *mo.profile;
+  ModulePlan plan;
+  plan.name = m.name;
+  plan.type = m.type;
+  plan.choice = p.choice;
+  plan.bytes = p.bytes;
+  plan.seconds = p.seconds;
+  if (p.choice != ModuleChoice::Selective) return plan;
+  const auto& keep = mo.keep_sets[p.keep_set];
+  for (size_t k = 0; k < m.ops.size(); ++k) {
+    if (keep[k]) plan.save.push_back({m.ops[k].op, m.ops[k].call_index});
+    else if (mo.swap[k]) plan.swap.push_back({m.ops[k].op, m.ops[k].call_index});
+  }
+  return plan;
+}
+
+std::string mib(int64_t bytes) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0),
+                static_cast<long long>(bytes));
+  return buffer;
+}
+
+}  // namespace
+
+int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
+  return final_frontier(families(profile, options)).front().bytes;
+}
+
+Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto fams = families(profile, options);
+  const auto frontier = final_frontier(fams);
+  const int64_t limit = budget.resolve(profile);
+  if (frontier.front().bytes > limit) {
+    throw std::invalid_argument("solve_plan: a budget of " + mib(limit) + " is below the least any plan holds, " +
+                                mib(frontier.front().bytes) + " (" +
+                                (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
+                                " of every module)");
+  }
+  // The fastest plan that fits: the last frontier point within the budget (time falls along it).
+  auto it = std::upper_bound(frontier.begin(), frontier.end(), limit,
+                             [](int64_t b, const Final& n) { return b < n.bytes; });
+  const Final& chosen = *(it - 1);
+  const Family& fam = fams[chosen.family];
+
+  Plan plan;
+  plan.budget_bytes = limit;
+  plan.bytes = chosen.bytes;
+  plan.none_bytes = profile.bytes_held;
+  plan.none_step_seconds = profile.step_seconds;
+  plan.step_seconds = profile.step_seconds + chosen.seconds;
+  plan.modules.resize(fam.modules.size());
+  size_t at = chosen.node;
+  for (size_t i = fam.modules.size(); i-- > 0;) {
+    const Node& n = fam.fronts[i][at];
+    plan.modules[i] = module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
+    at = static_cast<size_t>(n.parent);
+  }
+  plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return plan;
+}
+
+Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
+                 const PlannerOptions& options) {
+  return solve_plan(profile_memory(model, step, options.profile()), budget, options.solve());
+}
+
+}  // namespace recompose

@@ -1,0 +1,160 @@
+#include "swap/offload_batch.h"
+
+#include "engine/internal_ops.h"
+#include "swap/swap_core.h"
+
+#include <torch/csrc/autograd/saved_variable_hooks.h>
+
+namespace recompose::detail {
+
+OffloadStats OffloadCounters::snapshot() const {
+  OffloadStats s;
+  s.calls = calls.load();
+  s.tensors_offloaded = tensors_offloaded.load();
+  s.bytes_offloaded = bytes_offloaded.load();
+  s.tensors_kept = tensors_kept.load();
+  s.bytes_kept = bytes_kept.load();
+  s.tensors_left_on_device = tensors_left_on_device.load();
+  s.bytes_left_on_device = bytes_left_on_device.load();
+  return s;
+}
+
+void OffloadCounters::reset() {
+  for (auto* c : {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept, &tensors_left_on_device,
+                  &bytes_left_on_device}) {
+    c->store(0);
+  }
+}
+
+DeferredTensor::DeferredTensor(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
+                               at::Tensor tensor)
+    : core_(std::move(core)),
+      counters_(std::move(counters)),
+      on_device_(std::move(tensor)),
+      charge_(static_cast<int64_t>(on_device_.nbytes())) {}
+
+DeferredTensor::~DeferredTensor() {
+  if (swapped_) core_->drop_user(*swapped_, served_);
+}
+
+void DeferredTensor::launch() {
+  std::lock_guard lock(mutex_);
+  if (!on_device_.defined() || asked_) return;
+  swapped_ = core_->offload(on_device_);
+  counters_->tensors_offloaded += 1;
+  counters_->bytes_offloaded += static_cast<int64_t>(on_device_.nbytes());
+  on_device_.reset();  // device memory goes once the copy has landed (the core holds it till then)
+  charge_.refund();
+}
+
+at::Tensor DeferredTensor::get() {
+  std::lock_guard lock(mutex_);
+  if (swapped_) return core_->get(*swapped_, &served_);
+  if (!asked_) {
+    asked_ = true;
+    // Backward has reached the calls that kept their tensors: the newest offloaded ones are next.
+    core_->prefetch_newest();
+    counters_->tensors_left_on_device += 1;
+    counters_->bytes_left_on_device += static_cast<int64_t>(on_device_.nbytes());
+  }
+  return on_device_;
+}
+
+// One saved tensor of an offloaded call: deferred (eligible and swapped by the policy) or kept.
+class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit DeferredSwapHooks(OffloadBatch& batch) : batch_(batch) {}
+
+  void call_pack_hook(const at::Tensor& tensor) override {
+    version_.record(tensor);
+    const bool eligible = batch_.core_->eligible(tensor);
+    const bool swap = eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
+    at::Tensor detached;
+    {
+      InternalOpsGuard internal;  // recompose's detach, not the user's op
+      // Detached: a saved output holding its own grad_fn would be a reference cycle.
+      detached = tensor.detach();
+    }
+    if (!swap) {
+      // Kept by the policy (eligible, so an activation): held for backward on the device.
+      if (eligible) kept_charge_ = MeterCharge(static_cast<int64_t>(tensor.nbytes()));
+      kept_ = std::move(detached);
+      batch_.core_->note_kept(tensor);
+      batch_.counters_->tensors_kept += 1;
+      batch_.counters_->bytes_kept += static_cast<int64_t>(tensor.nbytes());
+      return;
+    }
+    deferred_ = std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_, std::move(detached));
+    std::lock_guard lock(batch_.mutex_);
+    batch_.tensors_.push_back(deferred_);
+  }
+
+  at::Tensor call_unpack_hook() override {
+    version_.verify("recompose::apply_offload");
+    return deferred_ ? deferred_->get() : kept_;
+  }
+
+ private:
+  // Valid while packing only: the batch outlives its call, hooks may outlive the batch.
+  OffloadBatch& batch_;
+  SavedVersionCheck version_;
+  at::Tensor kept_;
+  MeterCharge kept_charge_;
+  std::shared_ptr<DeferredTensor> deferred_;
+};
+
+class OffloadBatch::Policy final : public SavedTensorPolicy {
+ public:
+  explicit Policy(OffloadBatch& batch) : batch_(batch) {}
+  std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override {
+    return std::make_unique<DeferredSwapHooks>(batch_);
+  }
+
+ private:
+  OffloadBatch& batch_;
+};
+
+OffloadBatch::OffloadBatch(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
+                           std::function<ActivationPolicy(const at::Tensor&)> policy)
+    : core_(std::move(core)),
+      counters_(std::move(counters)),
+      decide_(std::move(policy)),
+      policy_(std::make_unique<Policy>(*this)) {}
+
+OffloadBatch::~OffloadBatch() = default;
+
+SavedTensorPolicy& OffloadBatch::policy() { return *policy_; }
+
+void OffloadBatch::launch() {
+  std::vector<std::shared_ptr<DeferredTensor>> alive;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& weak : tensors_) {
+      if (auto t = weak.lock()) alive.push_back(std::move(t));
+    }
+    tensors_.clear();
+  }
+  if (alive.empty()) return;
+  // One group per call: backward reloads groups in reverse forward order and prefetches ahead.
+  struct GroupOfCall {
+    SwapCore& core;
+    const int64_t id = core.begin_group();
+    ~GroupOfCall() { core.force_end_group(id); }  // closed also when a copy throws
+  } group{*core_};
+  for (auto& t : alive) t->launch();
+}
+
+namespace {
+thread_local std::vector<std::shared_ptr<OffloadBatch>> closed_batches;
+}
+
+void add_closed_batch(std::shared_ptr<OffloadBatch> batch) { closed_batches.push_back(std::move(batch)); }
+
+void launch_closed_batches() {
+  // Moved out first: a launch must not see the list change under it.
+  auto batches = std::move(closed_batches);
+  closed_batches.clear();
+  for (auto& b : batches) b->launch();
+}
+
+}  // namespace recompose::detail

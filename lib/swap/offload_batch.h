@@ -1,0 +1,86 @@
+// The saved tensors of one call of an offloaded module (apply_offload): collected during the
+// call, then copied to host memory as one swap group when the next offloaded call begins (or at
+// the call's end), so that the last call's tensors, which backward needs first, stay on the
+// device.
+#pragma once
+
+#include "engine/meter_charge.h"
+#include "engine/saved_tensor_policy.h"
+#include "swap/saved_version_check.h"
+
+#include <recompose/apply_offload.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace recompose::detail {
+
+class SwapCore;
+
+// The counters behind OffloadStats, shared by a module's state and its batches.
+struct OffloadCounters {
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> tensors_offloaded{0};
+  std::atomic<int64_t> bytes_offloaded{0};
+  std::atomic<int64_t> tensors_kept{0};
+  std::atomic<int64_t> bytes_kept{0};
+  std::atomic<int64_t> tensors_left_on_device{0};
+  std::atomic<int64_t> bytes_left_on_device{0};
+
+  OffloadStats snapshot() const;
+  void reset();
+};
+
+// One saved tensor of a batch: held on the device until launch(), then in a SwappedTensor.
+// Shared by its saved-tensor hooks (owner) and its batch (weakly). Thread-safe: backward may
+// unpack on another thread.
+class DeferredTensor {
+ public:
+  DeferredTensor(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters, at::Tensor tensor);
+  ~DeferredTensor();
+  // Starts the copy to host, unless it started already or backward asked for the tensor.
+  void launch();
+  // The tensor for backward, from the device if it never left.
+  at::Tensor get();
+
+ private:
+  std::mutex mutex_;
+  const std::shared_ptr<SwapCore> core_;
+  const std::shared_ptr<OffloadCounters> counters_;
+  at::Tensor on_device_;  // until launch()
+  MeterCharge charge_;  // on_device_ is held for backward on the device, as SavedTensorMeter sees it
+  std::shared_ptr<SwappedTensor> swapped_;  // after launch()
+  int64_t served_ = -1;  // reload generation the last get() was served from
+  bool asked_ = false;  // get() was called: launching now would be pointless
+};
+
+class OffloadBatch {
+ public:
+  OffloadBatch(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
+               std::function<ActivationPolicy(const at::Tensor&)> policy);
+  ~OffloadBatch();
+  // The saved-tensor policy of the call: every tensor saved while it is installed joins the batch.
+  SavedTensorPolicy& policy();
+  // Copies the batch's tensors that are still alive and not asked for, as one swap group.
+  void launch();
+
+ private:
+  friend class DeferredSwapHooks;
+  class Policy;
+  std::shared_ptr<SwapCore> core_;
+  std::shared_ptr<OffloadCounters> counters_;
+  std::function<ActivationPolicy(const at::Tensor&)> decide_;
+  std::unique_ptr<Policy> policy_;
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<DeferredTensor>> tensors_;
+};
+
+// The batches of this thread whose calls have ended and whose copies have not started. The next
+// offloaded call on this thread launches them (launch_closed_batches) before it begins.
+void add_closed_batch(std::shared_ptr<OffloadBatch> batch);
+void launch_closed_batches();
+
+}  // namespace recompose::detail

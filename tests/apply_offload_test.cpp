@@ -1,0 +1,277 @@
+// Composable activation offload (recompose/apply_offload.h) on CPU tensors: host-to-host copies,
+// the same grouping, deferral and prefetch logic as on a GPU.
+#include <recompose/apply_offload.h>
+#include <recompose/recompose.h>
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include "support/grad_check.h"
+#include "support/test_modules.h"
+#include "swap/swap_core.h"  // SwapCore::bookkeeping_entries, for the leak check
+
+#include <memory>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kBatch = 8;
+constexpr int64_t kWidth = 16;
+constexpr int64_t kActivationBytes = kBatch * kWidth * 4;  // one float activation of a block
+
+// Saves two activations of its own for backward: fc's input (x * 2, a fresh tensor: mul by a
+// scalar saves nothing) and tanh's output. fc's weight (a parameter) is saved too, and stays.
+struct OffloadBlockImpl : torch::nn::Module {
+  OffloadBlockImpl() { fc = register_module("fc", torch::nn::Linear(kWidth, kWidth)); }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    ++body_runs;
+    return torch::tanh(fc->forward(x * 2));
+  }
+  torch::nn::Linear fc{nullptr};
+  int body_runs = 0;
+};
+TORCH_MODULE(OffloadBlock);
+
+struct Stack {
+  explicit Stack(int64_t n) {
+    torch::manual_seed(0);
+    for (int64_t i = 0; i < n; ++i) blocks.emplace_back();
+  }
+  // Runs the blocks; `outputs` receives each block's output.
+  torch::Tensor forward(torch::Tensor x, std::vector<torch::Tensor>* outputs = nullptr) {
+    for (auto& b : blocks) {
+      x = b(x);
+      if (outputs) outputs->push_back(x);
+    }
+    return x;
+  }
+  std::vector<torch::Tensor> params() {
+    std::vector<torch::Tensor> out;
+    for (auto& b : blocks) {
+      for (auto& p : b->parameters()) out.push_back(p);
+    }
+    return out;
+  }
+  std::vector<OffloadBlock> blocks;
+};
+
+std::shared_ptr<recompose::SwapManager> test_manager(int64_t prefetch_groups = 1) {
+  return recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
+}
+
+std::vector<torch::Tensor> with(std::vector<torch::Tensor> v, const torch::Tensor& t) {
+  v.push_back(t);
+  return v;
+}
+
+std::vector<torch::Tensor> plain_grads(Stack& s, const torch::Tensor& x) {
+  return rt::grads_of([&] { return s.forward(x * 1).pow(2).sum(); }, with(s.params(), x));
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("apply_offload");
+
+TEST_CASE("apply_offload: gradients are bitwise those of the plain forward, step after step") {
+  Stack s(4);
+  auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  const auto expected = plain_grads(s, x);
+  auto manager = test_manager();
+  const int64_t baseline = manager->core().bookkeeping_entries();
+  for (bool keep_last : {true, false}) {
+    for (auto& b : s.blocks) {
+      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
+    }
+    for (int step = 0; step < 3; ++step) {
+      CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
+      // Nothing of a step outlives it: no offloaded tensor, no table entry.
+      CHECK(manager->tensors_alive() == 0);
+      CHECK(manager->core().bookkeeping_entries() == baseline);
+    }
+    for (auto& b : s.blocks) CHECK(recompose::remove_offload(b));
+  }
+  // The module tree and parameter names are unchanged.
+  CHECK(s.blocks[0]->named_parameters().size() == 2);
+  CHECK(s.blocks[0]->named_parameters().contains("fc.weight"));
+}
+
+TEST_CASE("apply_offload: counts per module, and the last call stays on the device") {
+  Stack s(4);
+  auto manager = test_manager();
+  for (auto& b : s.blocks) recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
+  auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  auto loss = s.forward(x * 1).pow(2).sum();
+  // Block i's copies start when block i+1 begins: blocks 0..2 are offloaded by now, block 3 not.
+  CHECK(manager->stats().tensors_offloaded == 6);
+  CHECK(manager->stats().groups == 3);
+  loss.backward();
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    CAPTURE(i);
+    const auto st = recompose::offload_stats(*s.blocks[i]);
+    const bool last = i + 1 == s.blocks.size();
+    CHECK(st.calls == 1);
+    CHECK(st.tensors_offloaded == (last ? 0 : 2));
+    CHECK(st.bytes_offloaded == (last ? 0 : 2 * kActivationBytes));
+    CHECK(st.tensors_left_on_device == (last ? 2 : 0));
+    CHECK(st.bytes_left_on_device == (last ? 2 * kActivationBytes : 0));
+    // fc's weight (saved as a view of a parameter) is not eligible.
+    CHECK(st.tensors_kept == 1);
+    CHECK(st.bytes_kept == kWidth * kWidth * 4);
+  }
+  CHECK(manager->stats().bytes_reloaded == manager->stats().bytes_offloaded);
+  recompose::reset_offload_stats(*s.blocks[0]);
+  CHECK(recompose::offload_stats(*s.blocks[0]).calls == 0);
+}
+
+TEST_CASE("apply_offload: the forward order of the modules is the prefetch order of backward") {
+  for (bool keep_last : {true, false}) {
+    CAPTURE(keep_last);
+    Stack s(4);
+    auto manager = test_manager(/*prefetch_groups=*/1);
+    for (auto& b : s.blocks) {
+      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
+    }
+    auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+    std::vector<torch::Tensor> outputs;
+    auto loss = s.forward(x * 1, &outputs).pow(2).sum();
+    // The gradient of block i's output is ready once block i+1's backward is done: what has been
+    // reloaded by then.
+    std::vector<recompose::SwapStats> seen(outputs.size());
+    for (size_t i = 0; i + 1 < outputs.size(); ++i) {
+      outputs[i].register_hook([&seen, &manager, i](const torch::Tensor&) { seen[i] = manager->stats(); });
+    }
+    loss.backward();
+    // Each block's group is reloaded, ahead of need, while the block after it runs backward:
+    // block 2's during block 3's, block 1's during block 2's, block 0's during block 1's.
+    const int64_t last_group = keep_last ? 0 : 2;  // block 3's own tensors, when it was offloaded
+    CHECK(seen[2].tensors_reloaded == last_group + 2);
+    CHECK(seen[1].tensors_reloaded == last_group + 4);
+    CHECK(seen[0].tensors_reloaded == last_group + 6);
+    const auto end = manager->stats();
+    CHECK(end.tensors_reloaded == last_group + 6);
+    // Only the first tensor backward asks for, in the last block, can be loaded on demand.
+    CHECK(end.sync_loads == (keep_last ? 0 : 1));
+    CHECK(end.prefetched == end.tensors_reloaded - end.sync_loads);
+  }
+}
+
+TEST_CASE("apply_offload: a per-tensor policy keeps what it says on the device") {
+  Stack s(3);
+  auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  const auto expected = plain_grads(s, x);
+  auto manager = test_manager();
+  // Each block asks about two eligible tensors (fc's input, then tanh's output): swap the first,
+  // keep the second.
+  int64_t asked = 0;
+  auto policy = [&asked](const at::Tensor&) {
+    return ++asked % 2 == 1 ? recompose::ActivationPolicy::SWAP : recompose::ActivationPolicy::SAVE;
+  };
+  for (auto& b : s.blocks) {
+    recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).policy(policy).keep_last_on_device(false));
+  }
+  CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
+  CHECK(asked == 6);  // asked for every eligible tensor, never for fc's weight
+  for (auto& b : s.blocks) {
+    const auto st = recompose::offload_stats(*b);
+    CHECK(st.tensors_offloaded == 1);
+    CHECK(st.tensors_kept == 2);  // fc's weight (not eligible) and what the policy kept
+    CHECK(st.bytes_kept == kWidth * kWidth * 4 + kActivationBytes);
+  }
+}
+
+TEST_CASE("apply_offload: composes with apply_checkpoint on the same modules, in either order") {
+  for (bool checkpoint_first : {true, false}) {
+    CAPTURE(checkpoint_first);
+    Stack s(3);
+    auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+    const auto expected = plain_grads(s, x);
+    auto manager = test_manager();
+    for (auto& b : s.blocks) {
+      if (checkpoint_first) recompose::apply_checkpoint(b);
+      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false));
+      if (!checkpoint_first) recompose::apply_checkpoint(b);
+      b->body_runs = 0;
+    }
+    CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
+    for (auto& b : s.blocks) {
+      CHECK(b->body_runs == 2);  // forward and recomputation
+      // The region keeps only its input, and that is what goes to host memory.
+      const auto st = recompose::offload_stats(*b);
+      CHECK(st.calls == 1);
+      CHECK(st.tensors_offloaded == 1);
+      CHECK(st.bytes_offloaded == kActivationBytes);
+    }
+    CHECK(manager->tensors_alive() == 0);
+  }
+}
+
+TEST_CASE("apply_offload: does nothing inside a checkpointed region, during recomputation, or without grad") {
+  rt::Nested parent;
+  auto manager = test_manager();
+  recompose::apply_offload(parent->a, recompose::OffloadOptions().manager(manager));
+  auto x = torch::randn({4, 4}, torch::requires_grad());
+  const auto leaves = with(parent->parameters(), x);
+  const auto expected = rt::grads_of([&] { return parent(x * 1).sum(); }, leaves);
+  recompose::reset_offload_stats(*parent->a);
+  recompose::apply_checkpoint(parent);
+  CHECK(rt::bitwise_equal(rt::grads_of([&] { return parent(x * 1).sum(); }, leaves), expected));
+  CHECK(recompose::offload_stats(*parent->a).calls == 0);
+  CHECK(manager->stats().tensors_offloaded == 0);
+  {
+    torch::NoGradGuard no_grad;
+    parent->a(x);
+  }
+  CHECK(recompose::offload_stats(*parent->a).calls == 0);
+}
+
+TEST_CASE("apply_offload: backward twice with retain_graph, and a tensor modified in place") {
+  Stack s(3);
+  auto manager = test_manager();
+  for (auto& b : s.blocks) recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
+  auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  auto loss = s.forward(x * 1).pow(2).sum();
+  loss.backward({}, /*retain_graph=*/true);
+  const auto first = x.grad().clone();
+  x.mutable_grad() = torch::Tensor();
+  loss.backward();
+  CHECK(torch::equal(x.grad(), first));
+
+  // An activation saved by block 0 (tanh's output) modified in place before backward.
+  std::vector<torch::Tensor> outputs;
+  auto bad = s.forward(x * 1, &outputs).pow(2).sum();
+  {
+    torch::NoGradGuard no_grad;
+    outputs[0].add_(1);
+  }
+  CHECK_THROWS_WITH_AS(bad.backward(), doctest::Contains("modified by an inplace operation"),
+                       recompose::CheckpointError);
+}
+
+TEST_CASE("apply_offload: a forward that throws leaves no scope behind") {
+  rt::Throwing thrower;
+  auto manager = test_manager();
+  recompose::apply_offload(thrower, recompose::OffloadOptions().manager(manager));
+  auto x = torch::randn({4, 4}, torch::requires_grad());
+  CHECK_THROWS_WITH(thrower(x * 1, true), "body failed");
+  // The next forward and backward work: the failed call's policy scope was closed.
+  auto y = thrower(x * 1, false);
+  y.sin().sum().backward();
+  CHECK(torch::allclose(x.grad(), 2 * (2 * x).cos()));
+}
+
+TEST_CASE("apply_offload: misuse gives clear errors") {
+  OffloadBlock block;
+  recompose::apply_offload(block);
+  CHECK(recompose::is_offloaded(*block));
+  CHECK_THROWS_AS(recompose::apply_offload(block), recompose::hooks::CompositionError);
+  CHECK(recompose::remove_offload(block));
+  CHECK_FALSE(recompose::remove_offload(block));
+  CHECK_FALSE(recompose::is_offloaded(*block));
+  CHECK_THROWS_WITH_AS(recompose::offload_stats(*block), doctest::Contains("apply_offload"),
+                       recompose::CheckpointError);
+  auto plain = std::make_shared<torch::nn::LinearImpl>(2, 2);  // forward not annotated
+  CHECK_THROWS_AS(recompose::apply_offload(plain), std::invalid_argument);
+}
+
+TEST_SUITE_END();

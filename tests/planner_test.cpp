@@ -1,0 +1,349 @@
+// The memory-budget planner: profile, solve, apply, save/load (recompose/planner.h).
+#include "support/grad_check.h"
+
+#include <recompose/recompose.h>
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+using recompose::Budget;
+using recompose::ModuleChoice;
+using recompose::Plan;
+
+namespace {
+
+// A small pre-norm block: attention-like products, an MLP, an in-place op on an intermediate
+// (whose output must never be kept) and a random mask.
+struct PBlockImpl : torch::nn::Module {
+  explicit PBlockImpl(int64_t w) {
+    ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
+    fc1 = register_module("fc1", torch::nn::Linear(w, 4 * w));
+    fc2 = register_module("fc2", torch::nn::Linear(4 * w, w));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    auto h = ln(x);
+    auto att = torch::softmax(torch::matmul(h, h.transpose(-2, -1)) / 4.0, -1);
+    h = torch::matmul(att, h);
+    auto g = torch::gelu(fc1(h));
+    g.mul_(0.5);  // gelu's output is written in place: keeping it would be an error
+    auto mask = torch::bernoulli(torch::full_like(x, 0.9));
+    return x + fc2(g) * mask;
+  }
+  torch::nn::LayerNorm ln{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(PBlock);
+
+struct PNetImpl : torch::nn::Module {
+  PNetImpl(int64_t layers, int64_t w) {
+    list = register_module("blocks", torch::nn::ModuleList());
+    for (int64_t i = 0; i < layers; ++i) {
+      blocks.emplace_back(w);
+      list->push_back(blocks.back());
+    }
+    head = register_module("head", torch::nn::Linear(w, w));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : blocks) x = b(x);
+    return head(torch::tanh(x));
+  }
+  torch::nn::ModuleList list{nullptr};
+  std::vector<PBlock> blocks;
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(PNet);
+
+constexpr int64_t kLayers = 4, kWidth = 32;
+
+PNet make_net(uint64_t seed = 7) {
+  torch::manual_seed(seed);
+  return PNet(kLayers, kWidth);
+}
+
+torch::Tensor input() {
+  torch::manual_seed(99);
+  return torch::randn({4, 16, kWidth});
+}
+
+torch::Tensor loss_of(PNet& net, const torch::Tensor& x) { return net(x).pow(2).mean(); }
+
+// One profile shared by the cases that only solve (profiling runs the model twice).
+const recompose::MemoryProfile& shared_profile() {
+  static const recompose::MemoryProfile profile = [] {
+    PNet net = make_net();
+    auto x = input();
+    return recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); });
+  }();
+  return profile;
+}
+
+std::vector<double> budget_grid(const recompose::MemoryProfile& profile, int n) {
+  const double lo = static_cast<double>(recompose::min_plan_bytes(profile)) / static_cast<double>(profile.bytes_held);
+  std::vector<double> out;
+  for (int i = 0; i <= n; ++i) out.push_back(lo + (1.05 - lo) * i / n);
+  return out;
+}
+
+// Gradients (and loss) of one step under `plan`, from the same seed as a plain model's.
+std::vector<torch::Tensor> grads_under(const Plan* plan) {
+  PNet net = make_net();
+  if (plan) recompose::apply_plan(*net, *plan);
+  auto x = input();
+  torch::manual_seed(5);  // the masks
+  auto grads = rt::grads_of([&] { return loss_of(net, x); }, net->parameters());
+  auto loss = loss_of(net, x).detach();
+  grads.push_back(loss);
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("planner: the profile names each block, its ops, what it saves and what its inputs hold") {
+  const auto& p = shared_profile();
+  REQUIRE(p.modules.size() == kLayers);
+  CHECK(p.modules[0].name == "blocks.0");
+  CHECK(p.modules[3].name == "blocks.3");
+  CHECK(p.device == "cpu");
+  CHECK(p.copy_bandwidth == 0);
+  CHECK(p.step_seconds > 0);
+  const int64_t activation = 4 * 16 * kWidth * 4;
+  for (const auto& m : p.modules) {
+    CHECK(m.calls == 1);
+    CHECK(m.input_bytes == activation);
+    CHECK(m.saved_bytes > m.input_bytes);
+    CHECK(m.forward_seconds > 0);
+    CHECK(m.replay_seconds > 0);
+    REQUIRE(!m.ops.empty());
+    std::set<std::string> names;
+    bool mutated_gelu = false, random = false;
+    for (const auto& o : m.ops) {
+      names.insert(o.op);
+      CHECK(!o.inplace);
+      CHECK(!o.view);
+      if (o.op == "aten::gelu.default") mutated_gelu = o.mutated;
+      random = random || o.random;
+      CHECK(o.output_bytes >= 0);
+    }
+    CHECK(names.count("aten::addmm.default") + names.count("aten::mm.default") > 0);
+    CHECK(names.count("aten::bmm.default") > 0);
+    CHECK(mutated_gelu);
+    CHECK(random);
+  }
+  CHECK(p.bytes_held >= p.other_bytes);
+  CHECK(p.to_string().find("blocks.2") != std::string::npos);
+}
+
+TEST_CASE("planner: a larger budget never holds fewer bytes nor takes more time; no plan exceeds its budget") {
+  for (auto offload : {recompose::OffloadMode::Never, recompose::OffloadMode::Always}) {
+    const auto options = recompose::SolveOptions().offload(offload).copy_bandwidth(2e9);
+    const auto& p = shared_profile();
+    int64_t last_bytes = 0;
+    double last_seconds = INFINITY;
+    const double lo = static_cast<double>(recompose::min_plan_bytes(p, options)) / static_cast<double>(p.bytes_held);
+    for (int i = 0; i <= 200; ++i) {
+      const double f = lo + (1.1 - lo) * i / 200.0;
+      const Plan plan = recompose::solve_plan(p, Budget::fraction(f), options);
+      CHECK(plan.bytes <= plan.budget_bytes);
+      CHECK(plan.bytes >= last_bytes);
+      CHECK(plan.step_seconds <= last_seconds);
+      last_bytes = plan.bytes;
+      last_seconds = plan.step_seconds;
+    }
+    // At the top no module is checkpointed; at the bottom, with offload off, every one is.
+    const Plan top = recompose::solve_plan(p, Budget::fraction(1.0), options);
+    for (const auto& m : top.modules) CHECK(m.choice == ModuleChoice::None);
+    CHECK(top.step_seconds == doctest::Approx(p.step_seconds));
+  }
+  const Plan bottom = recompose::solve_plan(shared_profile(), Budget::bytes(recompose::min_plan_bytes(shared_profile())));
+  for (const auto& m : bottom.modules) CHECK(m.choice == ModuleChoice::Full);
+}
+
+TEST_CASE("planner: a plan never keeps an op whose output the forward writes in place") {
+  for (double f : budget_grid(shared_profile(), 20)) {
+    const Plan plan = recompose::solve_plan(shared_profile(), Budget::fraction(f));
+    for (const auto& m : plan.modules) {
+      for (const auto& o : m.save) CHECK(o.op != "aten::gelu.default");
+    }
+  }
+}
+
+TEST_CASE("planner: applied plans hold at most the budget (+5%) and give bitwise-equal gradients") {
+  const auto& p = shared_profile();
+  const auto plain = grads_under(nullptr);
+  std::set<ModuleChoice> seen;
+  for (double f : budget_grid(p, 8)) {
+    CAPTURE(f);
+    const Plan plan = recompose::solve_plan(p, Budget::fraction(f));
+    for (const auto& m : plan.modules) seen.insert(m.choice);
+    CHECK(rt::bitwise_equal(plain, grads_under(&plan)));
+
+    PNet net = make_net();
+    recompose::apply_plan(*net, plan);
+    auto x = input();
+    recompose::SavedTensorMeter meter;
+    auto loss = loss_of(net, x);
+    const int64_t held = meter.peak_bytes_held();
+    loss.backward();
+    CHECK(static_cast<double>(held) <= 1.05 * static_cast<double>(plan.budget_bytes));
+  }
+  CHECK(seen.count(ModuleChoice::None) == 1);
+  CHECK(seen.count(ModuleChoice::Full) == 1);
+  // Whether the solver picks a selective configuration depends on measured times; a hand-made
+  // one (every second op kept in two blocks) checks that path whatever the machine.
+  Plan selective = recompose::solve_plan(p, Budget::fraction(0.5));
+  for (size_t i : {0, 2}) {
+    selective.modules[i].choice = ModuleChoice::Selective;
+    selective.modules[i].save.clear();
+    for (size_t k = 0; k < p.modules[i].ops.size(); k += 2) {
+      if (!p.modules[i].ops[k].mutated) selective.modules[i].save.push_back({p.modules[i].ops[k].op, p.modules[i].ops[k].call_index});
+    }
+    REQUIRE(!selective.modules[i].save.empty());
+  }
+  CHECK(rt::bitwise_equal(plain, grads_under(&selective)));
+}
+
+TEST_CASE("planner: plan_memory profiles and solves in one call; remove_plan takes the plan off") {
+  PNet net = make_net();
+  auto x = input();
+  const Plan plan = recompose::plan_memory(*net, [&] { loss_of(net, x).backward(); }, Budget::parse("50%"));
+  CHECK(plan.bytes <= plan.budget_bytes);
+  CHECK(plan.solve_seconds >= 0);
+  recompose::apply_plan(*net, plan);
+  int64_t applied = 0;
+  for (auto& b : net->blocks) applied += recompose::is_checkpointed(b) ? 1 : 0;
+  CHECK(applied > 0);
+  CHECK_THROWS_AS(recompose::apply_plan(*net, plan), recompose::CheckpointError);  // already applied
+  CHECK_THROWS_AS(recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); }), recompose::CheckpointError);
+  CHECK(recompose::remove_plan(*net, plan) == applied);
+  for (auto& b : net->blocks) CHECK(!recompose::is_checkpointed(b));
+  CHECK(plan.to_table().find("blocks.0") != std::string::npos);
+}
+
+TEST_CASE("planner: plans and profiles survive JSON, in memory and in files") {
+  const auto& p = shared_profile();
+  const Plan plan = recompose::solve_plan(p, Budget::fraction(0.5));
+  CHECK(Plan::from_json(plan.to_json()) == plan);
+  const auto q = recompose::MemoryProfile::from_json(p.to_json());
+  CHECK(q.to_json() == p.to_json());
+  Plan again = recompose::solve_plan(q, Budget::fraction(0.5));
+  again.solve_seconds = plan.solve_seconds;
+  CHECK(again == plan);
+
+  const auto dir = std::filesystem::temp_directory_path() / "recompose_planner_test";
+  std::filesystem::create_directories(dir);
+  plan.save(dir / "plan.json");
+  p.save(dir / "profile.json");
+  CHECK(Plan::load(dir / "plan.json") == plan);
+  CHECK(recompose::MemoryProfile::load(dir / "profile.json").to_json() == p.to_json());
+  std::filesystem::remove_all(dir);
+  CHECK_THROWS_AS(Plan::load(dir / "missing.json"), std::runtime_error);
+  CHECK_THROWS_AS(Plan::from_json("{\"format\": \"recompose.plan\", \"version\": 1"), std::invalid_argument);
+  CHECK_THROWS_AS(Plan::from_json(p.to_json()), std::invalid_argument);  // a profile is no plan
+  CHECK_THROWS_AS(Plan::from_json("[1, 2]"), std::invalid_argument);
+}
+
+TEST_CASE("planner: bad budgets and misuse are clear errors") {
+  for (const char* text : {"", "abc", "-5%", "0", "0%", "12XB", "1.5", "nan%", "inf"}) {
+    CAPTURE(text);
+    CHECK_THROWS_AS(Budget::parse(text), std::invalid_argument);
+  }
+  CHECK(Budget::parse("40%").is_fraction());
+  CHECK(Budget::parse("2MiB").resolve(shared_profile()) == 2 * 1024 * 1024);
+  CHECK(Budget::parse("64MB").resolve(shared_profile()) == 64'000'000);
+  CHECK(Budget::parse("123456").resolve(shared_profile()) == 123456);
+  CHECK_THROWS_AS(Budget::bytes(0), std::invalid_argument);
+  CHECK_THROWS_AS(Budget::fraction(-0.5), std::invalid_argument);
+  CHECK_THROWS_AS(Budget::fraction(NAN), std::invalid_argument);
+  const int64_t least = recompose::min_plan_bytes(shared_profile());
+  CHECK_THROWS_WITH_AS(recompose::solve_plan(shared_profile(), Budget::bytes(least - 1)),
+                       doctest::Contains("below the least any plan holds"), std::invalid_argument);
+  CHECK_THROWS_AS(recompose::solve_plan(recompose::MemoryProfile{}, Budget::fraction(0.5)), std::invalid_argument);
+
+  PNet net = make_net();
+  auto x = input();
+  auto step = [&] { loss_of(net, x).backward(); };
+  CHECK_THROWS_AS(recompose::profile_memory(*net, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.9"})),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"head"})),
+                  std::invalid_argument);  // not annotated
+  CHECK_THROWS_AS(recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.1", "blocks.1"})),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(recompose::profile_memory(*net, [] {}), recompose::CheckpointError);  // nothing saved
+  {
+    torch::NoGradGuard no_grad;
+    CHECK_THROWS_AS(recompose::profile_memory(*net, [&] { loss_of(net, x); }), recompose::CheckpointError);
+  }
+  // Only two blocks profiled: the plan names only those.
+  const auto two = recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.1", "blocks.3"}));
+  REQUIRE(two.modules.size() == 2);
+  CHECK(two.modules[1].name == "blocks.3");
+
+  // A plan for another model.
+  Plan plan = recompose::solve_plan(shared_profile(), Budget::fraction(0.3));
+  Plan renamed = plan;
+  renamed.modules[0].name = "layers.0";
+  CHECK_THROWS_AS(recompose::apply_plan(*net, renamed), recompose::CheckpointError);
+  Plan retyped = plan;
+  retyped.modules[0].type = "OtherBlock";
+  CHECK_THROWS_AS(recompose::apply_plan(*net, retyped), recompose::CheckpointError);
+  Plan bad_op = plan;
+  bad_op.modules[0].choice = ModuleChoice::Selective;
+  bad_op.modules[0].save = {{"aten::no_such_op.default", 0}};
+  CHECK_THROWS_AS(recompose::apply_plan(*net, bad_op), std::invalid_argument);
+  for (auto& b : net->blocks) CHECK(!recompose::is_checkpointed(b));  // all or nothing
+}
+
+TEST_CASE("planner: offload, forced on CPU, is applied with apply_offload and MUST_SWAP; gradients bitwise equal") {
+  const auto& p = shared_profile();
+  // Auto never offloads on CPU (it frees nothing there).
+  for (double f : budget_grid(p, 10)) {
+    for (const auto& m : recompose::solve_plan(p, Budget::fraction(f)).modules) {
+      CHECK(m.choice != ModuleChoice::Offload);
+      CHECK(m.swap.empty());
+    }
+  }
+  // Copies that cost nothing: offloading every module is the fastest plan that holds only what
+  // one module saves during its own call (its copies start when the call ends) on top of the rest.
+  const auto forced = recompose::SolveOptions().offload(recompose::OffloadMode::Always).copy_bandwidth(1e15);
+  int64_t largest = 0, inputs = 0;
+  for (const auto& m : p.modules) largest = std::max(largest, m.saved_bytes), inputs += m.input_bytes;
+  CHECK(recompose::min_plan_bytes(p, forced) == p.other_bytes + std::min(largest, inputs));
+  const int64_t least = p.other_bytes + largest;
+  const Plan all_offload = recompose::solve_plan(p, Budget::bytes(least), forced);
+  for (const auto& m : all_offload.modules) CHECK(m.choice == ModuleChoice::Offload);
+
+  // Selective with swapped ops, written by hand: every keepable op of block 0 swapped.
+  Plan swapping = recompose::solve_plan(p, Budget::fraction(1.0));
+  swapping.modules[0].choice = ModuleChoice::Selective;
+  for (const auto& o : p.modules[0].ops) {
+    if (!o.mutated) swapping.modules[0].swap.push_back({o.op, o.call_index});
+  }
+  swapping.modules[1].choice = ModuleChoice::Offload;
+  REQUIRE(!swapping.modules[0].swap.empty());
+
+  const auto plain = grads_under(nullptr);
+  for (const Plan* plan : std::vector<const Plan*>{&all_offload, &swapping}) {
+    CHECK(rt::bitwise_equal(plain, grads_under(plan)));
+    PNet net = make_net();
+    recompose::apply_plan(*net, *plan);
+    CHECK(recompose::is_offloaded(*net->blocks[1]));
+    auto x = input();
+    {
+      recompose::SavedTensorMeter meter;
+      auto loss = loss_of(net, x);
+      if (plan == &all_offload) CHECK(static_cast<double>(meter.peak_bytes_held()) <= 1.05 * static_cast<double>(least));
+      loss.backward();
+    }
+    CHECK(recompose::remove_plan(*net, *plan) >= 2);
+    for (auto& b : net->blocks) CHECK(!recompose::is_offloaded(*b));
+    for (auto& b : net->blocks) CHECK(!recompose::is_checkpointed(b));
+  }
+}
