@@ -29,8 +29,10 @@ at::Tensor save_region_inputs(const std::vector<at::Tensor>& inputs) {
 }
 
 std::vector<at::Tensor> unpack_region_inputs(const at::Tensor& input_saver) {
-  auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<NoopSaveInputs>>(input_saver.grad_fn());
-  if (!node) throw CheckpointError("recompose: internal error: a region's input saver lost its node");
+  // A raw pointer: grad_fn() is a std::shared_ptr up to LibTorch 2.12 and a c10::intrusive_ptr
+  // from 2.13 on; input_saver keeps the node alive meanwhile.
+  auto* node = dynamic_cast<torch::autograd::CppNode<NoopSaveInputs>*>(input_saver.grad_fn().get());
+  if (node == nullptr) throw CheckpointError("recompose: internal error: a region's input saver lost its node");
   return node->ctx_.get_saved_variables();
 }
 
