@@ -6,6 +6,13 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt]
+#
+# Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
+# cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
+# gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, and examples/gpt/python/gpu_compare.sh:
+# C++ against PyTorch Python on the same GPU). The log goes to $OUT/gpu-run-<phase>-<time>.txt.
+#
 # Offline, header-only dependencies travel with the checkout: run `bash scripts/gpu-run.sh
 # --prepare` here (online, after scripts/setup.sh) to copy doctest into .carry/include
 # (git-ignored), and carry .carry to the machine.
@@ -75,9 +82,98 @@ fi
 
 out=${OUT:-gpu-out}
 mkdir -p "$out"
-log="$out/gpu-run-$(date -u +%Y%m%dT%H%M%SZ).txt"
+phase=${1:-all}
+case "$phase" in all|build|test|bench|gpt) ;; *) die "unknown phase '$phase' (all, build, test, bench or gpt)" ;; esac
+log="$out/gpu-run-$phase-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
 jobs=${RECOMPOSE_JOBS:-$(nproc)}
+# The realistic GPT of the benchmarks: 12 blocks of width 1024, 16 heads, context 1024, batch 8,
+# bf16 autocast (about 150M parameters; ~25 ms per step on an H100 without checkpointing).
+gpt_model=(--layers 12 --width 1024 --heads 16 --context 1024 --batch 8)
+
+stamp() { echo "-- $(date -u +%H:%M:%S) ($SECONDS s) $*"; }
+# Runs a command, prints its output without the lines matching the pattern, returns its status.
+quietly() {  # pattern command...
+  local pattern="$1" file rc=0
+  shift
+  file=$(mktemp)
+  "$@" >"$file" 2>&1 || rc=$?
+  grep -v -E "$pattern" "$file" || true
+  rm -f "$file"
+  return $rc
+}
+
+do_build() {
+  stamp "build"
+  # A fresh checkout has no build-gpu: plain setup (meson 1.0 refuses --wipe on a missing
+  # folder); later runs reconfigure in place and rebuild only what changed.
+  if [ -f "$build/build.ninja" ]; then
+    meson setup --reconfigure "$build" "${setup_args[@]}" >/dev/null
+  else
+    rm -rf "$build"
+    meson setup "$build" "${setup_args[@]}"
+  fi
+  grep -q 'RECOMPOSE_WITH_CUDA' "$build/build.ninja" || { echo "CUDA IS NOT ON in $build"; return 1; }
+  quietly '^\[[0-9]+/[0-9]+\] (Compiling|Linking|Precompiling)' ninja -C "$build" -j "$jobs" ||
+    { echo "BUILD FAILED"; return 1; }
+  stamp "build done"
+}
+
+do_test() {
+  local status=0
+  stamp "tests"
+  meson test -C "$build" --print-errorlogs --num-processes 1 || { echo "TESTS FAILED"; status=1; }
+  # Here the CUDA cases (tests/cuda_test.cpp) must run: any skipped case means they did not.
+  local totals
+  totals=$(bash scripts/doctest-totals.sh "$build/meson-logs/testlog.txt")
+  echo "$totals"
+  case "$totals" in *" 0 skipped") ;; *) echo "CUDA TEST CASES SKIPPED (no CUDA device seen by the tests?)"; status=1 ;; esac
+  echo "CUDA cases:"
+  "$build/tests/test_checkpoint" --test-case='cuda*' --success=false 2>&1 | tail -n 4
+  stamp "tests done"
+  return $status
+}
+
+do_bench() {
+  local status=0
+  # RECOMPOSE_BENCHES: which of them (default all three; selective_bench takes ~100 s).
+  for b in ${RECOMPOSE_BENCHES:-checkpoint selective swap}; do
+    stamp "${b}_bench --device cuda"
+    "$build/examples/${b}_bench/${b}_bench" --device cuda || { echo "BENCHMARK FAILED: $b"; status=1; }
+  done
+  # Width 2048: twice the arithmetic per activation byte, where swapping can hide behind compute.
+  case " ${RECOMPOSE_BENCHES:-swap} " in *" swap "*) ;; *) stamp "benchmarks done"; return $status ;; esac
+  stamp "swap_bench --device cuda --dim 2048 --layers 4 --seq 2048 --batch 4"
+  "$build/examples/swap_bench/swap_bench" --device cuda --dim 2048 --layers 4 --seq 2048 --batch 4 ||
+    { echo "BENCHMARK FAILED: swap_bench dim 2048"; status=1; }
+  stamp "benchmarks done"
+  return $status
+}
+
+do_gpt() {
+  local status=0
+  stamp "gpt --compare --steps 20 --device cuda (the small default model)"
+  "$build/examples/gpt/gpt" --compare --steps 20 --device cuda --sample 0 --out "$out/gpt_small" ||
+    { echo "GPT COMPARE FAILED"; status=1; }
+  stamp "gpt --compare --steps 10 --device cuda --bf16 ${gpt_model[*]}"
+  quietly '^[a-z-]+ +[0-9]+/[0-9]+ ' "$build/examples/gpt/gpt" --compare --steps 10 --device cuda --bf16 --sample 0 \
+    --out "$out/gpt_large" "${gpt_model[@]}" || { echo "GPT LARGE COMPARE FAILED"; status=1; }
+  # Where the time goes, per policy: forward, backward (with its recomputation and reloads) and
+  # the optimizer, the device synchronised between them.
+  local policy
+  for policy in none full selective every-second-mm swap offload; do
+    stamp "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_model[*]}"
+    "$build/examples/gpt/gpt" --policy "$policy" --phase-times --steps 6 --device cuda --bf16 --sample 0 \
+      --out "$out/gpt_phases" "${gpt_model[@]}" 2>&1 | grep -E '^(policy|  step time|  phases|  +the device|  step peak|  swapped)' ||
+      { echo "GPT PHASES FAILED: $policy"; status=1; }
+  done
+  stamp "gpu_compare.sh (C++ against PyTorch Python, alternating)"
+  RECOMPOSE_GPT="$build/examples/gpt/gpt" RECOMPOSE_PYTHON="$venv/bin/python" \
+    bash examples/gpt/python/gpu_compare.sh --rounds 2 --steps 10 --model "${gpt_model[*]}" ||
+    { echo "GPU COMPARE FAILED"; status=1; }
+  stamp "gpt done"
+  return $status
+}
 
 main() {
   local status=0
@@ -85,31 +181,15 @@ main() {
   echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
   echo "torch: $torch_dir ($(grep -h '^__version__' "$torch_dir/version.py" | head -n1))"
   echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
-  echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1)"
-  echo "command: bash scripts/gpu-run.sh"
-  # A fresh checkout has no build-gpu: plain setup (meson 1.0 refuses --wipe on a missing
-  # folder); later runs reconfigure in place and rebuild only what changed.
-  if [ -f "$build/build.ninja" ]; then
-    meson setup --reconfigure "$build" "${setup_args[@]}"
-  else
-    rm -rf "$build"
-    meson setup "$build" "${setup_args[@]}"
-  fi
-  grep -q 'RECOMPOSE_WITH_CUDA' "$build/build.ninja" || { echo "CUDA IS NOT ON in $build"; return 1; }
-  ninja -C "$build" -j "$jobs" || { echo "BUILD FAILED"; return 1; }
-  meson test -C "$build" --print-errorlogs --num-processes 1 || { echo "TESTS FAILED"; status=1; }
-  # Here the CUDA cases (tests/cuda_test.cpp) must run: any skipped case means they did not.
-  local totals
-  totals=$(bash scripts/doctest-totals.sh "$build/meson-logs/testlog.txt")
-  echo "$totals"
-  case "$totals" in *" 0 skipped") ;; *) echo "CUDA TEST CASES SKIPPED (no CUDA device seen by the tests?)"; status=1 ;; esac
-  for b in checkpoint_bench/checkpoint_bench selective_bench/selective_bench swap_bench/swap_bench; do
-    echo "== $b --device cuda"
-    "$build/examples/$b" --device cuda || { echo "BENCHMARK FAILED: $b"; status=1; }
-  done
-  echo "== gpt --compare --steps 20 --device cuda"
-  "$build/examples/gpt/gpt" --compare --steps 20 --device cuda --sample 0 --out "$out/gpt_out" ||
-    { echo "GPT COMPARE FAILED"; status=1; }
+  echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1), $(nproc) cores"
+  echo "command: bash scripts/gpu-run.sh $phase ($(git rev-parse --short HEAD 2>/dev/null || echo no git)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
+  do_build || return 1
+  case "$phase" in
+    all) do_test || status=1; do_bench || status=1; do_gpt || status=1 ;;
+    test) do_test || status=1 ;;
+    bench) do_bench || status=1 ;;
+    gpt) do_gpt || status=1 ;;
+  esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status
 }

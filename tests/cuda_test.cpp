@@ -10,6 +10,9 @@
 #include <recompose/recompose.h>
 
 #include <ATen/autocast_mode.h>
+#ifdef RECOMPOSE_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 #include <doctest/doctest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -217,6 +220,69 @@ TEST_CASE("cuda swap: AsyncSaveOnCpu with per-layer groups gives bitwise the pla
     CHECK(manager->pool_bytes() == s.bytes_offloaded);  // pinned buffers kept for the next step
   }
 }
+
+#ifdef RECOMPOSE_WITH_CUDA
+TEST_CASE("cuda swap: max_groups_in_flight frees offloaded device memory while forward runs") {
+  // Eight layers of sin on 64 MiB: each saves its input. A sin takes microseconds, a 64 MiB copy
+  // to host about a millisecond, so forward outruns the link: without the bound every saved
+  // input is still on the device (in flight) when forward ends.
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const int64_t layers = 8, numel = int64_t{16} << 20, bytes = numel * 4;
+  auto x0 = torch::randn({numel}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  auto forward = [&](recompose::SwapManager* manager) {
+    auto x = x0 * 2.0;  // not a leaf: offloadable
+    for (int64_t i = 0; i < layers; ++i) {
+      std::optional<recompose::SwapGroupScope> group;
+      if (manager) group.emplace(*manager);
+      x = torch::sin(x);
+    }
+    return x.sum();
+  };
+  const auto plain = torch::autograd::grad({forward(nullptr)}, {x0})[0];
+  auto run = [&](int64_t limit) {
+    auto manager =
+        recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).max_groups_in_flight(limit));
+    {
+      // A first step fills the pinned pool: allocating pinned memory synchronises the device,
+      // which would land every copy before the next offload.
+      torch::Tensor warm_up;
+      {
+        recompose::AsyncSaveOnCpu offload(manager);
+        warm_up = forward(manager.get());
+      }
+      torch::autograd::grad({warm_up}, {x0});
+      manager->synchronize();
+      manager->reset_stats();
+    }
+    torch::cuda::synchronize();
+    const auto dev = x0.device().index();
+    alloc::resetPeakStats(dev);
+    const int64_t before = alloc::getDeviceStats(dev).allocated_bytes[all].current;
+    torch::Tensor loss;
+    {
+      recompose::AsyncSaveOnCpu offload(manager);
+      loss = forward(manager.get());
+    }
+    const int64_t forward_peak = alloc::getDeviceStats(dev).allocated_bytes[all].peak - before;
+    const auto grad = torch::autograd::grad({loss}, {x0})[0];
+    return std::make_tuple(forward_peak, grad, manager->stats());
+  };
+  const auto [unbounded_peak, unbounded_grad, unbounded_stats] = run(0);
+  const auto [bounded_peak, bounded_grad, bounded_stats] = run(1);
+  CAPTURE(unbounded_peak / bytes);
+  CAPTURE(bounded_peak / bytes);
+  CHECK(unbounded_stats.offload_waits == 0);
+  CHECK(bounded_stats.offload_waits > 0);
+  CHECK(bounded_stats.tensors_offloaded == layers);
+  // Unbounded: the inputs of (nearly) every layer are still held when forward ends.
+  CHECK(unbounded_peak >= (layers - 1) * bytes);
+  // At most the current group and one older group in flight, plus the layer's input and output.
+  CHECK(bounded_peak <= 5 * bytes);
+  CHECK(torch::equal(plain, unbounded_grad));
+  CHECK(torch::equal(plain, bounded_grad));
+}
+#endif
 
 TEST_CASE("cuda swap: the next step reuses the pinned buffers and gives the same gradients") {
   DeterministicCuda deterministic;

@@ -33,6 +33,7 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
   }
 
   const auto& base = outcome.results.front().second;
+  const double tolerance = options.bf16 ? kBf16LossTolerance : kLossTolerance;
   std::printf("\n%zu steps, batch %lld x context %lld, %lld blocks of width %lld, device %s\n\n", base.steps.size(),
               static_cast<long long>(options.batch), static_cast<long long>(config.context),
               static_cast<long long>(config.layers), static_cast<long long>(config.width),
@@ -44,7 +45,7 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
               "|-----------|-------|\n");
   for (const auto& [policy, result] : outcome.results) {
     const double diff = max_relative_difference(base, result);
-    const bool ok = diff <= kLossTolerance;
+    const bool ok = diff <= tolerance;
     outcome.losses_match = outcome.losses_match && ok;
     std::printf("| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f |\n",
                 std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
@@ -62,9 +63,9 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
       options.device.is_cuda() ? "" : " On CPU, swap and offload copy host to host: they save no memory there.");
   if (!outcome.losses_match) {
     std::printf("FAILED: losses differ across policies by more than %.0e (relative); marked with !\n",
-                kLossTolerance);
+                tolerance);
   } else {
-    std::printf("losses agree across policies within %.0e (relative)\n", kLossTolerance);
+    std::printf("losses agree across policies within %.0e (relative)\n", tolerance);
   }
   return outcome;
 }

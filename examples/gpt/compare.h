@@ -12,6 +12,9 @@ namespace gpt {
 
 // Relative loss difference above which --compare fails.
 inline constexpr double kLossTolerance = 1e-4;
+// The same under --bf16 on CUDA: bfloat16 rounding amplifies the last-bit differences of CUDA
+// kernels that accumulate with atomics (attention backward), under every policy alike.
+inline constexpr double kBf16LossTolerance = 1e-2;
 
 struct CompareOutcome {
   PolicyResults results;

@@ -55,14 +55,19 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   train_options.lr = options.lr;
   train_options.seed = options.seed;
   train_options.device = device;
+  if (options.bf16 && !device.is_cuda()) throw gpt::UsageError("--bf16 needs --device cuda (CUDA autocast)");
+  train_options.bf16 = options.bf16;
+  train_options.phase_times = options.phase_times;
+  train_options.no_meter = options.no_meter;
   train_options.save_initial_state = options.save_initial_state;
 
   std::filesystem::create_directories(options.out);
   std::printf("data %s: %lld characters, vocabulary of %lld\n", options.data.string().c_str(),
               static_cast<long long>(data.text().size()), static_cast<long long>(data.vocab_size()));
-  std::printf("model: %lld blocks, width %lld, %lld heads, context %lld, dropout %g; device %s, %d threads\n",
+  std::printf("model: %lld blocks, width %lld, %lld heads, context %lld, batch %lld, dropout %g%s; device %s, %d threads\n",
               static_cast<long long>(config.layers), static_cast<long long>(config.width),
-              static_cast<long long>(config.heads), static_cast<long long>(config.context), config.dropout,
+              static_cast<long long>(config.heads), static_cast<long long>(config.context),
+              static_cast<long long>(options.batch), config.dropout, options.bf16 ? ", bf16 autocast" : "",
               device.str().c_str(), torch::get_num_threads());
   std::printf("memory: %s\n", examples::describe(malloc_tuning));
 

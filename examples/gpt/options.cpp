@@ -70,6 +70,12 @@ Options parse_options(int argc, char** argv) {
       if (o.device != "auto" && o.device != "cpu" && o.device != "cuda") {
         throw UsageError("--device must be auto, cpu or cuda, got '" + o.device + "'");
       }
+    } else if (flag == "--bf16") {
+      o.bf16 = true;
+    } else if (flag == "--phase-times") {
+      o.phase_times = true;
+    } else if (flag == "--no-meter") {
+      o.no_meter = true;
     } else if (flag == "--steps") {
       o.steps = parse_number<int64_t>(flag, value(), 1);
     } else if (flag == "--layers") {
@@ -129,6 +135,9 @@ std::string usage(const char* program) {
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"
     << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"
+    << "  --bf16               forward under CUDA autocast to bfloat16 (needs --device cuda)\n"
+    << "  --phase-times        time forward, backward and the optimizer apart (synchronises between them)\n"
+    << "  --no-meter           do not count the bytes held for backward (SavedTensorMeter's hooks)\n"
     << "  --steps N            training steps (default " << d.steps << ")\n"
     << "  --layers N           transformer blocks (default " << d.layers << ")\n"
     << "  --width N            embedding width (default " << d.width << ")\n"

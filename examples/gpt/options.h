@@ -16,7 +16,10 @@ struct Options {
   std::string budget;          // --budget: plan for this many bytes held for backward ("40%", "12MiB")
   std::filesystem::path plan;  // --plan: apply this saved plan (JSON) instead of a policy
   bool sweep = false;          // --sweep: the planner's curve beside the fixed policies
-  std::string device = "auto";  // auto: CUDA when available, else CPU
+  std::string device = "auto";
+  bool bf16 = false;  // --bf16: CUDA autocast to bfloat16 for the forward
+  bool phase_times = false;  // --phase-times: forward and backward timed apart
+  bool no_meter = false;  // --no-meter: bytes held for backward not counted  // auto: CUDA when available, else CPU
   int64_t steps = 300;
   int64_t layers = 4;
   int64_t width = 128;

@@ -97,6 +97,7 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   auto effective = [&](const Entry& e) { return e.held() + (cpu ? e.swapped() : 0); };
   bool ok = true;
   double worst_loss = 0;
+  const double tolerance = options.bf16 ? kBf16LossTolerance : kLossTolerance;
   std::ofstream csv(out / "sweep.csv");
   csv << "kind,name,budget_bytes,budget_fraction,estimated_bytes,estimated_step_ms,held_bytes,swapped_bytes,"
          "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss\n";
@@ -180,9 +181,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   std::printf("  profiling + solving: %.1f ms = %.2f steps of none (target <= 3); solving %.3f ms\n", planning * 1e3,
               planning / t_none, solve_seconds * 1e3);
   std::printf("  losses: largest relative difference from none %.1e (%s)\n", worst_loss,
-              worst_loss <= kLossTolerance ? "equal" : "DIFFER");
+              worst_loss <= tolerance ? "equal" : "DIFFER");
   std::printf("wrote %s, %s, profile.json and plan_*.json\n", (out / "sweep.csv").c_str(), (out / "sweep.svg").c_str());
-  return ok && worst_loss <= kLossTolerance ? 0 : 1;
+  return ok && worst_loss <= tolerance ? 0 : 1;
 }
 
 }  // namespace gpt

@@ -5,6 +5,8 @@
 #include "progress.h"
 
 #include <recompose/planner.h>
+
+#include <ATen/autocast_mode.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/swap.h>
 
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <ctime>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include <sys/resource.h>
@@ -58,7 +61,22 @@ at::Generator dropout_generator(const torch::Device& device) {
 
 }  // namespace
 
-torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets) {
+torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets, bool bf16) {
+  // --bf16: the forward under CUDA autocast (matrix products in bfloat16, reductions in float32),
+  // as mixed-precision training runs do; backward follows the dtypes the forward chose.
+  struct Autocast {
+    bool on;
+    explicit Autocast(bool enable) : on(enable) {
+      if (!on) return;
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    }
+    ~Autocast() {
+      if (!on) return;
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+    }
+  } autocast(bf16 && inputs.is_cuda());
   auto logits = model(inputs);
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
@@ -116,8 +134,12 @@ Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptio
     if (!options.plan) throw std::invalid_argument("Trainer: Policy::Planned needs a plan");
     recompose::apply_plan(*model_, *options.plan);
   }
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      model_->parameters(), torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
+  if (options.device.is_cuda()) {
+    fused_optimizer_ = std::make_unique<FusedAdamW>(model_->parameters(), 0.9, 0.99, /*weight_decay=*/0.01);
+  } else {
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        model_->parameters(), torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
+  }
   rng_state_ = dropout_generator(options.device).get_state();
 }
 
@@ -136,11 +158,15 @@ StepRecord Trainer::step(int64_t step) {
     }
   } restore{gen, rng_state_, outside};
   const double lr = learning_rate(options_.lr, step, options_.steps);
-  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  if (optimizer_) {
+    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
   auto [inputs, targets] = data_.batch(options_.batch, /*validation=*/false, batches_, options_.device);
   StepRecord record;
   record.step = step;
-  optimizer_->zero_grad();  // frees last step's gradients before the step is measured
+  // Frees last step's gradients before the step is measured.
+  if (optimizer_) optimizer_->zero_grad();
+  else fused_optimizer_->zero_grad();
   synchronize(options_.device);
   reset_peak_memory(options_.device);
   record.resting_memory = current_memory(options_.device);
@@ -149,12 +175,26 @@ StepRecord Trainer::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   if (swap_manager_) swap_manager_->reset_stats();
   {
-    recompose::SavedTensorMeter meter;  // what autograd holds between this forward and backward
-    auto loss = loss_of(model_, inputs, targets);
+    // What autograd holds between this forward and backward (--no-meter: not counted; its hooks
+    // cost host time per saved tensor).
+    std::optional<recompose::SavedTensorMeter> meter;
+    if (!options_.no_meter) meter.emplace();
+    auto loss = loss_of(model_, inputs, targets, options_.bf16);
+    auto since_start = [&] {
+      synchronize(options_.device);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    if (options_.phase_times) record.forward_seconds = since_start();
     loss.backward();
-    record.bytes_held = meter.peak_bytes_held();
-    torch::nn::utils::clip_grad_norm_(model_->parameters(), 1.0);
-    optimizer_->step();
+    if (options_.phase_times) record.backward_seconds = since_start() - record.forward_seconds;
+    record.bytes_held = meter ? meter->peak_bytes_held() : 0;
+    if (fused_optimizer_) {
+      clip_grad_norm_foreach(model_->parameters(), 1.0);
+      fused_optimizer_->step(lr);
+    } else {
+      torch::nn::utils::clip_grad_norm_(model_->parameters(), 1.0);
+      optimizer_->step();
+    }
     record.loss = loss.item<double>();  // also waits for the device
   }
   synchronize(options_.device);

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+
+#include "fused_adamw.h"
 #include <vector>
 
 namespace gpt {
@@ -24,6 +26,9 @@ struct TrainOptions {
   double lr = 3e-3;
   uint64_t seed = 1337;
   torch::Device device = torch::kCPU;
+  bool bf16 = false;  // forward under CUDA autocast to bfloat16 (CUDA only)
+  bool phase_times = false;  // time forward and backward apart (synchronises the device between them)
+  bool no_meter = false;  // no SavedTensorMeter: bytes_held stays 0
   std::string label = "train";  // shown before the progress bar
   std::filesystem::path save_initial_state;  // written before the first step when not empty
   // Policy::Planned: the plan applied to the blocks (recompose::apply_plan).
@@ -40,6 +45,10 @@ struct StepRecord {
   int64_t resting_memory = 0;  // allocated when the step starts: weights, optimizer state, batch
   int64_t bytes_swapped = 0; // bytes offloaded to host memory (swap policy)
   int64_t page_faults = 0;   // minor page faults of the process during the step (getrusage)
+  // --phase-times: forward and backward, each ended by a device synchronisation (the rest of
+  // the step is the optimizer); 0 otherwise.
+  double forward_seconds = 0;
+  double backward_seconds = 0;
 };
 
 struct TrainResult {
@@ -61,7 +70,7 @@ struct TrainResult {
 };
 
 // The cross-entropy of the model's next-character predictions.
-torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets);
+torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets, bool bf16 = false);
 
 // A freshly built model (from the seed), its policy or plan, AdamW, the batch stream and its own
 // random state (dropout): one measured training step per call, so that several can be
@@ -79,7 +88,8 @@ class Trainer {
   TrainOptions options_;
   GPT model_{nullptr};
   std::shared_ptr<recompose::SwapManager> swap_manager_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;  // CPU
+  std::unique_ptr<FusedAdamW> fused_optimizer_;      // CUDA (fused_adamw.h says why)
   at::Generator batches_;
   at::Tensor rng_state_;  // the default generator of the device (dropout) between this trainer's steps
 };

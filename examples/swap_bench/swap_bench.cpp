@@ -245,6 +245,67 @@ void print(const std::vector<std::pair<Mode, Result>>& results, int64_t steps) {
   }
 }
 
+#ifdef RECOMPOSE_WITH_CUDA
+// Copy bandwidth between the GPU and pinned host memory: the link's peak (one 512 MiB copy each
+// way on the current stream, best of 5) against what SwapManager achieves (32 tensors of one
+// activation's size offloaded, then all prefetched back, best of 5 after a warm-up that fills
+// its pinned pool).
+void print_bandwidth(int64_t activation_bytes) {
+  constexpr int64_t kLinkBytes = int64_t{512} << 20;
+  constexpr int kReps = 5;
+  const double gb = 1e9;
+  auto best_seconds = [&](const std::function<void()>& copy) {
+    double best = 1e30;
+    copy();  // warm-up
+    torch::cuda::synchronize();
+    for (int i = 0; i < kReps; ++i) {
+      const auto start = Clock::now();
+      copy();
+      torch::cuda::synchronize();
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return best;
+  };
+  auto device = torch::empty({kLinkBytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
+  auto host = torch::empty({kLinkBytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  const double link_d2h = kLinkBytes / best_seconds([&] { host.copy_(device, /*non_blocking=*/true); }) / gb;
+  const double link_h2d = kLinkBytes / best_seconds([&] { device.copy_(host, /*non_blocking=*/true); }) / gb;
+
+  constexpr int kTensors = 32;
+  auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+  std::vector<torch::Tensor> sources;
+  for (int i = 0; i < kTensors; ++i) {
+    sources.push_back(torch::empty({activation_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA)));
+  }
+  std::vector<std::shared_ptr<recompose::SwappedTensor>> handles;
+  auto offload_all = [&] {
+    for (auto& h : handles) h->release();
+    handles.clear();
+    for (const auto& t : sources) handles.push_back(manager->offload(t));
+    manager->synchronize();
+  };
+  const auto total = static_cast<double>(kTensors * activation_bytes);
+  const double swap_d2h = total / best_seconds(offload_all) / gb;
+  double reload_best = 1e30;
+  for (int i = 0; i <= kReps; ++i) {  // the first round warms up
+    offload_all();
+    torch::cuda::synchronize();
+    const auto start = Clock::now();
+    for (auto& h : handles) h->prefetch();
+    manager->synchronize();
+    torch::cuda::synchronize();
+    if (i > 0) reload_best = std::min(reload_best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  for (auto& h : handles) h->release();
+  const double swap_h2d = total / reload_best / gb;
+  std::printf("Copy bandwidth, GB/s (1e9 bytes/s):              device->host  host->device\n");
+  std::printf("  link peak (512 MiB copies, pinned)             %12.1f  %12.1f\n", link_d2h, link_h2d);
+  std::printf("  SwapManager (%d x %.1f MiB, pinned pool warm) %12.1f  %12.1f   (%.0f%% / %.0f%% of the link)\n",
+              kTensors, static_cast<double>(activation_bytes) / (1024.0 * 1024.0), swap_d2h, swap_h2d,
+              100.0 * swap_d2h / link_d2h, 100.0 * swap_h2d / link_h2d);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -276,6 +337,9 @@ int main(int argc, char** argv) {
     auto sync = [] { torch::cuda::synchronize(); };
     print(measure(blocks, input, {Mode::None, Mode::Full, Mode::Selective, Mode::Swap}, args, sync),
           args.steps * args.rounds);
+#ifdef RECOMPOSE_WITH_CUDA
+    print_bandwidth(input.numel() * input.element_size());
+#endif
     return 0;
   }
 

@@ -77,6 +77,13 @@ struct SwapOptions {
   // this many bytes, so that AsyncSaveOnCpu around a whole model still prefetches in steps.
   // 0: a group per tensor.
   TORCH_ARG(int64_t, implicit_group_bytes) = int64_t{64} << 20;
+  // How many earlier groups may still have copies to host in flight when a tensor of a new
+  // group is offloaded. Beyond that, the offload first waits, on the host, for the oldest
+  // group's copies to land, so that their device memory is freed while forward runs. Without
+  // this bound (0), a forward that produces activations faster than the link copies them ends
+  // with most of them still on the device (in flight), and the peak memory barely drops.
+  // Each wait is counted in SwapStats::offload_waits and its time in wait_seconds.
+  TORCH_ARG(int64_t, max_groups_in_flight) = 2;
   // Use pinned (page-locked) host buffers for accelerator tensors, required for copies that
   // overlap with compute. Ignored for CPU tensors.
   TORCH_ARG(bool, pin_memory) = true;
@@ -107,8 +114,9 @@ struct SwapStats {
   int64_t pool_hits = 0;  // host buffers reused from the pool
   int64_t pool_misses = 0;  // host buffers allocated
   int64_t groups = 0;  // groups opened (explicit and implicit)
-  // Host time spent waiting for copies: synchronous copies (CPU tensors, pageable memory) and,
-  // with SwapOptions::measure_waits, reloads that had not landed when needed.
+  int64_t offload_waits = 0;  // offloads that waited for older groups' copies (max_groups_in_flight)
+  // Host time spent waiting for copies: synchronous copies (CPU tensors, pageable memory),
+  // offload_waits and, with SwapOptions::measure_waits, reloads that had not landed when needed.
   double wait_seconds = 0;
 };
 

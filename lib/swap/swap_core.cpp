@@ -53,6 +53,7 @@ SwapCore::SwapCore(SwapOptions options)
   check_at_least("implicit_group_bytes", options_.implicit_group_bytes(), 0,
                  "0 gives each tensor outside explicit groups a group of its own");
   check_at_least("max_pool_bytes", options_.max_pool_bytes(), -1, "-1 for no limit, 0 for no pool");
+  check_at_least("max_groups_in_flight", options_.max_groups_in_flight(), 0, "0 for no limit");
 }
 
 SwapCore::~SwapCore() = default;
@@ -225,6 +226,7 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
     return shared;
   }
   const int64_t group = group_for_locked(static_cast<int64_t>(source.nbytes()));
+  throttle_offloads_locked(group, graveyard);
   std::shared_ptr<SwappedTensor> swapped(new SwappedTensor(shared_from_this(), source, group));
   launch_offload_locked(*swapped, source);
   swapped->users_ = 1;
@@ -297,6 +299,37 @@ void SwapCore::poll_locked(Graveyard& graveyard) {
     // Prefetched before its copy landed: backward gets the device tensor itself; finished
     // when its last user has it (get).
     if (!s->keep_on_device_) finish_offload_locked(*s);
+  }
+}
+
+void SwapCore::throttle_offloads_locked(int64_t group, Graveyard& graveyard) {
+  const auto limit = static_cast<size_t>(options_.max_groups_in_flight());
+  if (limit == 0) return;
+  // The groups with copies in flight, oldest first, each with the fence of its newest copy
+  // (copies on one stream land in order: when that fence is done, the whole group is).
+  auto groups_in_flight = [&] {
+    std::vector<std::pair<int64_t, std::shared_ptr<CopyFence>>> groups;
+    for (const Member& m : in_flight_) {
+      auto s = m.swapped.lock();
+      if (!s || s->state_ != SwapState::Offloading || s->group_ == group) continue;
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == s->group_; });
+      if (it == groups.end()) groups.emplace_back(s->group_, s->fence_);
+      else it->second = s->fence_;
+    }
+    return groups;
+  };
+  auto groups = groups_in_flight();
+  while (groups.size() >= limit) {
+    if (!groups.front().second->done()) {
+      const auto start = Clock::now();
+      groups.front().second->synchronize();
+      stats_.wait_seconds += seconds_since(start);
+      ++stats_.offload_waits;
+    }
+    poll_locked(graveyard);
+    auto after = groups_in_flight();
+    if (after.size() >= groups.size()) return;  // poll could not retire it: never spin
+    groups = std::move(after);
   }
 }
 

@@ -112,6 +112,8 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   // First use of `group`: reloads its other tensors and prefetches earlier groups.
   void use_group_locked(int64_t group, const SwappedTensor* asking, Graveyard& graveyard);
   void poll_locked(Graveyard& graveyard);
+  // Waits until at most max_groups_in_flight groups other than `group` have copies in flight.
+  void throttle_offloads_locked(int64_t group, Graveyard& graveyard);
   void finish_offload_locked(SwappedTensor& swapped);
   void free_buffers_locked(SwappedTensor& swapped);
   c10::Stream copy_stream_locked(const c10::Device& device);

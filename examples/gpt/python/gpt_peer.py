@@ -10,8 +10,20 @@ other implementations than torch.optim.AdamW and torch.nn.utils.clip_grad_norm_ 
 updates the first moment with lerp_, for one), so the last float32 bits differ after a few steps
 and the difference grows with training.
 
-Policies: none; full (torch.utils.checkpoint, non-reentrant, per block); selective (the same
-save list as recompose::transformer_policy, through create_selective_checkpoint_contexts).
+Policies: none; full (torch.utils.checkpoint, non-reentrant, per block); composable (the
+hook-based torch.distributed._composable.checkpoint on every block, as recompose::apply_checkpoint);
+selective (the same save list as recompose::transformer_policy, through
+create_selective_checkpoint_contexts); every-second-mm (that list with every second aten::mm of a
+block recomputed, as TransformerPolicyOptions::recompute_every_second_mm); save-on-cpu
+(torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward: every saved tensor to
+pinned host memory); torchtune-offload (torchtune's OffloadActivations, when torchtune is
+importable).
+
+On a GPU (--device cuda, with --bf16 for CUDA autocast to bfloat16, as the C++ example's flag) the
+summary line also gives the step's peak CUDA memory above the weights and optimizer state, measured
+as the C++ example does (after zero_grad: reset the peak, read what is allocated, run the step).
+Without --state the weights are the example's initialisation drawn from --seed (for timings, not
+for comparing losses).
 
     python gpt_peer.py --state init.pt --policy full --steps 20 --threads 1 --check-losses loss.csv
 
@@ -20,6 +32,7 @@ Prints one line per step (loss to 9 digits) and a summary line:
 """
 
 import argparse
+import contextlib
 import functools
 import math
 import resource
@@ -91,7 +104,7 @@ class GPT(nn.Module):
         self.run_block = lambda block, x: block(x)  # replaced by the checkpointing policy
 
     def forward(self, tokens):
-        positions = torch.arange(tokens.size(1), dtype=tokens.dtype)
+        positions = torch.arange(tokens.size(1), dtype=tokens.dtype, device=tokens.device)
         x = self.embedding_dropout(self.token_embedding(tokens) + self.position_embedding(positions))
         for block in self.blocks:
             x = self.run_block(block, x)
@@ -114,19 +127,65 @@ def transformer_save_list():
     return ops
 
 
-def apply_policy(model, policy):
-    if policy == "none":
-        return
-    if policy == "full":
-        model.run_block = lambda block, x: checkpoint(block, x, use_reentrant=False)
-        return
-    save = transformer_save_list()
+def every_second_mm_contexts(save):
+    """A fresh policy per region invocation: aten::mm calls 0, 2, 4... of the forward are saved,
+    1, 3, 5... recomputed (recompose counts the calls of an op per invocation; so does torchtitan)."""
+    counts = {"forward": 0, "recompute": 0}
+    mm = torch.ops.aten.mm.default
 
     def policy_fn(ctx, op, *args, **kwargs):
+        if op == mm:
+            mode = "recompute" if ctx.is_recompute else "forward"
+            index = counts[mode]
+            counts[mode] += 1
+            return CheckpointPolicy.MUST_SAVE if index % 2 == 0 else CheckpointPolicy.PREFER_RECOMPUTE
         return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
 
-    context_fn = functools.partial(create_selective_checkpoint_contexts, policy_fn)
+    return create_selective_checkpoint_contexts(policy_fn)
+
+
+def apply_policy(model, policy):
+    """Returns a context manager factory wrapped around each forward (save-on-cpu, torchtune)."""
+    if policy == "none":
+        return None
+    if policy == "full":
+        model.run_block = lambda block, x: checkpoint(block, x, use_reentrant=False)
+        return None
+    if policy == "composable":
+        from torch.distributed._composable import checkpoint as composable_checkpoint
+        for block in model.blocks:
+            composable_checkpoint(block)
+        return None
+    if policy == "save-on-cpu":
+        return lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)
+    if policy == "torchtune-offload":
+        from torchtune.training import OffloadActivations  # ImportError: not installed
+        return lambda: OffloadActivations()
+    save = transformer_save_list()
+    if policy == "every-second-mm":
+        context_fn = functools.partial(every_second_mm_contexts, save)
+    else:
+        def policy_fn(ctx, op, *args, **kwargs):
+            return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+        context_fn = functools.partial(create_selective_checkpoint_contexts, policy_fn)
     model.run_block = lambda block, x: checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
+    return None
+
+
+def init_weights(model, layers):
+    """model.cpp's GPT-2 initialisation (for runs without --state)."""
+    resid_std = 0.02 / math.sqrt(2.0 * layers)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+            elif ".ln" in name or name.startswith("ln_final"):
+                p.fill_(1.0)
+            elif name.endswith("proj.weight"):
+                p.normal_(0.0, resid_std)
+            else:
+                p.normal_(0.0, 0.02)
 
 
 # ---- data (data.cpp) ----
@@ -161,8 +220,12 @@ def learning_rate(peak, step, steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--state", required=True, help="file written by gpt --save-initial-state")
-    ap.add_argument("--policy", choices=["none", "full", "selective"], default="none")
+    ap.add_argument("--state", help="file written by gpt --save-initial-state (default: fresh weights from --seed)")
+    ap.add_argument("--policy", default="none",
+                    choices=["none", "full", "composable", "selective", "every-second-mm", "save-on-cpu",
+                             "torchtune-offload"])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="forward under CUDA autocast to bfloat16")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--width", type=int, default=128)
@@ -180,39 +243,61 @@ def main():
 
     if a.threads > 0:
         torch.set_num_threads(a.threads)
+    if a.bf16 and a.device != "cuda":
+        sys.exit("gpt_peer: --bf16 needs --device cuda")
+    cuda = a.device == "cuda"
     data = CharDataset(a.data, a.context)
-    # torch::pickle_save tags the dict's types: allow that one helper, nothing else.
-    with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
-        state = torch.load(a.state, weights_only=True)
+    torch.manual_seed(a.seed)
     model = GPT(data.vocab_size, a.context, a.layers, a.width, a.heads, a.dropout)
     params = dict(model.named_parameters())
-    loaded = {k[len("param."):]: v for k, v in state.items() if k.startswith("param.")}
-    if set(loaded) != set(params):
-        sys.exit(f"gpt_peer: parameter names differ from the C++ model's: {sorted(set(loaded) ^ set(params))}")
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(loaded[name])
+    if a.state:
+        # torch::pickle_save tags the dict's types: allow that one helper, nothing else.
+        with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+            state = torch.load(a.state, weights_only=True)
+        loaded = {k[len("param."):]: v for k, v in state.items() if k.startswith("param.")}
+        if set(loaded) != set(params):
+            sys.exit(f"gpt_peer: parameter names differ from the C++ model's: {sorted(set(loaded) ^ set(params))}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(loaded[name])
+    else:
+        init_weights(model, a.layers)
+    model.to(a.device)
     model.train()
-    apply_policy(model, a.policy)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), weight_decay=0.01)
-    torch.set_rng_state(state["cpu_rng_state"])  # dropout continues where the C++ model's construction left it
+    around_forward = apply_policy(model, a.policy)
+    # fused on CUDA, as the C++ example (fused_adamw.h); LibTorch's and torch.optim's loops on CPU.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), weight_decay=0.01, fused=cuda)
+    if a.state:
+        torch.set_rng_state(state["cpu_rng_state"])  # dropout continues where the C++ model's construction left it
     batches = torch.Generator().manual_seed(a.seed)
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
+    around = around_forward or contextlib.nullcontext
 
-    losses, seconds, cpu, faults = [], [], [], []
+    losses, seconds, cpu, faults, peaks = [], [], [], [], []
     for step in range(1, a.steps + 1):
         lr = learning_rate(a.lr, step, a.steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = data.batch(a.batch, batches)
+        inputs, targets = inputs.to(a.device), targets.to(a.device)
         optimizer.zero_grad()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            resting = torch.cuda.memory_allocated()
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0, c0 = time.perf_counter(), time.process_time()
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-        loss.backward()
+        with around():
+            with autocast():
+                logits = model(inputs)
+                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         value = loss.item()
+        if cuda:
+            torch.cuda.synchronize()
+            peaks.append(torch.cuda.max_memory_allocated() - resting)
         seconds.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
@@ -224,9 +309,10 @@ def main():
     mean_ms = 1e3 * sum(seconds[rest]) / len(seconds[rest])
     mean_cpu_ms = 1e3 * sum(cpu[rest]) / len(cpu[rest])
     mean_faults = sum(faults[rest]) / len(faults[rest])
+    peak = f"; step peak {max(peaks[rest]) / 2**20:.1f} MiB (CUDA)" if cuda else ""
     print(f"python {a.policy}: loss {losses[-1]:.9g} after {a.steps} steps; mean step {mean_ms:.2f} ms "
           f"(CPU {mean_cpu_ms:.2f} ms; without the first step), {mean_faults:.0f} page faults per step; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads{peak}")
 
     if a.check_losses:
         cpp = {}
