@@ -4,6 +4,12 @@
 #include "engine/cpu_generator_adapter.h"
 #include "engine/torch_version_guard.h"
 
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/engine/cpu_generator_adapter.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check ATen/CPUGeneratorImpl.h (engine(), set_engine(), the \
+normal-sample caches) and ATen/core/PhiloxRNGEngine.h / mt19937 state, then extend torch_version_guard.h"
+#endif
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 

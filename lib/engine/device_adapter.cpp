@@ -2,6 +2,12 @@
 #include "engine/device_adapter.h"
 #include "engine/torch_version_guard.h"
 
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/engine/device_adapter.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check c10/core/impl/DeviceGuardImplInterface.h and \
+VirtualGuardImpl.h (streams, device counts), then extend torch_version_guard.h"
+#endif
+
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>

@@ -3,6 +3,12 @@
 #include "engine/internal_ops.h"
 #include "engine/torch_version_guard.h"
 
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/engine/dispatch_keys_adapter.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check c10/core/impl/LocalDispatchKeySet.h (ExcludeDispatchKeyGuard) \
+and the Python/PythonTLSSnapshot keys in c10/core/DispatchKey.h, then extend torch_version_guard.h"
+#endif
+
 #include <c10/core/DispatchKey.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>

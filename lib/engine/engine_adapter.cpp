@@ -8,6 +8,14 @@
 #include "engine/saved_tensor_policy.h"
 #include "engine/torch_version_guard.h"
 
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/engine/engine_adapter.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check torch/csrc/autograd/engine.h (Engine's virtuals \
+get_default_saved_variable_hooks and execute_with_graph_task, set_default_engine_stub, \
+get_base_engine) and graph_task.h (GraphTask::id_, get_current_graph_task_id), then extend \
+torch_version_guard.h"
+#endif
+
 #include <recompose/checkpoint_error.h>
 
 #include <torch/csrc/autograd/engine.h>
@@ -25,6 +33,9 @@
 namespace recompose::detail {
 namespace {
 
+// How LibTorch holds autograd nodes: std::shared_ptr up to 2.12, c10::intrusive_ptr from 2.13.
+using NodePtr = decltype(torch::autograd::Edge::function);
+
 class RecomposeEngine final : public torch::autograd::Engine {
  public:
   RecomposeEngine() = default;
@@ -37,7 +48,7 @@ class RecomposeEngine final : public torch::autograd::Engine {
   // Every backward call passes here, on the thread that made it: where a GraphExecGroup learns
   // its graph tasks.
   c10::intrusive_ptr<at::ivalue::Future> execute_with_graph_task(
-      const std::shared_ptr<torch::autograd::GraphTask>& graph_task, std::shared_ptr<torch::autograd::Node> graph_root,
+      const std::shared_ptr<torch::autograd::GraphTask>& graph_task, NodePtr graph_root,
       torch::autograd::InputBuffer&& input_buffer) override {
     note_graph_task_started(static_cast<int64_t>(graph_task->id_));
     return Engine::execute_with_graph_task(graph_task, std::move(graph_root), std::move(input_buffer));

@@ -4,6 +4,12 @@
 #include "engine/region_inputs.h"
 #include "engine/torch_version_guard.h"
 
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/engine/region_inputs_adapter.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check torch/csrc/autograd/saved_variable.h (the constructor that \
+asks the engine for saved-tensor hooks, unpack()), then extend torch_version_guard.h"
+#endif
+
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/saved_variable.h>
 

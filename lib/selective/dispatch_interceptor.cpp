@@ -26,18 +26,17 @@
 
 #include <recompose/checkpoint_error.h>
 
-#include <torch/version.h>
+// The version range every adapter was checked against (one list for all of them).
+#include "engine/torch_version_guard.h"
 
-#if !defined(TORCH_VERSION_MAJOR) || !defined(TORCH_VERSION_MINOR)
-#error "recompose dispatch_interceptor.cpp: <torch/version.h> did not define TORCH_VERSION_MAJOR/MINOR"
-#endif
-// Verified against LibTorch 2.11.0 (pure virtuals of PyInterpreterVTable,
-// TorchDispatchModeTLS API, pythonFallback behaviour). Other versions change
-// the vtable's pure virtuals and the TLS API: re-check them before extending.
-#if !(TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR == 11)
-#error "recompose dispatch_interceptor.cpp was written and verified for LibTorch 2.11 only: \
-check c10/core/impl/PyInterpreter.h (pure virtuals), c10/core/impl/TorchDispatchModeTLS.h and \
-aten/src/ATen/core/PythonFallbackKernel.cpp of your version, then extend this guard"
+// Checked: PyInterpreterVTable's pure virtuals, the TorchDispatchModeTLS API and SafePyObject are
+// the same in every version of the range; pythonFallback's behaviour is pinned by the selective
+// and interceptor test suites, run on each version by scripts/test-versions.sh.
+#if !RECOMPOSE_TORCH_VERSION_CHECKED
+#error "recompose: port lib/selective/dispatch_interceptor.cpp to this LibTorch version (checked: see \
+lib/engine/torch_version_guard.h): check c10/core/impl/PyInterpreter.h (pure virtuals), \
+c10/core/impl/TorchDispatchModeTLS.h, c10/core/SafePyObject.h and \
+aten/src/ATen/core/PythonFallbackKernel.cpp, then extend torch_version_guard.h"
 #endif
 
 #include <ATen/core/ivalue.h>
