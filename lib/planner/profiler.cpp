@@ -148,7 +148,10 @@ struct Recorder {
     o.seconds += std::chrono::duration<double>(now - last).count();
     o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
     for (const auto& v : ctx.outputs) {
-      if (v.isTensor() && v.toTensor().defined()) watched.push_back({m, it->second, v.toTensor(), v.toTensor()._version()});
+      if (v.isTensor() && v.toTensor().defined()) {
+        // LibTorch's version counter is 32 bits wide; _version() widens it.
+        watched.push_back({m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
+      }
     }
     last = Clock::now();  // the policy's own bookkeeping is not the op's time
     return CheckpointPolicy::MUST_SAVE;
