@@ -33,7 +33,7 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
   }
 
   const auto& base = outcome.results.front().second;
-  const double tolerance = options.bf16 ? kBf16LossTolerance : kLossTolerance;
+  const double tolerance = loss_tolerance(options.bf16);
   std::printf("\n%zu steps, batch %lld x context %lld, %lld blocks of width %lld, device %s\n\n", base.steps.size(),
               static_cast<long long>(options.batch), static_cast<long long>(config.context),
               static_cast<long long>(config.layers), static_cast<long long>(config.width),

@@ -50,17 +50,10 @@ void print_summary(const TrainResult& result, Policy policy, const torch::Device
               result.mean_step_cpu_seconds() * 1e3);
   std::printf("  page faults        %.0f per step (minor, mean without the first step)\n", result.mean_page_faults());
   if (result.steps.back().forward_seconds > 0) {
-    const auto first = result.steps.size() > 1 ? result.steps.begin() + 1 : result.steps.begin();
-    double forward = 0, backward = 0, total = 0;
-    for (auto r = first; r != result.steps.end(); ++r) {
-      forward += r->forward_seconds;
-      backward += r->backward_seconds;
-      total += r->seconds;
-    }
-    const double n = static_cast<double>(result.steps.end() - first);
+    const double forward = result.mean_forward_seconds(), backward = result.mean_backward_seconds();
     std::printf("  phases             forward %.1f ms, backward %.1f ms, optimizer and the rest %.1f ms (means,\n"
                 "                     the device synchronised after each; --phase-times)\n",
-                forward / n * 1e3, backward / n * 1e3, (total - forward - backward) / n * 1e3);
+                forward * 1e3, backward * 1e3, (step - forward - backward) * 1e3);
   }
   if (result.steps.back().bytes_swapped > 0) {
     std::printf("  swapped to host    %s per step\n", format_bytes(result.steps.back().bytes_swapped).c_str());

@@ -97,7 +97,7 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   auto effective = [&](const Entry& e) { return e.held() + (cpu ? e.swapped() : 0); };
   bool ok = true;
   double worst_loss = 0;
-  const double tolerance = options.bf16 ? kBf16LossTolerance : kLossTolerance;
+  const double tolerance = loss_tolerance(options.bf16);
   std::ofstream csv(out / "sweep.csv");
   csv << "kind,name,budget_bytes,budget_fraction,estimated_bytes,estimated_step_ms,held_bytes,swapped_bytes,"
          "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss\n";

@@ -81,26 +81,25 @@ torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tens
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
-double TrainResult::mean_step_seconds() const {
+namespace {
+
+// Mean over the steps without the first, which pays for one-time allocations and warm-up.
+template <class Field>
+double mean_without_first(const std::vector<StepRecord>& steps, Field field) {
   const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
-  const double total =
-      std::accumulate(first, steps.end(), 0.0, [](double s, const StepRecord& r) { return s + r.seconds; });
+  const double total = std::accumulate(first, steps.end(), 0.0, [&](double s, const StepRecord& r) {
+    return s + static_cast<double>(r.*field);
+  });
   return total / static_cast<double>(steps.end() - first);
 }
 
-double TrainResult::mean_step_cpu_seconds() const {
-  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
-  const double total =
-      std::accumulate(first, steps.end(), 0.0, [](double s, const StepRecord& r) { return s + r.cpu_seconds; });
-  return total / static_cast<double>(steps.end() - first);
-}
+}  // namespace
 
-double TrainResult::mean_page_faults() const {
-  const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
-  const double total = std::accumulate(first, steps.end(), 0.0,
-                                       [](double s, const StepRecord& r) { return s + static_cast<double>(r.page_faults); });
-  return total / static_cast<double>(steps.end() - first);
-}
+double TrainResult::mean_step_seconds() const { return mean_without_first(steps, &StepRecord::seconds); }
+double TrainResult::mean_step_cpu_seconds() const { return mean_without_first(steps, &StepRecord::cpu_seconds); }
+double TrainResult::mean_page_faults() const { return mean_without_first(steps, &StepRecord::page_faults); }
+double TrainResult::mean_forward_seconds() const { return mean_without_first(steps, &StepRecord::forward_seconds); }
+double TrainResult::mean_backward_seconds() const { return mean_without_first(steps, &StepRecord::backward_seconds); }
 
 int64_t TrainResult::peak_bytes_held() const {
   int64_t peak = 0;

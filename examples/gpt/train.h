@@ -60,6 +60,9 @@ struct TrainResult {
   // Mean step time without the first step, which pays for one-time allocations and warm-up.
   double mean_step_seconds() const;
   double mean_step_cpu_seconds() const;  // same, CPU time
+  // Same, of the forward and of the backward (--phase-times; 0 otherwise).
+  double mean_forward_seconds() const;
+  double mean_backward_seconds() const;
   int64_t peak_bytes_held() const;
   // Mean minor page faults per step without the first step: memory the allocator took from
   // the kernel again (see examples/common/allocator_tuning.h).
