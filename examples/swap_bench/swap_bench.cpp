@@ -254,15 +254,16 @@ void print_bandwidth(int64_t activation_bytes) {
   constexpr int64_t kLinkBytes = int64_t{512} << 20;
   constexpr int kReps = 5;
   const double gb = 1e9;
-  auto best_seconds = [&](const std::function<void()>& copy) {
+  // Best time of `copy` over kReps after a warm-up; `prepare` runs untimed before each.
+  auto best_seconds = [&](const std::function<void()>& copy, const std::function<void()>& prepare = [] {}) {
     double best = 1e30;
-    copy();  // warm-up
-    torch::cuda::synchronize();
-    for (int i = 0; i < kReps; ++i) {
+    for (int i = 0; i <= kReps; ++i) {  // the first round warms up
+      prepare();
+      torch::cuda::synchronize();
       const auto start = Clock::now();
       copy();
       torch::cuda::synchronize();
-      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+      if (i > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
     }
     return best;
   };
@@ -286,18 +287,12 @@ void print_bandwidth(int64_t activation_bytes) {
   };
   const auto total = static_cast<double>(kTensors * activation_bytes);
   const double swap_d2h = total / best_seconds(offload_all) / gb;
-  double reload_best = 1e30;
-  for (int i = 0; i <= kReps; ++i) {  // the first round warms up
-    offload_all();
-    torch::cuda::synchronize();
-    const auto start = Clock::now();
+  auto reload_all = [&] {
     for (auto& h : handles) h->prefetch();
     manager->synchronize();
-    torch::cuda::synchronize();
-    if (i > 0) reload_best = std::min(reload_best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
+  };
+  const double swap_h2d = total / best_seconds(reload_all, offload_all) / gb;
   for (auto& h : handles) h->release();
-  const double swap_h2d = total / reload_best / gb;
   std::printf("Copy bandwidth, GB/s (1e9 bytes/s):              device->host  host->device\n");
   std::printf("  link peak (512 MiB copies, pinned)             %12.1f  %12.1f\n", link_d2h, link_h2d);
   std::printf("  SwapManager (%d x %.1f MiB, pinned pool warm) %12.1f  %12.1f   (%.0f%% / %.0f%% of the link)\n",
