@@ -134,43 +134,53 @@ do_test() {
   return $status
 }
 
+# One step of a phase: a timestamped heading, the command, a FAILED line if it fails.
+run_step() {  # heading command...
+  local heading="$1"
+  shift
+  stamp "$heading"
+  "$@" || { echo "FAILED: $heading"; return 1; }
+}
+
 do_bench() {
-  local status=0
+  local status=0 b
   # RECOMPOSE_BENCHES: which of them (default all three; selective_bench takes ~100 s).
-  for b in ${RECOMPOSE_BENCHES:-checkpoint selective swap}; do
-    stamp "${b}_bench --device cuda"
-    "$build/examples/${b}_bench/${b}_bench" --device cuda || { echo "BENCHMARK FAILED: $b"; status=1; }
+  local benches=" ${RECOMPOSE_BENCHES:-checkpoint selective swap} "
+  for b in $benches; do
+    run_step "${b}_bench --device cuda" "$build/examples/${b}_bench/${b}_bench" --device cuda || status=1
   done
   # Width 2048: twice the arithmetic per activation byte, where swapping can hide behind compute.
-  case " ${RECOMPOSE_BENCHES:-swap} " in *" swap "*) ;; *) stamp "benchmarks done"; return $status ;; esac
-  stamp "swap_bench --device cuda --dim 2048 --layers 4 --seq 2048 --batch 4"
-  "$build/examples/swap_bench/swap_bench" --device cuda --dim 2048 --layers 4 --seq 2048 --batch 4 ||
-    { echo "BENCHMARK FAILED: swap_bench dim 2048"; status=1; }
+  case "$benches" in
+    *" swap "*)
+      run_step "swap_bench --device cuda --dim 2048 --layers 4 --seq 2048 --batch 4" \
+        "$build/examples/swap_bench/swap_bench" --device cuda --dim 2048 --layers 4 --seq 2048 --batch 4 || status=1 ;;
+  esac
   stamp "benchmarks done"
   return $status
 }
 
+# The summary lines of one GPT run under --phase-times.
+gpt_phases() {  # policy
+  "$build/examples/gpt/gpt" --policy "$1" --phase-times --steps 6 --device cuda --bf16 --sample 0 \
+    --out "$out/gpt_phases" "${gpt_model[@]}" 2>&1 | grep -E '^(policy|  step time|  phases|  +the device|  step peak|  swapped)'
+}
+
 do_gpt() {
-  local status=0
-  stamp "gpt --compare --steps 20 --device cuda (the small default model)"
-  "$build/examples/gpt/gpt" --compare --steps 20 --device cuda --sample 0 --out "$out/gpt_small" ||
-    { echo "GPT COMPARE FAILED"; status=1; }
-  stamp "gpt --compare --steps 10 --device cuda --bf16 ${gpt_model[*]}"
-  quietly '^[a-z-]+ +[0-9]+/[0-9]+ ' "$build/examples/gpt/gpt" --compare --steps 10 --device cuda --bf16 --sample 0 \
-    --out "$out/gpt_large" "${gpt_model[@]}" || { echo "GPT LARGE COMPARE FAILED"; status=1; }
+  local status=0 policy
+  run_step "gpt --compare --steps 20 --device cuda (the small default model)" \
+    "$build/examples/gpt/gpt" --compare --steps 20 --device cuda --sample 0 --out "$out/gpt_small" || status=1
+  run_step "gpt --compare --steps 10 --device cuda --bf16 ${gpt_model[*]}" \
+    quietly '^[a-z-]+ +[0-9]+/[0-9]+ ' "$build/examples/gpt/gpt" --compare --steps 10 --device cuda --bf16 --sample 0 \
+    --out "$out/gpt_large" "${gpt_model[@]}" || status=1
   # Where the time goes, per policy: forward, backward (with its recomputation and reloads) and
   # the optimizer, the device synchronised between them.
-  local policy
   for policy in none full selective every-second-mm swap offload; do
-    stamp "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_model[*]}"
-    "$build/examples/gpt/gpt" --policy "$policy" --phase-times --steps 6 --device cuda --bf16 --sample 0 \
-      --out "$out/gpt_phases" "${gpt_model[@]}" 2>&1 | grep -E '^(policy|  step time|  phases|  +the device|  step peak|  swapped)' ||
-      { echo "GPT PHASES FAILED: $policy"; status=1; }
+    run_step "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_model[*]}" gpt_phases "$policy" ||
+      status=1
   done
-  stamp "gpu_compare.sh (C++ against PyTorch Python, alternating)"
-  RECOMPOSE_GPT="$build/examples/gpt/gpt" RECOMPOSE_PYTHON="$venv/bin/python" \
-    bash examples/gpt/python/gpu_compare.sh --rounds 2 --steps 10 --model "${gpt_model[*]}" ||
-    { echo "GPU COMPARE FAILED"; status=1; }
+  run_step "gpu_compare.sh (C++ against PyTorch Python, alternating)" \
+    env RECOMPOSE_GPT="$build/examples/gpt/gpt" RECOMPOSE_PYTHON="$venv/bin/python" \
+    bash examples/gpt/python/gpu_compare.sh --rounds 2 --steps 10 --model "${gpt_model[*]}" || status=1
   stamp "gpt done"
   return $status
 }
