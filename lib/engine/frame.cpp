@@ -1,5 +1,6 @@
 #include "engine/frame.h"
 
+#include "engine/autograd_sequence_adapter.h"
 #include "engine/checkpoint_depth.h"
 #include "engine/current_graph_task.h"
 #include "engine/op_trace.h"
@@ -80,7 +81,19 @@ std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
   auto holder = std::make_shared<Holder>();
   weak_holders_.push_back(holder);
   if (check_ != DeterminismCheck::None) metadata_.push_back(TensorMeta::of(tensor));
+  sequence_after_last_output_ = is_output_of_newest_node(tensor) ? next_autograd_sequence_nr() : 0;
   return holder;
+}
+
+void Frame::mark_forward_completed() {
+  forward_completed_ = true;
+  // No autograd node was made after the last saved output: what follows it in the body creates
+  // no graph (returning, views of nothing new, no-grad work), so stopping there saves nothing
+  // while the exception costs more than a small op. The decision depends only on the program's
+  // structure, never on timing, so every rank of a distributed job takes the same one.
+  if (early_stop_ && sequence_after_last_output_ != 0 && next_autograd_sequence_nr() == sequence_after_last_output_) {
+    early_stop_ = false;
+  }
 }
 
 at::Tensor Frame::unpack(Holder& holder) {
