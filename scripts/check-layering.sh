@@ -33,6 +33,7 @@ ADAPTERS = {
     'lib/engine/dispatch_keys_adapter.cpp', # thread-local dispatch keys (InternalOpsGuard)
     'lib/engine/device_adapter.cpp',        # device guard impls: streams, device counts
     'lib/engine/region_inputs_adapter.cpp', # SavedVariable: a region's inputs saved without a node
+    'lib/engine/autograd_sequence_adapter.cpp',  # node sequence numbers, grad_fn_unsafe (early stop)
     'lib/selective/dispatch_interceptor.cpp',  # dispatch modes (TorchDispatchModeTLS, PyInterpreter)
 }
 PUBLIC_AUTOGRAD = {'variable.h', 'custom_function.h', 'grad_mode.h', 'saved_variable_hooks.h'}

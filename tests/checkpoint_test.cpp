@@ -98,6 +98,48 @@ TEST_CASE("checkpoint: early stop ends the recomputation after the last needed t
   }
 }
 
+TEST_CASE("checkpoint: early stop is skipped when the body ends with the op whose output it saved last") {
+  // Stopping there would skip nothing and only cost the unwinding: the recomputation runs to the
+  // end. Work that makes an autograd node after the last saved tensor is still skipped.
+  torch::manual_seed(3);
+  torch::Tensor x = torch::randn({5}, torch::requires_grad());
+  int reached_end = 0;
+  SUBCASE("the last op saves its output: nothing left to skip, the body runs to its end") {
+    auto fn = [&reached_end](const torch::Tensor& t) {
+      torch::Tensor a = t.exp();  // saves its result, the region's output
+      ++reached_end;
+      return a;
+    };
+    auto expected = rt::grads_of([&] { return x.exp().sum(); }, {x});
+    auto g = rt::grads_of([&] { return recompose::checkpoint(fn, x).sum(); }, {x});
+    CHECK(rt::bitwise_equal(g, expected));
+    CHECK(reached_end == 2);
+  }
+  SUBCASE("an op after the last saved output (it saves nothing): stopped before it") {
+    auto fn = [&reached_end](const torch::Tensor& t) {
+      torch::Tensor a = t.exp();
+      ++reached_end;
+      return a * 2;  // an autograd node, no saved tensor
+    };
+    auto expected = rt::grads_of([&] { return (x.exp() * 2).sum(); }, {x});
+    auto g = rt::grads_of([&] { return recompose::checkpoint(fn, x).sum(); }, {x});
+    CHECK(rt::bitwise_equal(g, expected));
+    CHECK(reached_end == 1);
+  }
+  SUBCASE("the last saved tensor is an op's input (the op itself is still to run): stopped") {
+    auto fn = [&reached_end](const torch::Tensor& t) {
+      torch::Tensor a = t.exp();
+      torch::Tensor b = a.sin();  // saves its input a before computing
+      ++reached_end;
+      return b;
+    };
+    auto expected = rt::grads_of([&] { return x.exp().sin().sum(); }, {x});
+    auto g = rt::grads_of([&] { return recompose::checkpoint(fn, x).sum(); }, {x});
+    CHECK(rt::bitwise_equal(g, expected));
+    CHECK(reached_end == 1);
+  }
+}
+
 TEST_CASE("checkpoint: a second backward with retain_graph recomputes again") {
   torch::manual_seed(4);
   Inputs in;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two builds of region_cost_bench side by side on one machine: runs them in alternation
 # (ROUNDS times each, so that load from other processes falls on both alike) and prints, per
-# variant, the median over the rounds of each binary's "- body" column (overhead for offload).
+# variant, the median over the rounds of each binary's last figure: "bookkeeping" where the
+# binary prints it, else "- body", else "overhead" (offload), else "time" (plain).
 #
 #   bash examples/region_cost_bench/compare.sh OLD_BINARY NEW_BINARY [ROUNDS=5] [bench flags...]
 set -euo pipefail
@@ -19,14 +20,14 @@ tmp, rounds = sys.argv[1], int(sys.argv[2])
 def table(path):
     rows = {}
     for line in open(path):
-        m = re.match(r"^(\s*\S.*?)\s{2,}(-?[\d.]+)(?:\s+(-?[\d.]+))?(?:\s+(-?[\d.]+|-))?\s*$", line)
+        m = re.match(r"^(\s*\S.*?)\s{2,}(-?[\d.]+(?:\s+(?:-?[\d.]+|-))*)\s*$", line)
         if not m or line.startswith(("per region", "recompose")): continue
-        name, time, over, body = m.group(1), m.group(2), m.group(3), m.group(4)
-        rows[name] = float(body if body not in (None, "-") else (over if over else time))
+        cells = [c for c in m.group(2).split() if c != "-"]
+        rows[m.group(1)] = float(cells[-1])
     return rows
 old = [table(f"{tmp}/old.{r}") for r in range(1, rounds + 1)]
 new = [table(f"{tmp}/new.{r}") for r in range(1, rounds + 1)]
-print(f"medians over {rounds} alternating runs of each binary (us per region; '- body', offload: overhead, plain: time)")
+print(f"medians over {rounds} alternating runs of each binary (us per region; bookkeeping, else '- body', else overhead, plain: time)")
 print(f"{'variant':32s} {'old':>9s} {'new':>9s} {'change':>9s}")
 for name in old[0]:
     o = statistics.median(t[name] for t in old if name in t)

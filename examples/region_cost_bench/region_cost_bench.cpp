@@ -5,14 +5,20 @@
 //
 // Printed per region, forward + backward, in process CPU time (1 thread), medians over the
 // repetitions:
-//   time       the variant's step time / regions
-//   overhead   variant minus plain, paired within each repetition (what checkpointing costs)
-//   - body     overhead minus one plain forward of the body (the recomputation itself): the
-//              bookkeeping alone, which issue 11 bounds at 20 us (offload recomputes nothing:
-//              its overhead is the figure)
+//   time         the variant's step time / regions
+//   overhead     variant minus plain, paired within each repetition (what checkpointing costs)
+//   - body       overhead minus one plain forward of the body, timed on its own
+//   bookkeeping  overhead minus the overhead of "rerun body in backward" (paired): that variant
+//                runs the body a second time from a tensor hook during backward, with no
+//                checkpoint machinery, which is what a recomputation costs by itself. Run between
+//                backward kernels the body takes about twice its time in a forward of its own
+//                (its code and data are cold), so "- body" counts that slowdown as overhead.
+//                Bookkeeping is what issue 11 bounds at 20 us. Offload recomputes nothing: its
+//                overhead is the figure.
 //
 //   ./build/examples/region_cost_bench/region_cost_bench [--regions 100] [--steps 30] [--reps 15]
-//       [--threads 1] [--only NAME-PREFIX]
+//       [--threads 1] [--only NAME-PREFIX] [--forward-only 1]
+// --forward-only 1 times forwards alone (no backward, no recomputation): the forward's share.
 #include <recompose/recompose.h>
 
 #include <torch/torch.h>
@@ -32,10 +38,12 @@ namespace {
 struct Config {
   int64_t regions = 100, steps = 30, reps = 15, threads = 1;
   std::string only;  // run plain and the variants whose name starts with this (for profiling)
+  bool forward_only = false;
 };
 
 const char* kUsage =
-    "usage: region_cost_bench [--regions 100] [--steps 30] [--reps 15] [--threads 1] [--only NAME-PREFIX]\n";
+    "usage: region_cost_bench [--regions 100] [--steps 30] [--reps 15] [--threads 1] [--only NAME-PREFIX] "
+    "[--forward-only 1]\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -54,6 +62,7 @@ Config parse(int argc, char** argv) {
     else if (k == "--steps") c.steps = v;
     else if (k == "--reps") c.reps = v;
     else if (k == "--threads") c.threads = v;
+    else if (k == "--forward-only") c.forward_only = v != 0;
     else throw std::invalid_argument("unknown flag " + k);
   }
   return c;
@@ -78,6 +87,7 @@ struct Variant {
   Call call;
   std::vector<double> seconds;
   bool recomputes = true;  // false: no recomputation to subtract (offload)
+  bool baseline = false;   // the rerun variant: no bookkeeping of its own
 };
 
 std::vector<Tiny> make_chain(int64_t n) {
@@ -134,10 +144,22 @@ int main(int argc, char** argv) {
     return variants.back().chain;
   };
   add("plain");
+  // The recomputation alone: the body run again from a tensor hook when backward reaches the
+  // block's output, under grad mode like a recomputation, with its results dropped.
+  add("rerun body in backward", [](Tiny& b, const torch::Tensor& x) {
+    torch::Tensor y = b(x);
+    y.register_hook([m = b.ptr(), x](const torch::Tensor&) {
+      at::AutoGradMode grad_on(true);
+      (void)m->forward(x);
+    });
+    return y;
+  });
+  variants.back().baseline = true;
   for (auto& b : add("hooks only (no-op pre+post)")) {
     recompose::hooks::register_forward_pre_hook(*b, [](recompose::hooks::ForwardCall&) {});
     recompose::hooks::register_forward_hook(*b, [](recompose::hooks::ForwardCall&) {});
   }
+  variants.back().recomputes = false;
   for (auto& b : add("apply_checkpoint")) recompose::apply_checkpoint(b);
   for (auto& b : add("  no RNG stash")) recompose::apply_checkpoint(b, recompose::CheckpointOptions().preserve_rng_state(false));
   for (auto& b : add("  no module state")) {
@@ -164,7 +186,7 @@ int main(int argc, char** argv) {
   if (!c.only.empty()) {
     std::erase_if(variants, [&](const Variant& v) { 
       const std::string name = v.name.substr(v.name.find_first_not_of(' '));
-      return name != "plain" && !name.starts_with(c.only);
+      return name != "plain" && name != "rerun body in backward" && !name.starts_with(c.only);
     });
   }
   torch::Tensor x = torch::randn({4, 4});
@@ -172,7 +194,7 @@ int main(int argc, char** argv) {
   for (auto& v : variants) sample(v, x, 2);  // warm-up: allocator, thread pools, dispatch caches
   std::vector<double> plain_forward;        // the body alone: what a recomputation runs again
   for (int64_t r = 0; r < c.reps; ++r) {
-    for (auto& v : variants) v.seconds.push_back(sample(v, x, c.steps));
+    for (auto& v : variants) v.seconds.push_back(sample(v, x, c.steps, !c.forward_only));
     plain_forward.push_back(sample(plain, x, c.steps, /*backward=*/false));
   }
 
@@ -181,20 +203,39 @@ int main(int argc, char** argv) {
   std::printf("recompose region_cost_bench: body Linear(4,4)+tanh on [4,4], %lld regions x %lld steps per sample, "
               "%lld alternating reps, LibTorch %s, %d threads\n",
               (long long)c.regions, (long long)c.steps, (long long)c.reps, TORCH_VERSION, at::get_num_threads());
-  std::printf("per region, forward + backward, CPU time, medians (us); plain forward of the body: %.2f us\n", body_us);
-  std::printf("%-30s %10s %10s %10s\n", "variant", "time", "overhead", "- body");
-  for (auto& v : variants) {
+  std::printf("per region, %s, CPU time, medians (us); plain forward of the body: %.2f us\n",
+              c.forward_only ? "forward only" : "forward + backward", body_us);
+  std::printf("%-30s %10s %10s %10s %12s\n", "variant", "time", "overhead", "- body", "bookkeeping");
+  const Variant* rerun = nullptr;
+  for (const auto& v : variants) {
+    if (v.baseline) rerun = &v;
+  }
+  auto paired = [&](const Variant& v, const Variant& base) {
     std::vector<double> diff;
-    for (int64_t r = 0; r < c.reps; ++r) diff.push_back((v.seconds[r] - plain.seconds[r]) * per);
-    const double overhead = median(diff);
+    for (int64_t r = 0; r < c.reps; ++r) diff.push_back((v.seconds[r] - base.seconds[r]) * per);
+    return median(diff);
+  };
+  for (auto& v : variants) {
+    const double time = median(v.seconds) * per;
     if (&v == &plain) {
-      std::printf("%-30s %10.2f\n", v.name.c_str(), median(v.seconds) * per);
-    } else if (!v.recomputes) {
-      std::printf("%-30s %10.2f %10.2f %10s\n", v.name.c_str(), median(v.seconds) * per, overhead, "-");
-    } else {
-      std::printf("%-30s %10.2f %10.2f %10.2f\n", v.name.c_str(), median(v.seconds) * per, overhead,
-                  overhead - body_us);
+      std::printf("%-30s %10.2f\n", v.name.c_str(), time);
+      continue;
     }
+    const double overhead = paired(v, plain);
+    auto cell = [](double us) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f", us);
+      return std::string(text);
+    };
+    std::string body = "-", bookkeeping = "-";
+    if (v.recomputes && !c.forward_only) {
+      body = cell(overhead - body_us);
+      // Paired with the rerun variant of the same repetition: overhead(v) - overhead(rerun).
+      if (rerun != nullptr && !v.baseline) bookkeeping = cell(paired(v, *rerun));
+    } else if (!v.recomputes) {
+      bookkeeping = cell(overhead);
+    }
+    std::printf("%-30s %10.2f %10.2f %10s %12s\n", v.name.c_str(), time, overhead, body.c_str(), bookkeeping.c_str());
   }
   return 0;
 }

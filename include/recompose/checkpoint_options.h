@@ -32,7 +32,12 @@ struct CheckpointOptions {
   // recomputing, so that random ops (dropout) draw the same numbers.
   TORCH_ARG(bool, preserve_rng_state) = true;
   // Stop recomputing as soon as every tensor backward needs has been recomputed. A
-  // set_checkpoint_early_stop() guard alive at forward time overrides this.
+  // set_checkpoint_early_stop() guard alive at forward time overrides this. Stopping unwinds
+  // the body with an exception, so it is skipped when it would save nothing: if the forward
+  // made no autograd node after the output it saved last (the body ended with that op), the
+  // recomputation runs to the end, and any no-grad work after that op runs in it too (as
+  // with early_stop(false); module buffers and RNG streams are still left as the forward left
+  // them).
   TORCH_ARG(bool, early_stop) = true;
   TORCH_ARG(DeterminismCheck, determinism_check) = DeterminismCheck::Default;
   // On a determinism error, also list the ops of the forward and of the recomputation.

@@ -1,5 +1,6 @@
 #include "engine/frame.h"
 
+#include "engine/autograd_sequence_adapter.h"
 #include "engine/checkpoint_depth.h"
 #include "engine/current_graph_task.h"
 #include "engine/op_trace.h"
@@ -80,7 +81,19 @@ std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
   auto holder = std::make_shared<Holder>();
   weak_holders_.push_back(holder);
   if (check_ != DeterminismCheck::None) metadata_.push_back(TensorMeta::of(tensor));
+  sequence_after_last_output_ = is_output_of_newest_node(tensor) ? next_autograd_sequence_nr() : 0;
   return holder;
+}
+
+void Frame::mark_forward_completed() {
+  forward_completed_ = true;
+  // No autograd node was made after the last saved output: what follows it in the body creates
+  // no graph (returning, views of nothing new, no-grad work), so stopping there saves nothing
+  // while the exception costs more than a small op. The decision depends only on the program's
+  // structure, never on timing, so every rank of a distributed job takes the same one.
+  if (early_stop_ && sequence_after_last_output_ != 0 && next_autograd_sequence_nr() == sequence_after_last_output_) {
+    early_stop_ = false;
+  }
 }
 
 at::Tensor Frame::unpack(Holder& holder) {
@@ -163,24 +176,28 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
          "\nNumber of tensors saved during recomputation: " + std::to_string(recomputed) + ".");
   }
   if (check_ == DeterminismCheck::None) return;
-  std::ostringstream mismatches;
-  int count = 0;
-  for (std::size_t i = 0; i < weak_holders_.size(); ++i) {
+  // Compared first, described only on a mismatch: an ostringstream alone costs more than the check.
+  auto mismatch_at = [&](std::size_t i) -> std::optional<TensorMeta> {
     auto holder = weak_holders_[i].lock();
-    if (!holder) continue;
+    if (!holder) return std::nullopt;
     const Holder::Slot* slot = holder->find(graph_task);
-    if (slot == nullptr || !slot->value.defined()) continue;
-    const TensorMeta now = TensorMeta::of(slot->value);
-    if (!(now == metadata_[i])) {
-      ++count;
+    if (slot == nullptr || !slot->value.defined()) return std::nullopt;
+    TensorMeta now = TensorMeta::of(slot->value);
+    if (now == metadata_[i]) return std::nullopt;
+    return now;
+  };
+  std::size_t first = 0;
+  while (first < weak_holders_.size() && !mismatch_at(first)) ++first;
+  if (first == weak_holders_.size()) return;
+  std::ostringstream mismatches;
+  for (std::size_t i = first; i < weak_holders_.size(); ++i) {
+    if (auto now = mismatch_at(i)) {
       mismatches << "tensor at position " << i << ":\nsaved metadata: " << metadata_[i].str()
-                 << "\nrecomputed metadata: " << now.str() << "\n";
+                 << "\nrecomputed metadata: " << now->str() << "\n";
     }
   }
-  if (count > 0) {
-    fail("Recomputed values for the following tensors have different metadata than during the forward pass.\n" +
-         mismatches.str());
-  }
+  fail("Recomputed values for the following tensors have different metadata than during the forward pass.\n" +
+       mismatches.str());
 }
 
 void Frame::fail(const std::string& message) {

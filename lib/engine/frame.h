@@ -41,7 +41,9 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
   void set_module_state(std::unique_ptr<ModuleStateSnapshot> state) { module_state_ = std::move(state); }
   ModuleStateSnapshot* module_state() const { return module_state_.get(); }
-  void mark_forward_completed() { forward_completed_ = true; }
+  // The body returned. If it ended with the op whose output it saved last, the recomputation
+  // runs to its end: early stop would skip nothing and only pay for unwinding.
+  void mark_forward_completed();
   // The forward initialised a device whose RNG state could not be stashed (see rng_state.h).
   void set_rng_problem(std::string device) { rng_problem_ = std::move(device); }
   // The ops of the forward (debug mode only; null otherwise).
@@ -77,6 +79,9 @@ class Frame : public std::enable_shared_from_this<Frame> {
   c10::SmallVector<TensorMeta, 4> metadata_;
   c10::SmallVector<Recomputation, 1> recomputations_;
   bool early_stop_;
+  // After the last tensor saved in the forward: the next autograd sequence number if that tensor
+  // was the output of the newest node, else 0 (see mark_forward_completed).
+  uint64_t sequence_after_last_output_ = 0;
   DeterminismCheck check_;
   bool debug_;
   bool forward_completed_ = false;

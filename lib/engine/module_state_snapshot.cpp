@@ -7,6 +7,9 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/nn/module.h>
 
+#include <c10/util/SmallVector.h>
+
+#include <algorithm>
 #include <unordered_set>
 
 namespace recompose::detail {
@@ -25,20 +28,41 @@ void set_modes(const std::vector<std::pair<std::shared_ptr<torch::nn::Module>, b
   }
 }
 
+// A set of pointers that searches linearly while small and hashes once it grows.
+template <class T>
+class SeenOnce {
+ public:
+  // True if `p` was not in the set (and is now).
+  bool insert(T p) {
+    if (!hashed_.empty()) return hashed_.insert(p).second;
+    if (std::find(small_.begin(), small_.end(), p) != small_.end()) return false;
+    small_.push_back(p);
+    if (small_.size() > kLinear) hashed_.insert(small_.begin(), small_.end());
+    return true;
+  }
+
+ private:
+  static constexpr std::size_t kLinear = 32;
+  c10::SmallVector<T, 8> small_;
+  std::unordered_set<T> hashed_;
+};
+
 }  // namespace
 
 ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots) {
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
-  std::unordered_set<const torch::nn::Module*> seen_modules;
-  std::unordered_set<const c10::TensorImpl*> seen_buffers;
+  // A module (or buffer) reached twice, through two roots or two parents, is recorded once.
+  // Regions are usually small trees: a linear search costs less than a hash set's allocations.
+  SeenOnce<const torch::nn::Module*> seen_modules;
+  SeenOnce<const c10::TensorImpl*> seen_buffers;
   for (const auto& root : roots) {
     if (!root) continue;
     for (const auto& module : root->modules(/*include_self=*/true)) {
-      if (!seen_modules.insert(module.get()).second) continue;
+      if (!seen_modules.insert(module.get())) continue;
       modes_.emplace_back(module, module->is_training());
       for (const auto& buffer : module->buffers(/*recurse=*/false)) {
-        if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl()).second) continue;
+        if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl())) continue;
         buffers_.push_back(BufferEntry{buffer, buffer.clone(), buffer._version()});
       }
     }

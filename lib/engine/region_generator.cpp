@@ -98,13 +98,17 @@ std::unique_ptr<ModuleStateSnapshot> snapshot_module_state(const CheckpointOptio
   return snapshot->empty() ? nullptr : std::move(snapshot);
 }
 
-RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tensor> inputs, RecomputeFn recompute,
-                                std::shared_ptr<torch::nn::Module> owner) {
+// `options` and `inputs` are references: RegionRun::begin runs the pre-forward step before it
+// returns, and the post-forward step reads only what the pre-forward step copied into locals
+// (copying the options and the inputs into the coroutine frame cost more than the rest of it).
+RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vector<at::Tensor>& inputs,
+                                RecomputeFn recompute, std::shared_ptr<torch::nn::Module> owner) {
   // ---- pre-forward step ----
   const bool early_stop = early_stop_override().value_or(options.early_stop());
   const bool debug = debug_override().value_or(options.debug());
+  const bool preserve_rng = options.preserve_rng_state();
   auto frame = std::make_shared<Frame>(std::move(recompute), early_stop, options.determinism_check(), debug);
-  frame->set_forward_state(capture_forward_state(inputs, options.preserve_rng_state()));
+  frame->set_forward_state(capture_forward_state(inputs, preserve_rng));
   frame->set_module_state(snapshot_module_state(options, std::move(owner)));
   {
     // The plug-ins' saved-tensor policies for the inputs (swap_inputs).
@@ -112,7 +116,6 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
     for (const auto& plugin : region_plugins()) input_scopes.push(plugin->input_policy(options));
     frame->set_inputs(save_region_inputs(inputs));
   }
-  inputs.clear();  // the saver holds them now (or an enclosing region does)
   frame->set_contexts(make_contexts(options));
   LifoList<std::shared_ptr<void>> plugin_tokens;  // held until the post-forward step has run
   for (const auto& plugin : region_plugins()) plugin_tokens.push(plugin->begin_region(options));
@@ -129,7 +132,7 @@ RegionCoroutine region_protocol(CheckpointOptions options, std::vector<at::Tenso
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
   if (auto* state = frame->module_state()) state->forward_done();
-  if (options.preserve_rng_state()) {
+  if (preserve_rng) {
     if (auto device = device_initialised_since(frame->forward_state()); !device.empty()) frame->set_rng_problem(device);
   }
 }

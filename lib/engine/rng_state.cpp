@@ -22,8 +22,8 @@ void set_generator_state(at::Generator gen, const at::Tensor& state) {
   gen.set_state(state);
 }
 
-std::vector<c10::DeviceType> autocast_device_types(const std::vector<at::Tensor>& inputs) {
-  std::vector<c10::DeviceType> types{c10::DeviceType::CPU};
+c10::SmallVector<c10::DeviceType, 2> autocast_device_types(const std::vector<at::Tensor>& inputs) {
+  c10::SmallVector<c10::DeviceType, 2> types{c10::DeviceType::CPU};
   for (const auto& t : inputs) {
     if (!t.defined()) continue;
     auto type = t.device().type();
@@ -42,7 +42,6 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
   }
   state.autocast_cache = at::autocast::is_autocast_cache_enabled();
   if (!preserve_rng) return state;
-  state.has_rng = true;
   if (at::hasCUDA()) {
     const auto& hooks = at::globalContext().getAcceleratorHooksInterface(c10::DeviceType::CUDA);
     const auto count = device_count(c10::DeviceType::CUDA);
@@ -73,7 +72,6 @@ std::string device_initialised_since(const ForwardState& state) {
 
 ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
   // Remember what is in place now, then install the forward's state.
-  std::vector<at::Tensor> no_inputs;
   saved_.autocast_cache = at::autocast::is_autocast_cache_enabled();
   for (const auto& a : state.autocast) {
     saved_.autocast.push_back({a.device_type, at::autocast::is_autocast_enabled(a.device_type),
@@ -82,10 +80,9 @@ ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
     at::autocast::set_autocast_dtype(a.device_type, a.dtype);
   }
   at::autocast::set_autocast_cache_enabled(state.autocast_cache);
-  if (state.has_rng) {
-    saved_.has_rng = true;
+  if (state.cpu_rng) {
     saved_.cpu_rng = read_cpu_generator(at::detail::getDefaultCPUGenerator());
-    write_cpu_generator(at::detail::getDefaultCPUGenerator(), state.cpu_rng);
+    write_cpu_generator(at::detail::getDefaultCPUGenerator(), *state.cpu_rng);
     for (const auto& [device, rng] : state.device_rng) {
       auto gen = at::globalContext().defaultGenerator(device);
       saved_.device_rng.emplace_back(device, get_generator_state(gen));
@@ -106,8 +103,8 @@ ForwardStateRestorer::~ForwardStateRestorer() {
   // Casts cached by the recomputation are copies of the weights as they are now; left in the
   // cache, the next forward (after the optimizer's step) would use them.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (!saved_.has_rng) return;
-  write_cpu_generator(at::detail::getDefaultCPUGenerator(), saved_.cpu_rng);
+  if (!saved_.cpu_rng) return;
+  write_cpu_generator(at::detail::getDefaultCPUGenerator(), *saved_.cpu_rng);
   for (const auto& [device, rng] : saved_.device_rng) {
     set_generator_state(at::globalContext().defaultGenerator(device), rng);
   }

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <string>
@@ -22,10 +23,11 @@ struct AutocastState {
 };
 
 struct ForwardState {
-  bool has_rng = false;
-  CpuGeneratorState cpu_rng;  // a plain copy: cheaper than get_state's serialised tensor
+  // A plain copy when RNG state is preserved: cheaper than get_state's serialised tensor. Empty
+  // otherwise (an engine constructed by default would run its seeding for nothing).
+  std::optional<CpuGeneratorState> cpu_rng;
   std::vector<std::pair<c10::Device, at::Tensor>> device_rng;  // devices the inputs live on
-  std::vector<AutocastState> autocast;
+  c10::SmallVector<AutocastState, 2> autocast;  // CPU and at most one device, almost always
   bool autocast_cache = true;
   // CUDA devices with no context yet at the region's entry: their RNG state did not exist to be
   // stashed, so a forward that initialises one cannot be replayed faithfully.
