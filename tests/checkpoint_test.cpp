@@ -336,6 +336,42 @@ TEST_CASE("checkpoint: RNG state is restored so dropout masks match") {
   CHECK_FALSE(rt::bitwise_equal(plain, unpreserved));
 }
 
+TEST_CASE("checkpoint: the generator ends backward where it was, whether or not it held the forward's state") {
+  // The recomputation writes the forward's RNG state only when the generator holds another one,
+  // and writes the state it found back only when it wrote or the recomputation drew.
+  torch::Tensor x = torch::randn({64}, torch::requires_grad());
+  auto drawing = [](const torch::Tensor& t) { return torch::dropout(t.sin(), 0.5, /*train=*/true).cos(); };
+  auto quiet = [](const torch::Tensor& t) { return t.sin().cos(); };
+  auto generator_state = [] { return at::detail::getDefaultCPUGenerator().get_state(); };
+  for (bool draws : {true, false}) {
+    CAPTURE(draws);
+    const auto& body = draws ? std::function<torch::Tensor(const torch::Tensor&)>(drawing) : quiet;
+    torch::manual_seed(11);
+    const at::Tensor at_entry = generator_state();
+    torch::Tensor plain_grad = rt::grads_of([&] { return body(x).sum(); }, {x})[0];
+    SUBCASE("backward finds the forward's state in place") {
+      torch::manual_seed(11);
+      torch::Tensor y = recompose::checkpoint(body, x).sum();
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(at_entry);  // as at the region's entry
+      x.mutable_grad() = torch::Tensor();
+      y.backward();
+      CHECK(torch::equal(generator_state(), at_entry));
+      CHECK(torch::equal(x.grad(), plain_grad));
+    }
+    SUBCASE("backward finds another state") {
+      torch::manual_seed(11);
+      torch::Tensor y = recompose::checkpoint(body, x).sum();
+      torch::manual_seed(12);
+      const at::Tensor before_backward = generator_state();
+      x.mutable_grad() = torch::Tensor();
+      y.backward();
+      CHECK(torch::equal(generator_state(), before_backward));
+      CHECK(torch::equal(x.grad(), plain_grad));
+    }
+  }
+}
+
 TEST_CASE("checkpoint: autocast state of the forward is restored for the recomputation") {
   torch::manual_seed(8);
   torch::Tensor x = torch::randn({4, 8}, torch::requires_grad());

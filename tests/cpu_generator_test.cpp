@@ -80,6 +80,29 @@ TEST_CASE("cpu generator: restoring the engine copy replays the draws get_state/
   }
 }
 
+TEST_CASE("cpu generator: states compare equal exactly when they replay the same draws") {
+  using recompose::detail::same_cpu_generator_state;
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  auto* impl = gen.get<at::CPUGeneratorImpl>();
+  const auto a = read_cpu_generator(gen);
+  CHECK(same_cpu_generator_state(a, read_cpu_generator(gen)));
+  SUBCASE("a draw moves the state") {
+    std::ignore = at::rand({3}, gen);
+    CHECK_FALSE(same_cpu_generator_state(a, read_cpu_generator(gen)));
+  }
+  SUBCASE("a cached normal sample is part of the state") {
+    impl->set_next_double_normal_sample(0.5);
+    CHECK_FALSE(same_cpu_generator_state(a, read_cpu_generator(gen)));
+    impl->set_next_double_normal_sample(std::nullopt);
+    impl->set_next_float_normal_sample(0.5f);
+    CHECK_FALSE(same_cpu_generator_state(a, read_cpu_generator(gen)));
+  }
+  SUBCASE("another seed is another state") {
+    CHECK_FALSE(same_cpu_generator_state(a, read_cpu_generator(at::detail::createCPUGenerator(6))));
+    CHECK(same_cpu_generator_state(a, read_cpu_generator(at::detail::createCPUGenerator(5))));
+  }
+}
+
 TEST_CASE("cpu generator: a generator of another device is refused") {
   at::Generator gen = at::detail::createCPUGenerator(1);
   CHECK_NOTHROW(read_cpu_generator(gen));

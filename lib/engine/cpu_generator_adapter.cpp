@@ -1,6 +1,7 @@
 // Adapter: at::CPUGeneratorImpl's engine and normal-sample accessors (engine/set_engine,
 // next_{float,double}_normal_sample and their setters). Together they are the generator's whole
-// state, the same fields CPUGeneratorImpl::get_state serialises.
+// state, the same fields CPUGeneratorImpl::get_state serialises. Also at::mt19937's layout: its
+// mt19937_data_pod is its only member (checked at compile time), read in place to compare.
 #include "engine/cpu_generator_adapter.h"
 #include "engine/torch_version_guard.h"
 
@@ -14,6 +15,7 @@ normal-sample caches) and ATen/core/PhiloxRNGEngine.h / mt19937 state, then exte
 #include <c10/util/Exception.h>
 
 #include <mutex>
+#include <type_traits>
 
 namespace recompose::detail {
 namespace {
@@ -37,6 +39,18 @@ void write_cpu_generator(at::Generator gen, const CpuGeneratorState& state) {
   impl->set_engine(state.engine);
   impl->set_next_float_normal_sample(state.next_float_normal);
   impl->set_next_double_normal_sample(state.next_double_normal);
+}
+
+bool same_cpu_generator_state(const CpuGeneratorState& a, const CpuGeneratorState& b) {
+  // Field by field, in place: data() would copy ~2.5 KB per side, and comparing the bytes would
+  // read the pod's padding. mt19937_engine is standard-layout with the pod as its only member,
+  // so a pointer to the engine is a pointer to its pod.
+  static_assert(std::is_standard_layout_v<at::mt19937> && sizeof(at::mt19937) == sizeof(at::mt19937_data_pod));
+  const auto& x = *reinterpret_cast<const at::mt19937_data_pod*>(&a.engine);
+  const auto& y = *reinterpret_cast<const at::mt19937_data_pod*>(&b.engine);
+  return x.seed_ == y.seed_ && x.left_ == y.left_ && x.seeded_ == y.seeded_ && x.next_ == y.next_ &&
+         x.state_ == y.state_ && a.next_float_normal == b.next_float_normal &&
+         a.next_double_normal == b.next_double_normal;
 }
 
 }  // namespace recompose::detail

@@ -25,4 +25,7 @@ CpuGeneratorState read_cpu_generator(at::Generator gen);
 // Puts `state` in place in `gen`, a CPU generator, under its mutex.
 void write_cpu_generator(at::Generator gen, const CpuGeneratorState& state);
 
+// True if `a` and `b` are the same state: restoring either replays the same draws.
+bool same_cpu_generator_state(const CpuGeneratorState& a, const CpuGeneratorState& b);
+
 }  // namespace recompose::detail

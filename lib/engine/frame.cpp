@@ -80,13 +80,19 @@ Frame::Recomputation& Frame::recomputation(int64_t graph_task) {
   return recomputations_.back();
 }
 
-std::shared_ptr<Holder> Frame::record_saved(const at::Tensor& tensor) {
+std::size_t Frame::record_saved(const at::Tensor& tensor) {
   std::lock_guard lock(mutex_);
-  auto holder = std::make_shared<Holder>();
-  weak_holders_.push_back(holder);
+  holders_.emplace_back();
   if (check_ != DeterminismCheck::None) metadata_.push_back(TensorMeta::of(tensor));
   sequence_after_last_output_ = is_output_of_newest_node(tensor) ? next_autograd_sequence_nr() : 0;
-  return holder;
+  return holders_.size() - 1;
+}
+
+void Frame::release_saved(std::size_t index) {
+  std::lock_guard lock(mutex_);
+  Holder& holder = holders_[index];
+  holder.alive = false;
+  holder.slots.clear();  // recomputed values no graph will unpack
 }
 
 void Frame::mark_forward_completed() {
@@ -100,7 +106,7 @@ void Frame::mark_forward_completed() {
   }
 }
 
-at::Tensor Frame::unpack(Holder& holder) {
+at::Tensor Frame::unpack(std::size_t index) {
   const int64_t graph_task = current_recompute_key();
   std::lock_guard lock(mutex_);
   if (!recomputation(graph_task).done) {
@@ -108,7 +114,7 @@ at::Tensor Frame::unpack(Holder& holder) {
     recomputation(graph_task).done = true;  // a reference could dangle: nested unpacks may add entries
     check_recomputed_tensors_match(graph_task);
   }
-  Holder::Slot* slot = holder.find(graph_task);
+  Holder::Slot* slot = holders_[index].find(graph_task);
   if (slot == nullptr) {
     fail("internal error: a saved tensor was not recomputed. Please report this with the model that triggers it.");
   }
@@ -156,7 +162,7 @@ void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {
   std::lock_guard lock(mutex_);
   Recomputation& r = recomputation(graph_task);
   const std::size_t index = r.count++;
-  if (index >= weak_holders_.size()) {
+  if (index >= holders_.size()) {
     if (!forward_completed_) {
       // A backward inside the region's forward with early stop off: the forward has not saved
       // everything yet, so counts cannot be compared.
@@ -165,36 +171,33 @@ void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {
     }
     fail("trying to save more tensors during recomputation than during the original forward pass.");
   }
-  if (auto holder = weak_holders_[index].lock()) {
-    holder->put(graph_task, detached);
-  }
-  if (early_stop_ && r.count == weak_holders_.size()) throw StopRecomputation{};
+  if (holders_[index].alive) holders_[index].put(graph_task, detached);
+  if (early_stop_ && r.count == holders_.size()) throw StopRecomputation{};
 }
 
 void Frame::check_recomputed_tensors_match(int64_t graph_task) {
   if (ignore_saved_mismatch_) return;
   const std::size_t recomputed = recomputation(graph_task).count;
-  if (recomputed != weak_holders_.size()) {
+  if (recomputed != holders_.size()) {
     fail("A different number of tensors was saved during the original forward and recomputation.\n"
-         "Number of tensors saved during forward: " + std::to_string(weak_holders_.size()) +
+         "Number of tensors saved during forward: " + std::to_string(holders_.size()) +
          "\nNumber of tensors saved during recomputation: " + std::to_string(recomputed) + ".");
   }
   if (check_ == DeterminismCheck::None) return;
   // Compared first, described only on a mismatch: an ostringstream alone costs more than the check.
   auto mismatch_at = [&](std::size_t i) -> std::optional<TensorMeta> {
-    auto holder = weak_holders_[i].lock();
-    if (!holder) return std::nullopt;
-    const Holder::Slot* slot = holder->find(graph_task);
+    if (!holders_[i].alive) return std::nullopt;
+    const Holder::Slot* slot = holders_[i].find(graph_task);
     if (slot == nullptr || !slot->value.defined()) return std::nullopt;
     TensorMeta now = TensorMeta::of(slot->value);
     if (now == metadata_[i]) return std::nullopt;
     return now;
   };
   std::size_t first = 0;
-  while (first < weak_holders_.size() && !mismatch_at(first)) ++first;
-  if (first == weak_holders_.size()) return;
+  while (first < holders_.size() && !mismatch_at(first)) ++first;
+  if (first == holders_.size()) return;
   std::ostringstream mismatches;
-  for (std::size_t i = first; i < weak_holders_.size(); ++i) {
+  for (std::size_t i = first; i < holders_.size(); ++i) {
     if (auto now = mismatch_at(i)) {
       mismatches << "tensor at position " << i << ":\nsaved metadata: " << metadata_[i].str()
                  << "\nrecomputed metadata: " << now->str() << "\n";

@@ -3,9 +3,10 @@
 // a policy of its own that hands each recomputed tensor back to it) and checks it.
 //
 // Lifetimes (NOTE [ Nestable Checkpoint ], rule 4): each tensor saved in the region's forward is
-// replaced by a Holder owned by autograd's SavedVariable; the frame keeps only weak references.
-// A recomputation stores the recomputed tensor in the holders still alive, keyed by the graph
-// task that asked; unpacking hands it out once and clears it, also with retain_graph.
+// replaced by a Holder of the frame; autograd's SavedVariable owns hooks that keep the frame
+// alive and release their Holder when the SavedVariable goes (release_saved). A recomputation
+// stores the recomputed tensor in the holders still alive, keyed by the graph task that asked;
+// unpacking hands it out once and clears it, also with retain_graph.
 #pragma once
 
 #include "engine/holder.h"
@@ -34,7 +35,10 @@ class Frame : public std::enable_shared_from_this<Frame> {
   Frame(RecomputeFn recompute, bool early_stop, DeterminismCheck check, bool debug);
 
   // Forward side.
-  std::shared_ptr<Holder> record_saved(const at::Tensor& tensor);
+  // Records a tensor saved in the forward; returns the index of its Holder.
+  std::size_t record_saved(const at::Tensor& tensor);
+  // The SavedVariable of Holder `index` is gone: its recomputed values are no longer needed.
+  void release_saved(std::size_t index);
   void set_inputs(SavedRegionInputs inputs) { inputs_ = std::move(inputs); }
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
   const ForwardState& forward_state() const { return forward_state_; }
@@ -51,9 +55,9 @@ class Frame : public std::enable_shared_from_this<Frame> {
   bool debug() const { return debug_; }
   const std::shared_ptr<RegionContexts>& contexts() const { return contexts_; }
 
-  // Backward side: the tensor `holder` stands for, recomputing the region first if this graph
-  // task has not yet done so.
-  at::Tensor unpack(Holder& holder);
+  // Backward side: the tensor Holder `index` stands for, recomputing the region first if this
+  // graph task has not yet done so.
+  at::Tensor unpack(std::size_t index);
 
   // Recomputation side: called for each tensor saved during the recomputation. Throws
   // StopRecomputation when every tensor needed has been recomputed (early stop).
@@ -75,7 +79,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   Recomputation& recomputation(int64_t graph_task);
 
   // Inline capacity for small regions: the frame is one allocation, these add none.
-  c10::SmallVector<std::weak_ptr<Holder>, 4> weak_holders_;
+  c10::SmallVector<Holder, 4> holders_;
   c10::SmallVector<TensorMeta, 4> metadata_;
   c10::SmallVector<Recomputation, 1> recomputations_;
   bool early_stop_;

@@ -1,5 +1,6 @@
-// Holder: what autograd's SavedVariable keeps in place of a tensor saved in a checkpointed
-// region's forward. A recomputation fills it, per graph task; unpacking hands the value out once.
+// Holder: the frame's slot for one tensor saved in a checkpointed region's forward (autograd's
+// SavedVariable keeps only its index, through the region's hooks). A recomputation fills it, per
+// graph task; unpacking hands the value out once.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,6 +18,8 @@ struct Holder {
   };
   // Almost always one backward at a time: the first slot lives inline (no allocation per tensor).
   c10::SmallVector<Slot, 1> slots;
+  // False once the SavedVariable that stood for it is gone: a recomputation no longer fills it.
+  bool alive = true;
 
   Slot* find(int64_t graph_task) {
     for (auto& s : slots) {

@@ -49,24 +49,34 @@ class SeenOnce {
 
 }  // namespace
 
-ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots) {
+// Calls f on `module` and its descendants, parents first (the order of Module::modules(), which
+// also builds every qualified name: a string per module and region).
+template <class F>
+void for_each_module(const std::shared_ptr<torch::nn::Module>& module, const F& f) {
+  f(module);
+  for (const auto& child : module->children()) for_each_module(child, f);
+}
+
+ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
+                                         const std::shared_ptr<torch::nn::Module>& also) {
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   // A module (or buffer) reached twice, through two roots or two parents, is recorded once.
   // Regions are usually small trees: a linear search costs less than a hash set's allocations.
   SeenOnce<const torch::nn::Module*> seen_modules;
   SeenOnce<const c10::TensorImpl*> seen_buffers;
-  for (const auto& root : roots) {
-    if (!root) continue;
-    for (const auto& module : root->modules(/*include_self=*/true)) {
-      if (!seen_modules.insert(module.get())) continue;
-      modes_.emplace_back(module, module->is_training());
-      for (const auto& buffer : module->buffers(/*recurse=*/false)) {
-        if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl())) continue;
-        buffers_.push_back(BufferEntry{buffer, buffer.clone(), buffer._version()});
-      }
+  auto record = [&](const std::shared_ptr<torch::nn::Module>& module) {
+    if (!seen_modules.insert(module.get())) return;
+    modes_.emplace_back(module, module->is_training());
+    for (const auto& buffer : module->buffers(/*recurse=*/false)) {
+      if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl())) continue;
+      buffers_.push_back(BufferEntry{buffer, buffer.clone(), buffer._version()});
     }
+  };
+  for (const auto& root : roots) {
+    if (root) for_each_module(root, record);
   }
+  if (also) for_each_module(also, record);
 }
 
 void ModuleStateSnapshot::forward_done() {

@@ -26,8 +26,10 @@ namespace recompose::detail {
 
 class ModuleStateSnapshot {
  public:
-  // Records the modes and buffers of `roots` and all their descendants (each once).
-  explicit ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots);
+  // Records the modes and buffers of `roots`, of `also` (when not null) and of all their
+  // descendants (each once).
+  explicit ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
+                               const std::shared_ptr<torch::nn::Module>& also = nullptr);
 
   // Drops the copies of the buffers that the forward did not write.
   void forward_done();

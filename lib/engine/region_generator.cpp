@@ -91,10 +91,8 @@ class LifoList {
 std::unique_ptr<ModuleStateSnapshot> snapshot_module_state(const CheckpointOptions& options,
                                                            std::shared_ptr<torch::nn::Module> owner) {
   if (!options.preserve_module_state()) return nullptr;
-  std::vector<std::shared_ptr<torch::nn::Module>> roots = options.state_modules();
-  if (owner) roots.push_back(std::move(owner));
-  if (roots.empty()) return nullptr;
-  auto snapshot = std::make_unique<ModuleStateSnapshot>(roots);
+  if (options.state_modules().empty() && !owner) return nullptr;
+  auto snapshot = std::make_unique<ModuleStateSnapshot>(options.state_modules(), owner);
   return snapshot->empty() ? nullptr : std::move(snapshot);
 }
 

@@ -22,6 +22,17 @@ void set_generator_state(at::Generator gen, const at::Tensor& state) {
   gen.set_state(state);
 }
 
+// The CPU generator's state now, shared with the last region captured on this thread when it is
+// the same: a model whose regions draw no random numbers stashes one copy, not one per region (a
+// frame ~2.5 KB smaller, an allocation and a copy fewer per region). Equal states replay equal
+// draws, so sharing changes nothing a recomputation sees.
+std::shared_ptr<const CpuGeneratorState> share_cpu_generator_state() {
+  thread_local std::shared_ptr<const CpuGeneratorState> last;
+  CpuGeneratorState now = read_cpu_generator(at::detail::getDefaultCPUGenerator());
+  if (!last || !same_cpu_generator_state(*last, now)) last = std::make_shared<const CpuGeneratorState>(now);
+  return last;
+}
+
 c10::SmallVector<c10::DeviceType, 2> autocast_device_types(const std::vector<at::Tensor>& inputs) {
   c10::SmallVector<c10::DeviceType, 2> types{c10::DeviceType::CPU};
   for (const auto& t : inputs) {
@@ -49,7 +60,7 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
       if (!hooks.hasPrimaryContext(i)) state.uninitialised_cuda.push_back(i);
     }
   }
-  state.cpu_rng = read_cpu_generator(at::detail::getDefaultCPUGenerator());
+  state.cpu_rng = share_cpu_generator_state();
   for (const auto& t : inputs) {
     if (!t.defined() || t.device().is_cpu() || t.device().is_meta()) continue;
     const c10::Device device = t.device();
@@ -81,8 +92,14 @@ ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
   }
   at::autocast::set_autocast_cache_enabled(state.autocast_cache);
   if (state.cpu_rng) {
-    saved_.cpu_rng = read_cpu_generator(at::detail::getDefaultCPUGenerator());
-    write_cpu_generator(at::detail::getDefaultCPUGenerator(), *state.cpu_rng);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    saved_cpu_rng_.emplace(read_cpu_generator(gen));
+    // Regions that draw nothing leave the generator where their forwards found it: a compare
+    // instead of two ~2.5 KB writes.
+    if (!same_cpu_generator_state(*saved_cpu_rng_, *state.cpu_rng)) {
+      write_cpu_generator(gen, *state.cpu_rng);
+      cpu_rng_written_ = true;
+    }
     for (const auto& [device, rng] : state.device_rng) {
       auto gen = at::globalContext().defaultGenerator(device);
       saved_.device_rng.emplace_back(device, get_generator_state(gen));
@@ -103,8 +120,11 @@ ForwardStateRestorer::~ForwardStateRestorer() {
   // Casts cached by the recomputation are copies of the weights as they are now; left in the
   // cache, the next forward (after the optimizer's step) would use them.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (!saved_.cpu_rng) return;
-  write_cpu_generator(at::detail::getDefaultCPUGenerator(), *saved_.cpu_rng);
+  if (!saved_cpu_rng_) return;
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  if (cpu_rng_written_ || !same_cpu_generator_state(read_cpu_generator(gen), *saved_cpu_rng_)) {
+    write_cpu_generator(gen, *saved_cpu_rng_);
+  }
   for (const auto& [device, rng] : saved_.device_rng) {
     set_generator_state(at::globalContext().defaultGenerator(device), rng);
   }
