@@ -43,11 +43,13 @@ thread_local const torch::nn::Module* tl_body_call = nullptr;
 
 struct Suppressed {
   const torch::nn::Module* module;
-  std::string owner;
+  // A view: an OwnerSuppression lives inside StoredCall::invoke, whose caller keeps the owner's
+  // string alive for the whole call (a copy would allocate at every recomputation).
+  std::string_view owner;
 };
 thread_local std::vector<Suppressed> tl_suppressed;
 
-std::string suppressed_owner_for(const torch::nn::Module& module) {
+std::string_view suppressed_owner_for(const torch::nn::Module& module) {
   // Innermost suppression wins: a re-invocation inside a re-invocation names its own owner.
   for (auto it = tl_suppressed.rbegin(); it != tl_suppressed.rend(); ++it) {
     if (it->module == &module) return it->owner;
@@ -122,16 +124,18 @@ std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module) {
     post = entry->post;
   }
   if (pre->empty() && post->empty()) return nullptr;
+  // A re-invocation with every hook of this module suppressed (a recomputation) needs no plan.
+  const std::string_view suppressed = suppressed_owner_for(module);
+  if (!suppressed.empty()) {
+    auto any_live = [&](const HookList& l) {
+      return std::any_of(l.begin(), l.end(), [&](const auto& h) { return !is_suppressed(*h, suppressed); });
+    };
+    if (!any_live(*pre) && !any_live(*post)) return nullptr;
+  }
   auto plan = std::make_shared<HookPlan>();
   plan->pre = std::move(pre);
   plan->post = std::move(post);
-  plan->suppressed = suppressed_owner_for(module);
-  if (!plan->suppressed.empty()) {
-    auto any_live = [&](const HookList& l) {
-      return std::any_of(l.begin(), l.end(), [&](const auto& h) { return !is_suppressed(*h, plan->suppressed); });
-    };
-    if (!any_live(*plan->pre) && !any_live(*plan->post)) return nullptr;
-  }
+  plan->suppressed = std::string(suppressed);
   return plan;
 }
 
@@ -141,7 +145,7 @@ void clear_body_call(const torch::nn::Module& module) {
 }
 
 OwnerSuppression::OwnerSuppression(const torch::nn::Module& module, std::string_view owner) {
-  tl_suppressed.push_back({&module, std::string(owner)});
+  tl_suppressed.push_back({&module, owner});
 }
 OwnerSuppression::~OwnerSuppression() { tl_suppressed.pop_back(); }
 

@@ -14,6 +14,7 @@ normal-sample caches) and ATen/core/PhiloxRNGEngine.h / mt19937 state, then exte
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
+#include <cstring>
 #include <mutex>
 #include <type_traits>
 
@@ -48,9 +49,11 @@ bool same_cpu_generator_state(const CpuGeneratorState& a, const CpuGeneratorStat
   static_assert(std::is_standard_layout_v<at::mt19937> && sizeof(at::mt19937) == sizeof(at::mt19937_data_pod));
   const auto& x = *reinterpret_cast<const at::mt19937_data_pod*>(&a.engine);
   const auto& y = *reinterpret_cast<const at::mt19937_data_pod*>(&b.engine);
+  // The words of the state array have no padding between them: one memcmp (std::array's ==
+  // compares word by word).
   return x.seed_ == y.seed_ && x.left_ == y.left_ && x.seeded_ == y.seeded_ && x.next_ == y.next_ &&
-         x.state_ == y.state_ && a.next_float_normal == b.next_float_normal &&
-         a.next_double_normal == b.next_double_normal;
+         std::memcmp(x.state_.data(), y.state_.data(), sizeof(x.state_)) == 0 &&
+         a.next_float_normal == b.next_float_normal && a.next_double_normal == b.next_double_normal;
 }
 
 }  // namespace recompose::detail

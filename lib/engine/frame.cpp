@@ -147,7 +147,7 @@ void Frame::recompute(int64_t graph_task) {
   SavedTensorPolicyScope scope(policy);
   at::AutoGradMode grad_on(true);
   ForwardStateRestorer restore(forward_state_);
-  ModuleStateSnapshot::RecomputeScope module_state(module_state_.get());
+  ModuleStateSnapshot::RecomputeScope module_modes_and_buffers(module_state());
   DepthGuard depth(CheckpointDepth::recompute());
   std::shared_ptr<void> context = contexts_ ? contexts_->enter_recompute() : nullptr;
   std::optional<OpTrace> trace;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,8 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
   const ForwardState& forward_state() const { return forward_state_; }
   void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
-  void set_module_state(std::unique_ptr<ModuleStateSnapshot> state) { module_state_ = std::move(state); }
-  ModuleStateSnapshot* module_state() const { return module_state_.get(); }
+  void set_module_state(std::optional<ModuleStateSnapshot> state) { module_state_ = std::move(state); }
+  ModuleStateSnapshot* module_state() { return module_state_ ? &*module_state_ : nullptr; }
   // The body returned. If it ended with the op whose output it saved last, the recomputation
   // runs to its end: early stop would skip nothing and only pay for unwinding.
   void mark_forward_completed();
@@ -93,7 +94,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   ForwardState forward_state_;
   std::string rng_problem_;
   std::shared_ptr<RegionContexts> contexts_;
-  std::unique_ptr<ModuleStateSnapshot> module_state_;
+  std::optional<ModuleStateSnapshot> module_state_;  // in place: no allocation of its own
   // Debug mode only (allocated by the constructor when debug is on).
   std::shared_ptr<std::vector<std::string>> forward_ops_;
   std::shared_ptr<std::vector<std::string>> recompute_ops_;

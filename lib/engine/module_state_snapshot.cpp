@@ -17,7 +17,8 @@ namespace {
 
 // Sets each module's own mode, parents first: train(bool) recurses, so a child's mode is set
 // after its parent's.
-void set_modes(const std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>>& modes) {
+template <class Modes>
+void set_modes(const Modes& modes) {
   for (const auto& [module, training] : modes) {
     if (module->is_training() != training) module->train(training);
   }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <memory>
@@ -60,7 +61,8 @@ class ModuleStateSnapshot {
     int64_t version;
   };
   // Pre-order (parents before children), so that train(bool), which recurses, can be replayed.
-  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
+  // Inline for small regions: the snapshot lives in the frame and then allocates nothing.
+  c10::SmallVector<std::pair<std::shared_ptr<torch::nn::Module>, bool>, 4> modes_;
   std::vector<BufferEntry> buffers_;
 };
 

@@ -56,7 +56,8 @@ std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module);
 // Marks the next entry into `module`'s forward on this thread as the body call.
 void mark_body_call(const torch::nn::Module& module);
 void clear_body_call(const torch::nn::Module& module);
-// Keeps `owner`'s hooks on `module` off on this thread while alive.
+// Keeps `owner`'s hooks on `module` off on this thread while alive. Keeps a view of `owner`:
+// its string must outlive the suppression.
 class OwnerSuppression {
  public:
   OwnerSuppression(const torch::nn::Module& module, std::string_view owner);
@@ -93,11 +94,14 @@ std::vector<at::Tensor> output_leaves_of(const R& out) {
 template <class Fn, class... Vs>
 class TypedStoredCall final : public StoredCall {
  public:
+  // `probe`: the leaves of `args`, flattened (undefined ones when the tensors are not kept).
   TypedStoredCall(std::shared_ptr<torch::nn::Module> module, Fn fn, std::tuple<Vs...> args,
-                  bool has_tensors)
-      : module_(std::move(module)), fn_(std::move(fn)), args_(std::move(args)), has_tensors_(has_tensors) {
-    std::apply([&](const Vs&... a) { (ArgTraits<Vs>::flatten(a, probe_), ...); }, args_);
-  }
+                  bool has_tensors, std::vector<at::Tensor> probe)
+      : module_(std::move(module)),
+        fn_(std::move(fn)),
+        args_(std::move(args)),
+        has_tensors_(has_tensors),
+        probe_(std::move(probe)) {}
 
   std::vector<at::Tensor> invoke(const std::vector<at::Tensor>& leaves,
                                  std::string_view suppressed_owner) const override {
@@ -154,15 +158,19 @@ class TypedCallArguments final : public CallArguments {
   }
 
   std::shared_ptr<StoredCall> store(bool keep_tensors) const override {
-    std::tuple<Vs...> copy = std::apply([](const Vs&... a) { return std::tuple<Vs...>{a...}; }, args_);
-    if (!keep_tensors) {
-      // Same structure, undefined tensors: holds no memory.
-      const std::vector<at::Tensor> blanks(leaves().size());
-      LeafCursor cursor(blanks);
-      copy = std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; },
-                        args_);
+    std::vector<at::Tensor> probe = leaves();
+    if (keep_tensors) {
+      std::tuple<Vs...> copy = std::apply([](const Vs&... a) { return std::tuple<Vs...>{a...}; }, args_);
+      return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(copy), true,
+                                                          std::move(probe));
     }
-    return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(copy), keep_tensors);
+    // Same structure, undefined tensors: holds no memory.
+    for (auto& t : probe) t = at::Tensor();
+    LeafCursor cursor(probe);
+    std::tuple<Vs...> blank =
+        std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; }, args_);
+    return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(blank), false,
+                                                        std::move(probe));
   }
 
  private:
