@@ -345,29 +345,26 @@ TEST_CASE("checkpoint: the generator ends backward where it was, whether or not 
   auto generator_state = [] { return at::detail::getDefaultCPUGenerator().get_state(); };
   for (bool draws : {true, false}) {
     CAPTURE(draws);
-    const auto& body = draws ? std::function<torch::Tensor(const torch::Tensor&)>(drawing) : quiet;
+    using Fn = std::function<torch::Tensor(const torch::Tensor&)>;
+    const Fn body = draws ? Fn(drawing) : Fn(quiet);
     torch::manual_seed(11);
     const at::Tensor at_entry = generator_state();
     torch::Tensor plain_grad = rt::grads_of([&] { return body(x).sum(); }, {x})[0];
-    SUBCASE("backward finds the forward's state in place") {
+    // The region's forward from `at_entry`, then backward with the generator at `at_backward`.
+    auto check_backward_from = [&](const at::Tensor& at_backward) {
       torch::manual_seed(11);
       torch::Tensor y = recompose::checkpoint(body, x).sum();
       at::Generator gen = at::detail::getDefaultCPUGenerator();
-      gen.set_state(at_entry);  // as at the region's entry
+      gen.set_state(at_backward);
       x.mutable_grad() = torch::Tensor();
       y.backward();
-      CHECK(torch::equal(generator_state(), at_entry));
+      CHECK(torch::equal(generator_state(), at_backward));
       CHECK(torch::equal(x.grad(), plain_grad));
-    }
+    };
+    SUBCASE("backward finds the forward's state in place") { check_backward_from(at_entry); }
     SUBCASE("backward finds another state") {
-      torch::manual_seed(11);
-      torch::Tensor y = recompose::checkpoint(body, x).sum();
       torch::manual_seed(12);
-      const at::Tensor before_backward = generator_state();
-      x.mutable_grad() = torch::Tensor();
-      y.backward();
-      CHECK(torch::equal(generator_state(), before_backward));
-      CHECK(torch::equal(x.grad(), plain_grad));
+      check_backward_from(generator_state());
     }
   }
 }
