@@ -48,8 +48,6 @@ class SeenOnce {
   std::unordered_set<T> hashed_;
 };
 
-}  // namespace
-
 // Calls f on `module` and its descendants, parents first (the order of Module::modules(), which
 // also builds every qualified name: a string per module and region).
 template <class F>
@@ -57,6 +55,8 @@ void for_each_module(const std::shared_ptr<torch::nn::Module>& module, const F& 
   f(module);
   for (const auto& child : module->children()) for_each_module(child, f);
 }
+
+}  // namespace
 
 ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
                                          const std::shared_ptr<torch::nn::Module>& also) {
