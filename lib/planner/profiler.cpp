@@ -125,8 +125,8 @@ struct Recorder {
   }
 
   CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op) {
-    const auto now = timeline.mark();
     if (frames.empty()) return CheckpointPolicy::MUST_SAVE;
+    const auto now = timeline.mark();
     const size_t m = frames.back().module;
     auto key = std::make_pair(overload_name(op), ctx.call_index);
     auto [it, fresh] = op_index[m].try_emplace(key, modules[m].ops.size());
