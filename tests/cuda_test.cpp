@@ -515,4 +515,73 @@ TEST_CASE("cuda selective: transformer_policy on checkpointed CUDA blocks gives 
 }
 #endif  // RECOMPOSE_TEST_NO_SELECTIVE
 
+#ifndef RECOMPOSE_TEST_NO_PLANNER
+// Three dropout blocks under a root, as the planner profiles them.
+struct PlannedNetImpl : torch::nn::Module {
+  PlannedNetImpl() {
+    list = register_module("blocks", torch::nn::ModuleList());
+    for (int i = 0; i < 3; ++i) {
+      blocks.emplace_back(256);
+      list->push_back(blocks.back());
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : blocks) x = b(x);
+    return x;
+  }
+  torch::nn::ModuleList list{nullptr};
+  std::vector<DropoutBlock> blocks;
+};
+TORCH_MODULE(PlannedNet);
+
+TEST_CASE("cuda planner: the profile times the device's work from events; a plan gives the plain gradients") {
+  DeterministicCuda deterministic;
+  auto make = [] {
+    torch::manual_seed(21);
+    PlannedNet net;
+    net->to(kCuda);
+    return net;
+  };
+  auto x = torch::randn({512, 256}, torch::TensorOptions().device(kCuda));
+  auto loss_of = [&](PlannedNet& net) { return net(x).square().mean(); };
+  auto grads = [&](PlannedNet& net) {
+    torch::manual_seed(22);
+    return rt::grads_of([&] { return loss_of(net); }, net->parameters());
+  };
+  auto plain_net = make();
+  const auto plain = grads(plain_net);
+
+  auto net = make();
+  const auto generator_before = cuda_generator_state();
+  const auto profile = recompose::profile_memory(*net, [&] { loss_of(net).backward(); });
+  // Profiling draws nothing from the generator and leaves no hook behind.
+  CHECK(torch::equal(generator_before, cuda_generator_state()));
+  net->zero_grad();
+  CHECK(profile.device == "cuda:0");
+  CHECK(profile.copy_bandwidth > 1e8);  // bytes/s: any PCIe or NVLink link does more
+  CHECK(profile.step_seconds > 0);
+  REQUIRE(profile.modules.size() == 3);
+  for (const auto& m : profile.modules) {
+    CHECK(m.forward_seconds > 0);
+    CHECK(m.selective_forward_seconds > 0);
+    CHECK(m.replay_seconds > 0);
+    // Seconds, not milliseconds: a block is a small part of the step.
+    CHECK(m.forward_seconds < profile.step_seconds);
+    // The ops' spans lie inside their module's span and do not overlap.
+    double ops = 0;
+    for (const auto& o : m.ops) {
+      CHECK(o.seconds >= 0);
+      ops += o.seconds;
+    }
+    CHECK(ops <= m.selective_forward_seconds * 1.0001 + 1e-7);
+    CHECK(!m.ops.empty());
+  }
+
+  const auto plan = recompose::solve_plan(profile, recompose::Budget::fraction(0.5));
+  CHECK(plan.bytes <= plan.budget_bytes);
+  recompose::apply_plan(*net, plan);
+  CHECK(rt::bitwise_equal(plain, grads(net)));
+}
+#endif  // RECOMPOSE_TEST_NO_PLANNER
+
 }  // TEST_SUITE

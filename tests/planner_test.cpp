@@ -131,6 +131,11 @@ TEST_CASE("planner: the profile names each block, its ops, what it saves and wha
       random = random || o.random;
       CHECK(o.output_bytes >= 0);
     }
+    // Each op's time is a span inside its module's intercepted forward; spans do not overlap.
+    double op_seconds = 0;
+    for (const auto& o : m.ops) op_seconds += o.seconds;
+    CHECK(op_seconds <= m.selective_forward_seconds);
+    CHECK(m.forward_seconds < p.step_seconds);
     CHECK(names.count("aten::addmm.default") + names.count("aten::mm.default") > 0);
     CHECK(names.count("aten::bmm.default") > 0);
     CHECK(mutated_gelu);

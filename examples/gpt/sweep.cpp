@@ -40,6 +40,14 @@ struct Entry {
     return m;
   }
   int64_t swapped() const { return steps.empty() ? 0 : steps.back().bytes_swapped; }
+  // Peak memory of a step above what it starts with (weights, optimizer state, batch): on a
+  // device, what the activations, gradients and temporaries really take, the caching
+  // allocator's figure.
+  int64_t step_peak() const {
+    int64_t m = 0;
+    for (const auto& r : steps) m = std::max(m, r.peak_memory - r.resting_memory);
+    return m;
+  }
 };
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -100,12 +108,13 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   const double tolerance = loss_tolerance(options.bf16);
   std::ofstream csv(out / "sweep.csv");
   csv << "kind,name,budget_bytes,budget_fraction,estimated_bytes,estimated_step_ms,held_bytes,swapped_bytes,"
-         "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss\n";
+         "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss,step_peak_bytes,"
+         "step_peak_x\n";
   std::printf("\n%lld steps per run, interleaved; step time: median without the first step; x: against none\n",
               static_cast<long long>(options.steps));
-  std::printf("| run             | budget    | est. held | held      | %s | step ms | time x | best fixed fitting    | vs best |\n",
+  std::printf("| run             | budget    | est. held | held      | %s | step peak   | peak x | step ms | time x | best fixed fitting    | vs best |\n",
               cpu ? "held+swap" : "swapped  ");
-  std::printf("|-----------------|-----------|-----------|-----------|-----------|---------|--------|-----------------------|---------|\n");
+  std::printf("|-----------------|-----------|-----------|-----------|-----------|-------------|--------|---------|--------|-----------------------|---------|\n");
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     const double t = e.step_seconds();
@@ -127,15 +136,18 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
       best_x = best_t / t_none;
       if (static_cast<double>(e.held()) > 1.05 * static_cast<double>(e.plan->budget_bytes)) ok = false;
     }
-    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f | %6.3f | %-21s | %7s |\n", e.name.c_str(), budget,
-                est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()), t * 1e3, t / t_none,
+    const double peak_x = static_cast<double>(e.step_peak()) / static_cast<double>(std::max<int64_t>(1, none.step_peak()));
+    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f MiB | %6.3f | %7.1f | %6.3f | %-21s | %7s |\n",
+                e.name.c_str(), budget, est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()), mib(e.step_peak()),
+                peak_x, t * 1e3, t / t_none,
                 best == "-" ? "-" : (best + " " + std::to_string(best_x).substr(0, 5)).c_str(),
                 std::isfinite(best_x) ? std::to_string(t / t_none / best_x).substr(0, 5).c_str() : "-");
     csv << (e.planned ? "planned" : "fixed") << ',' << e.name << ',' << (e.planned ? e.plan->budget_bytes : 0) << ','
         << e.fraction << ',' << (e.planned ? e.plan->bytes : 0) << ',' << (e.planned ? e.plan->step_seconds * 1e3 : 0)
         << ',' << e.held() << ',' << e.swapped() << ',' << effective(e) << ',' << t * 1e3 << ',' << t / t_none << ','
         << static_cast<double>(effective(e)) / static_cast<double>(effective(none)) << ',' << best << ','
-        << (std::isfinite(best_x) ? best_x : 0) << ',' << e.steps.back().loss << '\n';
+        << (std::isfinite(best_x) ? best_x : 0) << ',' << e.steps.back().loss << ',' << e.step_peak() << ','
+        << peak_x << '\n';
   }
   csv.close();
 

@@ -47,6 +47,8 @@ struct OpProfile {
 };
 
 // One checkpointable module (a module whose forward carries RECOMPOSE_FORWARD).
+// Times: on CPU host time; on a device the device's time between events recorded on the
+// current stream (no synchronisation per op, so the profiled step runs as a step runs).
 struct ModuleProfile {
   std::string name;   // path from the profiled root ("blocks.0"); "" for the root itself
   std::string type;   // torch::nn::Module::name() of the module
@@ -64,8 +66,8 @@ struct MemoryProfile {
   int64_t bytes_held = 0;   // peak bytes held for backward without checkpointing (SavedTensorMeter)
   int64_t other_bytes = 0;  // of those, what no profiled module holds (embeddings, head, loss)
   double step_seconds = 0;  // one step without checkpointing
-  // Device <-> host copy bandwidth in bytes/s (the slower direction), measured once with pinned
-  // memory; 0 on CPU, where offloading frees nothing.
+  // Device <-> host copy bandwidth in bytes/s (the slower direction), measured with 16 MiB of
+  // pinned memory, best of three copies each way; 0 on CPU, where offloading frees nothing.
   double copy_bandwidth = 0;
   double profile_seconds = 0;  // what profile_memory took, both runs included
   std::vector<ModuleProfile> modules;

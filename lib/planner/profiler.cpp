@@ -1,5 +1,6 @@
 // profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h).
 #include "planner_targets.h"
+#include "step_timeline.h"
 
 #include <recompose/apply_checkpoint.h>
 #include <recompose/checkpoint_error.h>
@@ -15,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <map>
 #include <set>
@@ -27,15 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Host clocks time a device only after its queued work is done.
-struct DeviceClock {
-  bool cuda = false;
-  Clock::time_point now() const {
-    if (cuda) torch::cuda::synchronize();
-    return Clock::now();
-  }
-};
 
 std::string overload_name(const c10::OperatorHandle& op) {
   const auto& name = op.schema().operator_name();
@@ -74,7 +67,7 @@ int64_t storage_bytes(c10::ArrayRef<c10::IValue> values, bool skip_grad_leaves) 
 
 struct Frame {
   size_t module;
-  Clock::time_point start;
+  detail::StepTimeline::Mark start;
   int64_t bytes_at_start = 0;
   bool recomputing = false;
 };
@@ -87,14 +80,16 @@ struct Watched {  // a kept output, to see whether the forward later writes into
 
 // What the hooks and the logging policy of both runs record into.
 struct Recorder {
-  DeviceClock clock;
+  detail::StepTimeline timeline;
   int run = 1;
   const SavedTensorMeter* meter = nullptr;
   std::vector<Frame> frames;
-  Clock::time_point last;  // end of the previous thing timed in a module's forward
+  detail::StepTimeline::Mark last = 0;  // end of the previous thing timed in a module's forward
   std::vector<ModuleProfile> modules;
   std::vector<std::map<std::pair<std::string, int64_t>, size_t>> op_index;
   std::vector<Watched> watched;
+
+  explicit Recorder(const c10::Device& device) : timeline(device) {}
 
   void enter(size_t m, const hooks::ForwardCall& call) {
     Frame f{m, {}, 0, is_recomputing()};
@@ -106,22 +101,22 @@ struct Recorder {
       f.bytes_at_start = meter->bytes_held();
     }
     frames.push_back(f);
-    frames.back().start = last = clock.now();
+    frames.back().start = last = timeline.mark();
   }
 
   void leave(size_t m) {
     if (frames.empty() || frames.back().module != m) return;  // unbalanced: a hook was added mid-call
     const Frame f = frames.back();
     frames.pop_back();
-    const double dt = std::chrono::duration<double>(clock.now() - f.start).count();
+    const auto end = timeline.mark();
     ModuleProfile& p = modules[m];
     if (run == 1) {
-      p.forward_seconds += dt;
+      timeline.add(f.start, end, [this, m]() -> double& { return modules[m].forward_seconds; });
       p.saved_bytes += meter->bytes_held() - f.bytes_at_start;
     } else if (f.recomputing) {
-      p.replay_seconds += dt;
+      timeline.add(f.start, end, [this, m]() -> double& { return modules[m].replay_seconds; });
     } else {
-      p.selective_forward_seconds += dt;
+      timeline.add(f.start, end, [this, m]() -> double& { return modules[m].selective_forward_seconds; });
       for (const Watched& w : watched) {
         if (w.module == m && w.tensor._version() != w.version) p.ops[w.op].mutated = true;
       }
@@ -130,8 +125,8 @@ struct Recorder {
   }
 
   CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op) {
-    const auto now = clock.now();
     if (frames.empty()) return CheckpointPolicy::MUST_SAVE;
+    const auto now = timeline.mark();
     const size_t m = frames.back().module;
     auto key = std::make_pair(overload_name(op), ctx.call_index);
     auto [it, fresh] = op_index[m].try_emplace(key, modules[m].ops.size());
@@ -145,7 +140,8 @@ struct Recorder {
       modules[m].ops.push_back(std::move(o));
     }
     OpProfile& o = modules[m].ops[it->second];
-    o.seconds += std::chrono::duration<double>(now - last).count();
+    const size_t index = it->second;
+    timeline.add(last, now, [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
     o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
     for (const auto& v : ctx.outputs) {
       if (v.isTensor() && v.toTensor().defined()) {
@@ -153,7 +149,7 @@ struct Recorder {
         watched.push_back({m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
       }
     }
-    last = Clock::now();  // the policy's own bookkeeping is not the op's time
+    last = timeline.mark();  // the policy's own bookkeeping is not the op's time
     return CheckpointPolicy::MUST_SAVE;
   }
 };
@@ -186,20 +182,27 @@ struct Instrumentation {
   }
 };
 
+// 16 MiB each way, best of three: long enough that a copy's launch is noise at ~50 GB/s, short
+// enough that allocating the pinned buffer (a first cudaHostAlloc) and the copies cost a few ms
+// of the profile rather than tens.
 double measure_copy_bandwidth(const torch::Device& device) {
-  const int64_t n = int64_t{64} << 20;
+  const int64_t n = int64_t{16} << 20;
   auto on_device = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
   auto host = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
   host.copy_(on_device);  // warm-up
-  torch::cuda::synchronize();
-  auto t0 = Clock::now();
-  host.copy_(on_device, /*non_blocking=*/true);
-  torch::cuda::synchronize();
-  const double d2h = seconds_since(t0);
-  t0 = Clock::now();
-  on_device.copy_(host, /*non_blocking=*/true);
-  torch::cuda::synchronize();
-  const double h2d = seconds_since(t0);
+  auto best = [&](auto copy) {
+    double fastest = INFINITY;
+    for (int i = 0; i < 3; ++i) {
+      torch::cuda::synchronize();
+      const auto t0 = Clock::now();
+      copy();
+      torch::cuda::synchronize();
+      fastest = std::min(fastest, seconds_since(t0));
+    }
+    return fastest;
+  };
+  const double d2h = best([&] { host.copy_(on_device, /*non_blocking=*/true); });
+  const double h2d = best([&] { on_device.copy_(host, /*non_blocking=*/true); });
   return static_cast<double>(n) / std::max({d2h, h2d, 1e-9});
 }
 
@@ -224,8 +227,7 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     break;
   }
 
-  auto rec = std::make_shared<Recorder>();
-  rec->clock.cuda = device.is_cuda();
+  auto rec = std::make_shared<Recorder>(device);
   rec->modules.resize(targets.size());
   rec->op_index.resize(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -258,9 +260,10 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     {
       SavedTensorMeter meter;
       rec->meter = &meter;
-      const auto t0 = rec->clock.now();
+      const auto t0 = rec->timeline.mark();
       step();
-      profile.step_seconds = std::chrono::duration<double>(rec->clock.now() - t0).count();
+      rec->timeline.add(t0, rec->timeline.mark(), [&profile]() -> double& { return profile.step_seconds; });
+      rec->timeline.resolve();
       profile.bytes_held = meter.peak_bytes_held();
       rec->meter = nullptr;
     }
@@ -291,6 +294,7 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     }
     attach_timing_hooks();
     step();
+    rec->timeline.resolve();
     restore_generators();
     rec->watched.clear();
   }
