@@ -5,6 +5,7 @@
 // has too. Where no CUDA device is available at run time the suite is skipped visibly: doctest
 // counts its cases under "skipped" in its summary (scripts/test.sh's totals line shows them),
 // and the program says why when it starts.
+#include "support/deterministic_cuda.h"
 #include "support/grad_check.h"
 
 #include <recompose/recompose.h>
@@ -45,24 +46,7 @@ bool has_cuda() {
 
 const c10::Device kCuda(c10::kCUDA, 0);
 
-// Bitwise comparisons need deterministic kernels. cuBLAS is deterministic only with a fixed
-// workspace configuration, which must be in the environment before its first handle is made;
-// with it set, deterministic algorithms do not reject matrix products.
-class DeterministicCuda {
- public:
-  DeterministicCuda()
-      : was_(at::globalContext().deterministicAlgorithms()),
-        warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
-    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  }
-  ~DeterministicCuda() { at::globalContext().setDeterministicAlgorithms(was_, warn_only_); }
-  DeterministicCuda(const DeterministicCuda&) = delete;
-  DeterministicCuda& operator=(const DeterministicCuda&) = delete;
-
- private:
-  bool was_, warn_only_;
-};
+using rt::DeterministicCuda;
 
 std::shared_ptr<recompose::SwapManager> test_manager(int64_t prefetch_groups = 1) {
   return recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
