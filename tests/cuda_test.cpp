@@ -5,6 +5,7 @@
 // has too. Where no CUDA device is available at run time the suite is skipped visibly: doctest
 // counts its cases under "skipped" in its summary (scripts/test.sh's totals line shows them),
 // and the program says why when it starts.
+#include "support/deterministic_cuda.h"
 #include "support/grad_check.h"
 
 #include <recompose/recompose.h>
@@ -26,6 +27,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -45,24 +47,7 @@ bool has_cuda() {
 
 const c10::Device kCuda(c10::kCUDA, 0);
 
-// Bitwise comparisons need deterministic kernels. cuBLAS is deterministic only with a fixed
-// workspace configuration, which must be in the environment before its first handle is made;
-// with it set, deterministic algorithms do not reject matrix products.
-class DeterministicCuda {
- public:
-  DeterministicCuda()
-      : was_(at::globalContext().deterministicAlgorithms()),
-        warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
-    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  }
-  ~DeterministicCuda() { at::globalContext().setDeterministicAlgorithms(was_, warn_only_); }
-  DeterministicCuda(const DeterministicCuda&) = delete;
-  DeterministicCuda& operator=(const DeterministicCuda&) = delete;
-
- private:
-  bool was_, warn_only_;
-};
+using rt::DeterministicCuda;
 
 std::shared_ptr<recompose::SwapManager> test_manager(int64_t prefetch_groups = 1) {
   return recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
@@ -514,6 +499,37 @@ TEST_CASE("cuda selective: transformer_policy on checkpointed CUDA blocks gives 
   CHECK(rt::bitwise_equal(plain, grads(blocks)));
 }
 #endif  // RECOMPOSE_TEST_NO_SELECTIVE
+
+TEST_CASE("cuda GraphExecGroup: backward calls on the CUDA device thread share one recomputation") {
+  DeterministicCuda deterministic;
+  // Two heads whose backward needs disjoint saved tensors (sin saves x * 2, cos saves x * 3).
+  auto runs = std::make_shared<int>(0);
+  auto heads = [runs](const torch::Tensor& x) {
+    ++*runs;
+    return std::make_tuple((x * 2).sin(), (x * 3).cos());
+  };
+  auto x = torch::randn({64}, torch::TensorOptions().device(kCuda).requires_grad(true));
+  auto [pa, pb] = heads(x);
+  pa.sum().backward();
+  pb.sum().backward();
+  const auto expected = x.grad().clone();
+  for (bool grouped : {false, true}) {
+    CAPTURE(grouped);
+    x.mutable_grad() = torch::Tensor();
+    *runs = 0;
+    auto [a, b] = recompose::checkpoint(heads, x);
+    {
+      std::optional<recompose::GraphExecGroup> group;
+      if (grouped) group.emplace();
+      // CUDA backward unpacks on the device's autograd thread: the group is found there through
+      // the graph task.
+      a.sum().backward();
+      b.sum().backward();
+    }
+    CHECK(*runs == (grouped ? 2 : 3));
+    CHECK(torch::equal(x.grad(), expected));
+  }
+}
 
 #ifndef RECOMPOSE_TEST_NO_PLANNER
 // Three dropout blocks under a root, as the planner profiles them.

@@ -1,7 +1,9 @@
 // Randomized differential test: seeded random models (tests/support/random_model.h), each trained
 // for a few steps twice, once plain and once with recompose applied (a random checkpointing
 // choice per region). Oracle: loss, every gradient, every parameter after the optimizer step,
-// every buffer and the CPU generator's state bitwise equal after every step; no exception.
+// every buffer and the CPU generator's state (and the CUDA generator's, on CUDA) bitwise equal
+// after every step; no exception. The same cases run on the CPU and, where a CUDA device is, on
+// CUDA with deterministic algorithms.
 //
 // Environment:
 //   RECOMPOSE_DIFF_CASES=N         number of cases (default 500: the CI share)
@@ -16,6 +18,8 @@
 //                                  off alone and report which switches make it pass (default on
 //                                  with RECOMPOSE_DIFF_ONLY)
 //   RECOMPOSE_DIFF_PRINT=N         print at most N failing cases in full (default 40)
+//   RECOMPOSE_DIFF_CUDA_CASES=N    cases of the CUDA run (default 300; it runs where a CUDA device
+//                                  is, with deterministic algorithms, and is skipped visibly elsewhere)
 // scripts/differential.sh runs 10,000 cases.
 //
 // "-known" switches off the features that hit the bugs known when this test was written, so that
@@ -29,6 +33,7 @@
 // Models never modify a block's input or a block's output in place (a kept output modified in
 // place after its region is a documented CheckpointError), and retain_graph cases use no
 // selective regions (a second backward over one is "backward an extra time" by design).
+#include "support/deterministic_cuda.h"
 #include "support/random_model.h"
 
 #include <recompose/recompose.h>
@@ -36,6 +41,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <doctest/doctest.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -62,29 +68,33 @@ std::string env_str(const char* name) {
   return v ? v : "";
 }
 
-// An autocast scope as torch.autocast(device_type="cpu", dtype=torch.bfloat16) has: the cast
-// cache is cleared when the outermost scope exits.
+// The device the cases run on: the CPU, or CUDA in the CUDA run.
+c10::Device g_device(c10::kCPU);
+
+// An autocast scope as torch.autocast(device_type=<the cases' device>, dtype=torch.bfloat16) has:
+// the cast cache is cleared when the outermost scope exits.
 class AutocastScope {
  public:
-  explicit AutocastScope(bool on) : on_(on) {
+  explicit AutocastScope(bool on) : on_(on), type_(g_device.type()) {
     if (!on_) return;
-    prev_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
-    prev_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    prev_enabled_ = at::autocast::is_autocast_enabled(type_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
     if (!on_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCPU, prev_enabled_);
-    at::autocast::set_autocast_dtype(at::kCPU, prev_dtype_);
+    at::autocast::set_autocast_enabled(type_, prev_enabled_);
+    at::autocast::set_autocast_dtype(type_, prev_dtype_);
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
   bool on_;
+  c10::DeviceType type_;
   bool prev_enabled_ = false;
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
@@ -111,6 +121,7 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
     auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(c.prefetch));
     torch::manual_seed(static_cast<uint64_t>(c.seed));
     auto model = std::make_shared<rt::diff::RandModelImpl>(c, checkpointed, manager);
+    model->to(g_device);
     std::unique_ptr<torch::optim::Optimizer> opt;
     if (c.adam) {
       opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
@@ -146,6 +157,7 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
       for (const auto& p : named) rec.add(at + "param " + p.key(), p.value());
       for (const auto& b : model->named_buffers()) rec.add(at + "buffer " + b.key(), b.value());
       rec.add(at + "cpu generator state", cpu_rng_state());
+      if (g_device.is_cuda()) rec.add(at + "cuda generator state", at::globalContext().defaultGenerator(g_device).get_state());
     }
     if (c.nograd) {
       torch::NoGradGuard no_grad;
@@ -240,11 +252,9 @@ std::string category(const std::vector<std::string>& diffs) {
   return "first diff: " + what;
 }
 
-}  // namespace
-
-TEST_SUITE("differential") {
-
-TEST_CASE("differential: random models train bitwise the same with and without recompose") {
+// Runs the differential cases on `device` (CPU, or CUDA with deterministic algorithms).
+void run_differential(const c10::Device& device, int64_t default_cases) {
+  g_device = device;
   const std::string spec = env_str("RECOMPOSE_DIFF_FEATURES");
   if (spec == "help") {
     for (const auto& [name, what] : Features::all()) std::printf("  %-18s %s\n", name.c_str(), what.c_str());
@@ -254,7 +264,7 @@ TEST_CASE("differential: random models train bitwise the same with and without r
   features.max_ops = static_cast<int>(env_int("RECOMPOSE_DIFF_MAX_OPS", features.max_ops));
   features.max_blocks = static_cast<int>(env_int("RECOMPOSE_DIFF_MAX_BLOCKS", features.max_blocks));
   features.max_depth = static_cast<int>(env_int("RECOMPOSE_DIFF_MAX_DEPTH", features.max_depth));
-  int64_t cases = env_int("RECOMPOSE_DIFF_CASES", 500);
+  int64_t cases = default_cases;
   int64_t first = env_int("RECOMPOSE_DIFF_SEED", 1);
   const int64_t only = env_int("RECOMPOSE_DIFF_ONLY", -1);
   if (only >= 0) {
@@ -278,7 +288,7 @@ TEST_CASE("differential: random models train bitwise the same with and without r
     std::vector<torch::Tensor> inputs;
     torch::manual_seed(static_cast<uint64_t>(seed) + 99991);
     for (int s = 0; s < c.steps; ++s) {
-      inputs.push_back(c.seq ? torch::randn({c.batch, c.seq, c.width}) : torch::randn({c.batch, c.width}));
+      inputs.push_back((c.seq ? torch::randn({c.batch, c.seq, c.width}) : torch::randn({c.batch, c.width})).to(device));
     }
     const Record plain = run_case(c, false, inputs);
     if (!plain.error.empty()) {
@@ -327,9 +337,9 @@ TEST_CASE("differential: random models train bitwise the same with and without r
   }
   at::set_num_threads(threads);
 
-  std::printf("[differential] %lld cases (seeds %lld..%lld), features %s: %lld failed, %lld invalid"
+  std::printf("[differential] %s: %lld cases (seeds %lld..%lld), features %s: %lld failed, %lld invalid"
               " (%lld tensors swapped)\n",
-              static_cast<long long>(cases), static_cast<long long>(first), static_cast<long long>(first + cases - 1),
+              device.str().c_str(), static_cast<long long>(cases), static_cast<long long>(first), static_cast<long long>(first + cases - 1),
               features.str().c_str(), static_cast<long long>(failed), static_cast<long long>(invalid),
               static_cast<long long>(g_offloaded));
   for (const auto& [what, seeds] : by_category) {
@@ -347,6 +357,29 @@ TEST_CASE("differential: random models train bitwise the same with and without r
   const std::string verdict = std::to_string(failed) + " of " + std::to_string(cases) +
                               " cases differ with recompose; rerun one with RECOMPOSE_DIFF_ONLY=<seed>";
   CHECK_MESSAGE(failed == 0, doctest::String(verdict.c_str()));
+  g_device = c10::Device(c10::kCPU);
+}
+
+bool cuda_here() {
+  static const bool yes = torch::cuda::is_available();
+  return yes;
+}
+
+}  // namespace
+
+TEST_SUITE("differential") {
+
+TEST_CASE("differential: random models train bitwise the same with and without recompose") {
+  run_differential(c10::Device(c10::kCPU), env_int("RECOMPOSE_DIFF_CASES", 500));
+}
+
+}  // TEST_SUITE
+
+TEST_SUITE("cuda" * doctest::skip(!cuda_here())) {
+
+TEST_CASE("cuda differential: random models on CUDA train bitwise the same with and without recompose") {
+  rt::DeterministicCuda deterministic;
+  run_differential(c10::Device(c10::kCUDA, 0), env_int("RECOMPOSE_DIFF_CUDA_CASES", 300));
 }
 
 }  // TEST_SUITE
