@@ -18,15 +18,6 @@
 namespace recompose::hooks {
 namespace detail {
 
-struct HookPlan {
-  std::shared_ptr<const HookList> pre;
-  std::shared_ptr<const HookList> post;
-  // Owner whose hooks are off for this call ("" = none). A copy, not a view: the suppression
-  // stack it comes from reallocates when a nested re-invocation pushes onto it.
-  std::string suppressed;
-  bool suppress_all_unowned = false;
-};
-
 namespace {
 
 std::mutex& annotated_mutex() {
@@ -105,38 +96,37 @@ bool register_annotated_type(const std::type_info& type) {
   return true;
 }
 
-std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module) {
+bool plan_forward(torch::nn::Module& module, HookPlan& plan) {
   if (tl_body_call == &module) {
     tl_body_call = nullptr;
-    return nullptr;
+    return false;
   }
   auto& reg = ModuleRegistry::instance();
-  if (reg.entry_count() == 0) return nullptr;  // nothing registered anywhere: the fast path
+  if (reg.entry_count() == 0) return false;  // nothing registered anywhere: the fast path
   // No destructor hook tells us a module died: forwards sweep now and then.
   reg.purge_expired_amortized();
-  if (reg.hooked_modules().load(std::memory_order_acquire) == 0) return nullptr;
+  if (reg.hooked_modules().load(std::memory_order_acquire) == 0) return false;
   std::shared_ptr<const HookList> pre, post;
   {
     std::shared_lock lock(reg.mutex());
     const ModuleEntry* entry = reg.find(module);
-    if (entry == nullptr) return nullptr;
+    if (entry == nullptr) return false;
     pre = entry->pre;
     post = entry->post;
   }
-  if (pre->empty() && post->empty()) return nullptr;
+  if (pre->empty() && post->empty()) return false;
   // A re-invocation with every hook of this module suppressed (a recomputation) needs no plan.
   const std::string_view suppressed = suppressed_owner_for(module);
   if (!suppressed.empty()) {
     auto any_live = [&](const HookList& l) {
       return std::any_of(l.begin(), l.end(), [&](const auto& h) { return !is_suppressed(*h, suppressed); });
     };
-    if (!any_live(*pre) && !any_live(*post)) return nullptr;
+    if (!any_live(*pre) && !any_live(*post)) return false;
   }
-  auto plan = std::make_shared<HookPlan>();
-  plan->pre = std::move(pre);
-  plan->post = std::move(post);
-  plan->suppressed = std::string(suppressed);
-  return plan;
+  plan.pre = std::move(pre);
+  plan.post = std::move(post);
+  plan.suppressed = std::string(suppressed);
+  return true;
 }
 
 void mark_body_call(const torch::nn::Module& module) { tl_body_call = &module; }
@@ -223,11 +213,23 @@ void HookHandle::remove() {
 bool HookHandle::active() const { return record_ && !record_->removed.load(); }
 
 std::shared_ptr<void>& ForwardCall::slot(std::string_view owner) {
-  for (auto& [name, value] : slots_) {
-    if (name == owner) return value;
+  for (std::size_t i = 0; i < inline_used_; ++i) {
+    if (inline_slots_[i].owner() == owner) return inline_slots_[i].value;
   }
-  slots_.emplace_back(std::string(owner), nullptr);
-  return slots_.back().second;
+  if (more_slots_) {
+    for (auto& [name, value] : *more_slots_) {
+      if (name == owner) return value;
+    }
+  }
+  if (inline_used_ < kInlineSlots && owner.size() <= inline_slots_[0].name.size()) {
+    InlineSlot& fresh = inline_slots_[inline_used_++];
+    std::copy(owner.begin(), owner.end(), fresh.name.begin());
+    fresh.name_size = owner.size();
+    return fresh.value;
+  }
+  if (!more_slots_) more_slots_ = std::make_unique<std::deque<std::pair<std::string, std::shared_ptr<void>>>>();
+  more_slots_->emplace_back(std::string(owner), nullptr);
+  return more_slots_->back().second;
 }
 
 }  // namespace recompose::hooks

@@ -4,6 +4,7 @@
 // purged (hooks and states destroyed) at the next registry operation (see module_lifetime.h).
 #pragma once
 
+#include <recompose/hooks/forward_annotation.h>  // HookList
 #include <recompose/hooks/forward_hooks.h>
 
 #include <atomic>
@@ -25,7 +26,7 @@ struct HookRecord {
   std::atomic<bool> removed{false};
 };
 
-using HookList = std::vector<std::shared_ptr<HookRecord>>;
+// HookList: forward_annotation.h (a call's plan holds two).
 
 struct AttachedState {
   std::string api;

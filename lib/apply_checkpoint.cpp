@@ -37,19 +37,18 @@ torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointO
       // Arguments are kept without their tensors (the region saves those) and with the module
       // held alive until the graph no longer needs the recomputation.
       std::shared_ptr<hooks::StoredCall> stored = call.store(/*keep_tensors=*/false);
-      auto recompute = [stored](const std::vector<at::Tensor>& leaves) { stored->invoke(leaves, kCheckpointApi); };
+      auto recompute = [stored](const std::vector<at::Tensor>& leaves) { stored->rerun(leaves, kCheckpointApi); };
       // The module's own state (buffers, train/eval mode) is preserved across the recomputation.
-      auto region = std::make_shared<detail::RegionRun>(detail::RegionRun::begin(
-          st->options, call.input_leaves(), std::move(recompute), call.module().shared_from_this()));
-      call.slot(kCheckpointApi) = region;
+      detail::RegionRun region = detail::RegionRun::begin(st->options, call.input_leaves(), std::move(recompute),
+                                                          call.module().shared_from_this());
+      call.slot(kCheckpointApi) = std::move(region).into_handle();
     }, owner);
     // Prepended: the region closes before the post-hooks registered earlier run, so hooks that
     // enclose it (apply_offload, a sharded trainer's unshard/reshard) nest around it.
     state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {
-      auto region = std::static_pointer_cast<detail::RegionRun>(call.slot(kCheckpointApi));
-      if (!region) return;
-      call.slot(kCheckpointApi).reset();
-      region->end(call.error());
+      std::shared_ptr<void>& slot = call.slot(kCheckpointApi);
+      if (!slot) return;
+      detail::RegionRun::from_handle(std::move(slot)).end(call.error());
     }, hooks::HookOptions(owner).set_always_call(true).set_prepend(true));
   } catch (...) {
     state->pre.remove();

@@ -314,6 +314,12 @@ TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {
   auto replaced = stored->invoke({x2}, "me");
   CHECK(torch::equal(replaced[0], block->forward(x2)));
   CHECK_THROWS_AS(stored->invoke({x2, x2}, "me"), std::invalid_argument);
+  // rerun: the same re-invocation, output dropped
+  const int mine_before = mine, theirs_before = theirs;
+  stored->rerun({x2}, "me");
+  CHECK(mine == mine_before);
+  CHECK(theirs == theirs_before + 1);
+  CHECK_THROWS_AS(stored->rerun({x2, x2}, "me"), std::invalid_argument);
 }
 
 TEST_CASE("re-invocation with every argument kind, stored with and without tensors") {
@@ -773,4 +779,21 @@ TEST_CASE("a slot reference stays valid while other owners add slots in the same
   });
   block(torch::randn({1, 4}));
   CHECK(seen == 42);
+}
+
+TEST_CASE("slots: short and long owner names, each its own slot, found again by the post-hook") {
+  rt::TinyBlock block(4);
+  // Short names are kept in the call itself, long ones (and any beyond the first two) elsewhere.
+  const std::vector<std::string> owners = {"a", std::string(32, 'b'), std::string(33, 'c'), "d",
+                                           std::string(40, 'a')};
+  register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    for (std::size_t i = 0; i < owners.size(); ++i) c.slot(owners[i]) = std::make_shared<std::size_t>(i);
+  });
+  std::vector<std::size_t> seen;
+  register_forward_hook(*block, [&](ForwardCall& c) {
+    for (const auto& owner : owners) seen.push_back(*std::static_pointer_cast<std::size_t>(c.slot(owner)));
+    CHECK_FALSE(c.slot("never set"));
+  });
+  block(torch::randn({1, 4}));
+  CHECK(seen == std::vector<std::size_t>{0, 1, 2, 3, 4});
 }

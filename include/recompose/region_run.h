@@ -35,6 +35,14 @@ class RegionRun {
 
   bool active() const { return state_ != nullptr; }
 
+  // The region as a type-erased shared handle, and back: a hook hands the region from its
+  // pre-hook to its post-hook through a per-call slot without an allocation of its own. An
+  // inactive region gives a null handle.
+  std::shared_ptr<void> into_handle() && { return std::move(state_); }
+  static RegionRun from_handle(std::shared_ptr<void> handle) {
+    return RegionRun(std::static_pointer_cast<State>(std::move(handle)));
+  }
+
   RegionRun(RegionRun&&) noexcept = default;
   RegionRun& operator=(RegionRun&&) noexcept = default;
   RegionRun(const RegionRun&) = delete;

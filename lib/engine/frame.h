@@ -44,7 +44,13 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
   const ForwardState& forward_state() const { return forward_state_; }
   void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
-  void set_module_state(std::optional<ModuleStateSnapshot> state) { module_state_ = std::move(state); }
+  // Snapshots the module state of `roots` and `also` in place (see ModuleStateSnapshot); keeps
+  // nothing when there is nothing to restore.
+  void snapshot_module_state(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
+                             const std::shared_ptr<torch::nn::Module>& also) {
+    module_state_.emplace(roots, also);
+    if (module_state_->empty()) module_state_.reset();
+  }
   ModuleStateSnapshot* module_state() { return module_state_ ? &*module_state_ : nullptr; }
   // The body returned. If it ended with the op whose output it saved last, the recomputation
   // runs to its end: early stop would skip nothing and only pay for unwinding.

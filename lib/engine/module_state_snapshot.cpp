@@ -10,6 +10,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 namespace recompose::detail {
@@ -60,8 +61,9 @@ void for_each_module(const std::shared_ptr<torch::nn::Module>& module, const F& 
 
 ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
                                          const std::shared_ptr<torch::nn::Module>& also) {
-  InternalOpsGuard internal;
-  at::NoGradGuard no_grad;
+  // The guards are for the buffer copies: taken at the first buffer (most modules have none).
+  std::optional<InternalOpsGuard> internal;
+  std::optional<at::NoGradGuard> no_grad;
   // A module (or buffer) reached twice, through two roots or two parents, is recorded once.
   // Regions are usually small trees: a linear search costs less than a hash set's allocations.
   SeenOnce<const torch::nn::Module*> seen_modules;
@@ -71,6 +73,10 @@ ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch
     modes_.emplace_back(module, module->is_training());
     for (const auto& buffer : module->buffers(/*recurse=*/false)) {
       if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl())) continue;
+      if (!internal) {
+        internal.emplace();
+        no_grad.emplace();
+      }
       buffers_.push_back(BufferEntry{buffer, buffer.clone(), buffer._version()});
     }
   };
@@ -81,6 +87,7 @@ ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch
 }
 
 void ModuleStateSnapshot::forward_done() {
+  if (buffers_.empty()) return;
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   // A moved version counter means the forward wrote the buffer. Some kernels write their inputs
@@ -95,9 +102,6 @@ void ModuleStateSnapshot::forward_done() {
 
 ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* snapshot) {
   if (!snapshot || snapshot->empty()) return;
-  InternalOpsGuard internal;
-  at::NoGradGuard no_grad;
-  c10::InferenceMode not_inference(false);
   for (const auto& [module, training] : snapshot->modes_) {
     if (module->is_training() != training) {
       // Record every mode, so that restoring (which recurses) puts each one back.
@@ -105,7 +109,12 @@ ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* s
       break;
     }
   }
-  set_modes(snapshot->modes_);
+  // The usual case: the modes are the forward's and no buffer was written; nothing to do.
+  if (modes_.empty() && snapshot->buffers_.empty()) return;
+  InternalOpsGuard internal;
+  at::NoGradGuard no_grad;
+  c10::InferenceMode not_inference(false);
+  if (!modes_.empty()) set_modes(snapshot->modes_);
   buffers_.reserve(snapshot->buffers_.size());
   for (const auto& entry : snapshot->buffers_) {
     at::Tensor buffer = entry.buffer;

@@ -88,15 +88,6 @@ class LifoList {
   std::vector<T> items_;
 };
 
-std::optional<ModuleStateSnapshot> snapshot_module_state(const CheckpointOptions& options,
-                                                         const std::shared_ptr<torch::nn::Module>& owner) {
-  if (!options.preserve_module_state()) return std::nullopt;
-  if (options.state_modules().empty() && !owner) return std::nullopt;
-  std::optional<ModuleStateSnapshot> snapshot(std::in_place, options.state_modules(), owner);
-  if (snapshot->empty()) return std::nullopt;
-  return snapshot;
-}
-
 // `options` and `inputs` are references: RegionRun::begin runs the pre-forward step before it
 // returns, and the post-forward step reads only what the pre-forward step copied into locals
 // (copying the options and the inputs into the coroutine frame cost more than the rest of it).
@@ -108,7 +99,9 @@ RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vec
   const bool preserve_rng = options.preserve_rng_state();
   auto frame = std::make_shared<Frame>(std::move(recompute), early_stop, options.determinism_check(), debug);
   frame->set_forward_state(capture_forward_state(inputs, preserve_rng));
-  frame->set_module_state(snapshot_module_state(options, owner));
+  if (options.preserve_module_state() && (owner || !options.state_modules().empty())) {
+    frame->snapshot_module_state(options.state_modules(), owner);
+  }
   {
     // The plug-ins' saved-tensor policies for the inputs (swap_inputs).
     LifoList<std::unique_ptr<SavedTensorPolicyScope>> input_scopes;

@@ -25,6 +25,7 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -48,11 +49,23 @@ struct AnnotatedType {
 template <class M>
 const bool AnnotatedType<M>::registered = register_annotated_type(typeid(M));
 
-struct HookPlan;  // the hooks that apply to one call (hook_registry.cpp)
+struct HookRecord;  // one registered hook (module_registry.h)
+using HookList = std::vector<std::shared_ptr<HookRecord>>;
 
-// Decides whether this call of forward runs hooks: returns nullptr for the nested body call, and
-// when no hook applies.
-std::shared_ptr<const HookPlan> plan_forward(torch::nn::Module& module);
+// The hooks that apply to one call. Held by the call's gate, by value: a plan per hooked forward
+// would otherwise be an allocation of its own.
+struct HookPlan {
+  // Snapshots of the module's lists (copy-on-write: registration during the call replaces them).
+  std::shared_ptr<const HookList> pre;
+  std::shared_ptr<const HookList> post;
+  // Owner whose hooks are off for this call ("" = none). A copy, not a view: the suppression
+  // stack it comes from reallocates when a nested re-invocation pushes onto it.
+  std::string suppressed;
+};
+
+// Decides whether this call of forward runs hooks and fills `plan` if so: false for the nested
+// body call, and when no hook applies.
+bool plan_forward(torch::nn::Module& module, HookPlan& plan);
 // Marks the next entry into `module`'s forward on this thread as the body call.
 void mark_body_call(const torch::nn::Module& module);
 void clear_body_call(const torch::nn::Module& module);
@@ -105,6 +118,20 @@ class TypedStoredCall final : public StoredCall {
 
   std::vector<at::Tensor> invoke(const std::vector<at::Tensor>& leaves,
                                  std::string_view suppressed_owner) const override {
+    return run</*kOutput=*/true>(leaves, suppressed_owner);
+  }
+  void rerun(const std::vector<at::Tensor>& leaves, std::string_view suppressed_owner) const override {
+    run</*kOutput=*/false>(leaves, suppressed_owner);
+  }
+
+  std::size_t leaf_count() const override { return probe_.size(); }
+  torch::nn::Module& module() const override { return *module_; }
+
+ private:
+  // Runs the forward again; returns the output's leaves if kOutput.
+  template <bool kOutput>
+  std::conditional_t<kOutput, std::vector<at::Tensor>, void> run(const std::vector<at::Tensor>& leaves,
+                                                                 std::string_view suppressed_owner) const {
     if (leaves.empty() && !has_tensors_ && !probe_.empty()) {
       throw std::invalid_argument(
           "recompose: this call was stored without its tensors; pass the replacement leaves to invoke()");
@@ -115,22 +142,20 @@ class TypedStoredCall final : public StoredCall {
     }
     OwnerSuppression off(*module_, suppressed_owner);
     if (leaves.empty()) {
-      return std::apply([&](const Vs&... a) { return call(a...); }, args_);
+      return std::apply([&](const Vs&... a) { return call<kOutput>(a...); }, args_);
     }
     LeafCursor cursor(leaves);
     std::tuple<Vs...> rebuilt =
         std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; }, args_);
-    return std::apply([&](Vs&... a) { return call(a...); }, rebuilt);
+    return std::apply([&](Vs&... a) { return call<kOutput>(a...); }, rebuilt);
   }
 
-  std::size_t leaf_count() const override { return probe_.size(); }
-  torch::nn::Module& module() const override { return *module_; }
-
- private:
-  template <class... As>
-  std::vector<at::Tensor> call(As&... a) const {
+  template <bool kOutput, class... As>
+  std::conditional_t<kOutput, std::vector<at::Tensor>, void> call(As&... a) const {
     using R = decltype(fn_(a...));
-    if constexpr (std::is_void_v<R>) {
+    if constexpr (!kOutput) {
+      (void)fn_(a...);
+    } else if constexpr (std::is_void_v<R>) {
       fn_(a...);
       return {};
     } else {
@@ -183,9 +208,9 @@ class TypedCallArguments final : public CallArguments {
 class ForwardGate {
  public:
   ForwardGate(torch::nn::Module& module, const bool& /*type registered*/)
-      : module_(module), plan_(plan_forward(module)) {}
+      : module_(module), intercepts_(plan_forward(module, plan_)) {}
 
-  bool intercepts() const { return plan_ != nullptr; }
+  bool intercepts() const { return intercepts_; }
 
   // Runs hooks around fn(args...), where fn calls this module's forward again.
   template <class Fn, class... Args>
@@ -195,7 +220,7 @@ class ForwardGate {
                   "recompose::hooks::ArgTraits for it (see recompose/hooks/arg_traits.h)");
     TypedCallArguments<Fn, std::remove_cvref_t<Args>...> view(module_, fn, args...);
     ForwardCall call(module_, view);
-    HookRunner runner(*plan_, call);
+    HookRunner runner(plan_, call);
     using R = decltype(fn(args...));
     try {
       runner.run_pre();
@@ -203,13 +228,13 @@ class ForwardGate {
       if constexpr (std::is_void_v<R>) {
         fn(args...);
         clear_body_call(module_);
-        call.set_output({});
+        call.set_void_output();
         runner.run_post();
         return;
       } else {
         R out = fn(args...);
         clear_body_call(module_);
-        call.set_output(output_leaves_of(out));
+        call.set_output(out);
         runner.run_post();
         return out;
       }
@@ -222,7 +247,8 @@ class ForwardGate {
 
  private:
   torch::nn::Module& module_;
-  std::shared_ptr<const HookPlan> plan_;
+  HookPlan plan_;  // declared before intercepts_: filled by its initialiser
+  bool intercepts_;
 };
 
 }  // namespace recompose::hooks::detail

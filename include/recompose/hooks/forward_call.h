@@ -4,6 +4,7 @@
 
 #include <recompose/hooks/arg_traits.h>
 
+#include <array>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -33,6 +34,10 @@ class StoredCall {
   // Throws std::invalid_argument if `leaves` has the wrong size or tensors were not stored.
   virtual std::vector<at::Tensor> invoke(const std::vector<at::Tensor>& leaves,
                                          std::string_view suppressed_owner) const = 0;
+
+  // As invoke(), for a caller that does not need the output (a recomputation, whose tensors
+  // reach it through saved-tensor hooks): the output is dropped without being flattened.
+  virtual void rerun(const std::vector<at::Tensor>& leaves, std::string_view suppressed_owner) const = 0;
 
   // Number of tensor leaves in the arguments.
   virtual std::size_t leaf_count() const = 0;
@@ -72,7 +77,14 @@ class ForwardCall {
 
   // Post-hooks only: the output's tensor leaves (empty if the output type has no ArgTraits, or
   // if the body threw).
-  const std::vector<at::Tensor>& output_leaves() const { return output_leaves_; }
+  const std::vector<at::Tensor>& output_leaves() const {
+    // Flattened on first use: most post-hooks never look at them.
+    if (output_ != nullptr) {
+      output_leaves_ = flatten_output_(output_);
+      output_ = nullptr;
+    }
+    return output_leaves_;
+  }
   bool has_output() const { return has_output_; }
 
   // Post-hooks registered with always_call only: the exception in flight, or nullptr.
@@ -85,21 +97,44 @@ class ForwardCall {
   //   auto n = std::static_pointer_cast<int>(c.slot("my_api"));          // in a post-hook
   std::shared_ptr<void>& slot(std::string_view owner);
 
-  // Used by the gate.
-  void set_output(std::vector<at::Tensor> leaves) {
-    output_leaves_ = std::move(leaves);
+  // Used by the gate: `out` must stay alive while the post-hooks run.
+  template <class R>
+  void set_output(const R& out) {
+    output_ = &out;
+    flatten_output_ = [](const void* o) -> std::vector<at::Tensor> {
+      if constexpr (Flattenable<R>) {
+        return flatten_leaves(*static_cast<const R*>(o));
+      } else {
+        return {};
+      }
+    };
     has_output_ = true;
   }
+  void set_void_output() { has_output_ = true; }
   void set_error(std::exception_ptr e) { error_ = std::move(e); }
 
  private:
   torch::nn::Module& module_;
   const detail::CallArguments& args_;
-  std::vector<at::Tensor> output_leaves_;
+  // The output not flattened yet (null once flattened, or when there is none).
+  mutable const void* output_ = nullptr;
+  std::vector<at::Tensor> (*flatten_output_)(const void*) = nullptr;
+  mutable std::vector<at::Tensor> output_leaves_;
   bool has_output_ = false;
   std::exception_ptr error_;
-  // A deque: adding a slot must not move the ones whose references hooks hold.
-  std::deque<std::pair<std::string, std::shared_ptr<void>>> slots_;
+  // Slots in place for the usual one or two owners, names included (an API name is short), then
+  // in a deque: adding a slot must not move the ones whose references hooks hold, and an empty
+  // deque already allocates.
+  struct InlineSlot {
+    std::array<char, 32> name;
+    std::size_t name_size = 0;
+    std::shared_ptr<void> value;
+    std::string_view owner() const { return {name.data(), name_size}; }
+  };
+  static constexpr std::size_t kInlineSlots = 2;
+  std::array<InlineSlot, kInlineSlots> inline_slots_;
+  std::size_t inline_used_ = 0;
+  std::unique_ptr<std::deque<std::pair<std::string, std::shared_ptr<void>>>> more_slots_;
 };
 
 }  // namespace recompose::hooks
