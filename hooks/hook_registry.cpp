@@ -125,7 +125,7 @@ bool plan_forward(torch::nn::Module& module, HookPlan& plan) {
   }
   plan.pre = std::move(pre);
   plan.post = std::move(post);
-  plan.suppressed = std::string(suppressed);
+  plan.suppressed = suppressed;
   return true;
 }
 

@@ -150,4 +150,14 @@ std::vector<at::Tensor> flatten_leaves(const T& value) {
   return out;
 }
 
+// Tensor leaves of a forward's output, in order; none when its type has no ArgTraits.
+template <class R>
+std::vector<at::Tensor> output_leaves_of(const R& out) {
+  if constexpr (Flattenable<std::remove_cvref_t<R>>) {
+    return flatten_leaves(static_cast<const std::remove_cvref_t<R>&>(out));
+  } else {
+    return {};
+  }
+}
+
 }  // namespace recompose::hooks

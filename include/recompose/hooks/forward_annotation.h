@@ -58,9 +58,10 @@ struct HookPlan {
   // Snapshots of the module's lists (copy-on-write: registration during the call replaces them).
   std::shared_ptr<const HookList> pre;
   std::shared_ptr<const HookList> post;
-  // Owner whose hooks are off for this call ("" = none). A copy, not a view: the suppression
-  // stack it comes from reallocates when a nested re-invocation pushes onto it.
-  std::string suppressed;
+  // Owner whose hooks are off for this call ("" = none): a view of the string the enclosing
+  // OwnerSuppression was given, which outlives this call (it lives inside StoredCall::invoke or
+  // rerun, around the re-invocation that this plan belongs to).
+  std::string_view suppressed;
 };
 
 // Decides whether this call of forward runs hooks and fills `plan` if so: false for the nested
@@ -94,15 +95,6 @@ class HookRunner {
   ForwardCall& call_;
   std::size_t post_done_ = 0;
 };
-
-template <class R>
-std::vector<at::Tensor> output_leaves_of(const R& out) {
-  if constexpr (Flattenable<std::remove_cvref_t<R>>) {
-    return flatten_leaves(static_cast<const std::remove_cvref_t<R>&>(out));
-  } else {
-    return {};
-  }
-}
 
 template <class Fn, class... Vs>
 class TypedStoredCall final : public StoredCall {

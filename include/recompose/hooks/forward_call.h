@@ -101,13 +101,7 @@ class ForwardCall {
   template <class R>
   void set_output(const R& out) {
     output_ = &out;
-    flatten_output_ = [](const void* o) -> std::vector<at::Tensor> {
-      if constexpr (Flattenable<R>) {
-        return flatten_leaves(*static_cast<const R*>(o));
-      } else {
-        return {};
-      }
-    };
+    flatten_output_ = [](const void* o) { return output_leaves_of(*static_cast<const R*>(o)); };
     has_output_ = true;
   }
   void set_void_output() { has_output_ = true; }
