@@ -7,6 +7,7 @@
 // and the program says why when it starts.
 #include "support/deterministic_cuda.h"
 #include "support/grad_check.h"
+#include "support/two_heads.h"
 
 #include <recompose/recompose.h>
 
@@ -502,33 +503,10 @@ TEST_CASE("cuda selective: transformer_policy on checkpointed CUDA blocks gives 
 
 TEST_CASE("cuda GraphExecGroup: backward calls on the CUDA device thread share one recomputation") {
   DeterministicCuda deterministic;
-  // Two heads whose backward needs disjoint saved tensors (sin saves x * 2, cos saves x * 3).
-  auto runs = std::make_shared<int>(0);
-  auto heads = [runs](const torch::Tensor& x) {
-    ++*runs;
-    return std::make_tuple((x * 2).sin(), (x * 3).cos());
-  };
-  auto x = torch::randn({64}, torch::TensorOptions().device(kCuda).requires_grad(true));
-  auto [pa, pb] = heads(x);
-  pa.sum().backward();
-  pb.sum().backward();
-  const auto expected = x.grad().clone();
-  for (bool grouped : {false, true}) {
-    CAPTURE(grouped);
-    x.mutable_grad() = torch::Tensor();
-    *runs = 0;
-    auto [a, b] = recompose::checkpoint(heads, x);
-    {
-      std::optional<recompose::GraphExecGroup> group;
-      if (grouped) group.emplace();
-      // CUDA backward unpacks on the device's autograd thread: the group is found there through
-      // the graph task.
-      a.sum().backward();
-      b.sum().backward();
-    }
-    CHECK(*runs == (grouped ? 2 : 3));
-    CHECK(torch::equal(x.grad(), expected));
-  }
+  // CUDA backward unpacks on the device's autograd thread: the group is found there through the
+  // graph task.
+  rt::check_backward_calls_share_one_recomputation(
+      torch::randn({64}, torch::TensorOptions().device(kCuda).requires_grad(true)));
 }
 
 #ifndef RECOMPOSE_TEST_NO_PLANNER

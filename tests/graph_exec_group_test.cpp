@@ -1,4 +1,6 @@
 // GraphExecGroup (recompose/graph_exec_group.h): several backward calls share one recomputation.
+#include "support/two_heads.h"
+
 #include <recompose/checkpoint.h>
 #include <recompose/graph_exec_group.h>
 #include <recompose/recompose.h>
@@ -13,15 +15,7 @@
 
 namespace {
 
-// A region with two outputs whose backward needs disjoint saved tensors: sin saves x * 2, cos
-// saves x * 3 (a product by a scalar saves nothing).
-struct TwoHeads {
-  int runs = 0;
-  std::tuple<torch::Tensor, torch::Tensor> operator()(const torch::Tensor& x) {
-    ++runs;
-    return {(x * 2).sin(), (x * 3).cos()};
-  }
-};
+using rt::TwoHeads;
 
 struct TwoHeadsModuleImpl : torch::nn::Module {
   std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x) {
@@ -37,30 +31,7 @@ TORCH_MODULE(TwoHeadsModule);
 TEST_SUITE_BEGIN("graph_exec_group");
 
 TEST_CASE("GraphExecGroup: two backward calls share one recomputation") {
-  auto x = torch::randn({5}, torch::requires_grad());
-  // Reference: no checkpointing.
-  TwoHeads plain;
-  auto [pa, pb] = plain(x);
-  pa.sum().backward();
-  pb.sum().backward();
-  const auto expected = x.grad().clone();
-
-  for (bool grouped : {false, true}) {
-    CAPTURE(grouped);
-    x.mutable_grad() = torch::Tensor();
-    auto heads = std::make_shared<TwoHeads>();
-    auto [a, b] = recompose::checkpoint([heads](const torch::Tensor& in) { return (*heads)(in); }, x);
-    CHECK(heads->runs == 1);
-    {
-      std::optional<recompose::GraphExecGroup> group;
-      if (grouped) group.emplace();
-      a.sum().backward();
-      b.sum().backward();
-    }
-    // Without a group each backward call recomputes the region; with one, only the first does.
-    CHECK(heads->runs == (grouped ? 2 : 3));
-    CHECK(torch::equal(x.grad(), expected));
-  }
+  rt::check_backward_calls_share_one_recomputation(torch::randn({5}, torch::requires_grad()));
 }
 
 TEST_CASE("GraphExecGroup: with apply_checkpoint, and again after the group closed") {
