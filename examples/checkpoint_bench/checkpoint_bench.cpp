@@ -5,7 +5,8 @@
 //
 //   ./build/examples/checkpoint_bench/checkpoint_bench [--device auto|cpu|cuda] [--layers 8]
 //       [--width 128] [--heads 4] [--seq 64] [--batch 8] [--reps 7] [--threads 0]
-//       [--budget 25%,50%,75%]
+//       [--budget 25%,50%,75%] [--print-plans 1] [--print-profile 1]
+#include "../common/allocator_tuning.h"
 #include "../common/device.h"
 #include "../common/transformer_block.h"
 
@@ -32,12 +33,15 @@ struct Config {
   std::string device = "auto";  // auto: CUDA when available
   std::vector<std::string> budgets;  // --budget: planner budgets ("50%", "12MiB")
   bool print_plans = false;          // --print-plans 1: each plan's table
+  bool print_profile = false;        // --print-profile 1: the planner's profile (modules, then ops)
 };
 
 const char* kUsage =
     "usage: checkpoint_bench [--device auto|cpu|cuda] [--layers 8] [--width 128] [--heads 4] [--seq 64]\n"
     "                        [--batch 8] [--reps 7] [--threads 0] [--budget B1,B2,...] [--print-plans 1]\n"
-    "  --budget: also run the planner's plan for each budget (\"50%\" of no checkpointing, or bytes)\n";
+    "                        [--print-profile 1]\n"
+    "  --budget: also run the planner's plan for each budget (\"50%\" of no checkpointing, or bytes)\n"
+    "  selective: every block under transformer_policy(), the fixed policy a plan must beat\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -69,6 +73,7 @@ Config parse(int argc, char** argv) {
     else if (k == "--reps") c.reps = v;
     else if (k == "--threads") c.threads = v;
     else if (k == "--print-plans") c.print_plans = v != 0;
+    else if (k == "--print-profile") c.print_profile = v != 0;
     else throw std::invalid_argument("unknown flag " + k);
   }
   return c;
@@ -133,6 +138,9 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Like the GPT example: a training process keeps its freed activations (glibc's defaults would
+  // fault every step's memory in again, and charge it to whatever holds the most).
+  const auto malloc_tuning = examples::tune_malloc_for_training();
   Config c;
   torch::Device device(torch::kCPU);
   try {
@@ -163,6 +171,10 @@ int main(int argc, char** argv) {
   };
   variants.push_back(variant("none", false));
   variants.push_back(variant("full", true));
+  variants.push_back(variant("selective", false));
+  for (auto& block : variants.back().stack->blocks) {
+    recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+  }
   step(*variants[0].stack, x);  // warm-up before profiling: allocator, thread pools
   double profile_seconds = 0, solve_seconds = 0;
   if (!c.budgets.empty()) {
@@ -170,6 +182,7 @@ int main(int argc, char** argv) {
     step(profiled, x);
     const auto profile = recompose::profile_memory(profiled, [&] { profiled.forward(x).pow(2).mean().backward(); });
     profile_seconds = profile.profile_seconds;
+    if (c.print_profile) std::printf("%s\n", profile.to_string().c_str());
     for (const auto& text : c.budgets) {
       const auto plan = recompose::solve_plan(profile, recompose::Budget::parse(text));
       solve_seconds += plan.solve_seconds;
@@ -194,6 +207,7 @@ int main(int argc, char** argv) {
               "%lld interleaved reps, LibTorch %s, %s, %d threads\n",
               (long long)c.layers, (long long)c.width, (long long)c.heads, (long long)c.seq, (long long)c.batch,
               (long long)c.reps, TORCH_VERSION, device.str().c_str(), at::get_num_threads());
+  std::printf("memory: %s\n", examples::describe(malloc_tuning));
   const bool cuda = device.is_cuda();
   const Variant& none = variants[0];
   const double tp = median_of(none, &Sample::seconds), cp = median_of(none, &Sample::cpu_seconds);
