@@ -58,6 +58,9 @@ struct Plan {
   int64_t none_bytes = 0;        // the profile's bytes held without checkpointing
   double none_step_seconds = 0;  // the profile's step time without checkpointing
   double solve_seconds = 0;      // what solving took
+  // Simulated peak device memory of the step under the plan: the profile's resident_bytes plus
+  // the activations at their busiest moment, forward or backward (copy-window model).
+  int64_t peak_bytes = 0;
   std::vector<ModulePlan> modules;
 
   // One row per module: choice, kept/swapped/recomputed op counts, estimated bytes and time;

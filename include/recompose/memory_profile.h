@@ -70,6 +70,10 @@ struct MemoryProfile {
   // pinned memory, best of three copies each way; 0 on CPU, where offloading frees nothing.
   double copy_bandwidth = 0;
   double profile_seconds = 0;  // what profile_memory took, both runs included
+  // Device memory the step uses beside what it holds for backward: weights, gradients, optimizer
+  // state, temporaries (the caching allocator's peak in the plain run less bytes_held; on CPU 0:
+  // set it to plan a peak budget for a device the profile was not taken on).
+  int64_t resident_bytes = 0;
   std::vector<ModuleProfile> modules;
 
   // A table per module and, below it, the ops of each module.

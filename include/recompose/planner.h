@@ -18,6 +18,11 @@
 // the frontier time falls as bytes grow. So a larger budget never gives a plan holding fewer
 // bytes or taking more estimated time, and no plan's estimate exceeds its budget.
 //
+// Offload costs come from the copy-window model: a module's copies out run in the next
+// module's forward and its copies back in the backward of the module after it, and only what
+// does not fit there counts (selective: the ops swapped are those whose copies fit, the rest is
+// recomputed or kept). With a peak budget (Budget::peak_bytes), the plan is the frontier's
+// fastest whose simulated step peak (Plan::peak_bytes) fits.
 // Estimates: bytes = what no module holds + per module its inputs and kept outputs (or what it
 // saves without checkpointing; nothing when offloaded, but a plan with offloaded modules also
 // counts the largest module's saved bytes once: an offloaded module holds them until its call
@@ -27,6 +32,7 @@
 // machine, profile after a warm-up step.
 #pragma once
 
+#include <recompose/copy_link.h>
 #include <recompose/memory_plan.h>
 #include <recompose/memory_profile.h>
 
@@ -36,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 namespace recompose {
@@ -51,16 +58,26 @@ class Budget {
   static Budget fraction(double fraction);
   // "40%" (a fraction), "123456" (bytes), "12.5MiB", "3GiB", "512KiB", "64MB" (units of 1024 and
   // 1000). Throws std::invalid_argument naming the text if it is none of these or not positive.
+  // "peak=20GiB" (any of the byte forms above after "peak="): Budget::peak_bytes.
   static Budget parse(std::string_view text);
+  // Peak device memory of the whole step: weights, gradients, optimizer state and temporaries
+  // (MemoryProfile::resident_bytes) plus the activations at the step's busiest moment, forward
+  // or backward, as the copy-window model simulates the plan (recomputations and copies in
+  // flight included). "Make this fit in 20 GiB": solve_plan(profile, Budget::peak_bytes(20_GiB)).
+  // Throws std::invalid_argument if `bytes` is not positive.
+  static Budget peak_bytes(int64_t bytes);
 
-  // The budget in bytes for `profile`.
+  // The budget in bytes held for backward for `profile` (a peak budget: the peak less the
+  // profile's resident_bytes).
   int64_t resolve(const MemoryProfile& profile) const;
   bool is_fraction() const { return fraction_ > 0; }
+  bool is_peak() const { return peak_; }
 
  private:
-  Budget(int64_t bytes, double fraction) : bytes_(bytes), fraction_(fraction) {}
+  Budget(int64_t bytes, double fraction, bool peak = false) : bytes_(bytes), fraction_(fraction), peak_(peak) {}
   int64_t bytes_ = 0;
   double fraction_ = 0;
+  bool peak_ = false;
 };
 
 // When the solver may offload (module offload, and MUST_SWAP of single ops).
@@ -75,6 +92,10 @@ struct SolveOptions {
   // Bytes/s to assume for offload copies; 0: the profile's copy_bandwidth. With
   // OffloadMode::Always and no bandwidth anywhere, 1e10 (10 GB/s).
   TORCH_ARG(double, copy_bandwidth) = 0;
+  // The link of the copy-window model (bandwidth each way, fixed cost per copy; measure_link on
+  // a GPU). Unset: copy_bandwidth (or the profile's) both ways, no fixed cost. An offload costs
+  // only what its copies do not hide in the compute around them (lib/planner/copy_window_model.h).
+  TORCH_ARG(std::optional<LinkModel>, link) = std::nullopt;
 };
 
 // The fastest plan (estimated) that holds at most `budget` bytes for backward.

@@ -23,12 +23,27 @@ Budget Budget::fraction(double fraction) {
   return Budget(0, fraction);
 }
 
+Budget Budget::peak_bytes(int64_t bytes) {
+  if (bytes <= 0) {
+    throw std::invalid_argument("Budget::peak_bytes: the peak must be positive, got " + std::to_string(bytes));
+  }
+  return Budget(bytes, 0, true);
+}
+
 Budget Budget::parse(std::string_view text) {
+  if (text.starts_with("peak=")) {
+    const Budget b = parse(text.substr(5));
+    if (b.is_fraction()) {
+      throw std::invalid_argument("Budget::parse: '" + std::string(text) +
+                                  "': a peak is bytes (\"peak=20GiB\"), not a percentage");
+    }
+    return peak_bytes(b.bytes_);
+  }
   const std::string t(text);
   auto bad = [&](const std::string& why) {
     return std::invalid_argument("Budget::parse: '" + t + "' " + why +
                                  " (write a percentage of the no-checkpointing bytes, \"40%\", or bytes: "
-                                 "\"123456\", \"12.5MiB\", \"3GiB\", \"64MB\")");
+                                 "\"123456\", \"12.5MiB\", \"3GiB\", \"64MB\"; or a device peak: \"peak=20GiB\")");
   };
   char* end = nullptr;
   const double value = std::strtod(t.c_str(), &end);
@@ -52,6 +67,7 @@ Budget Budget::parse(std::string_view text) {
 
 int64_t Budget::resolve(const MemoryProfile& profile) const {
   if (fraction_ > 0) return static_cast<int64_t>(std::llround(fraction_ * static_cast<double>(profile.bytes_held)));
+  if (peak_) return bytes_ - profile.resident_bytes;
   return bytes_;
 }
 

@@ -74,6 +74,10 @@ std::string Plan::to_table() const {
                 mib(bytes).c_str(), static_cast<double>(bytes) / none, mib(budget_bytes).c_str(), step_seconds * 1e3,
                 none_step_seconds > 0 ? step_seconds / none_step_seconds : 0.0, solve_seconds * 1e3);
   s << line;
+  if (peak_bytes > 0) {
+    std::snprintf(line, sizeof line, "simulated peak device memory of the step: %s\n", mib(peak_bytes).c_str());
+    s << line;
+  }
   return s.str();
 }
 
@@ -85,7 +89,8 @@ std::string Plan::to_json() const {
     << "  \"budget_bytes\": " << budget_bytes << ",\n  \"bytes\": " << bytes << ",\n"
     << "  \"step_seconds\": " << number(step_seconds) << ",\n  \"none_bytes\": " << none_bytes << ",\n"
     << "  \"none_step_seconds\": " << number(none_step_seconds) << ",\n"
-    << "  \"solve_seconds\": " << number(solve_seconds) << ",\n  \"modules\": [";
+    << "  \"solve_seconds\": " << number(solve_seconds) << ",\n  \"peak_bytes\": " << peak_bytes << ",\n"
+    << "  \"modules\": [";
   for (size_t i = 0; i < modules.size(); ++i) {
     const auto& m = modules[i];
     s << (i ? "," : "") << "\n    {\"name\": " << quote(m.name) << ", \"type\": " << quote(m.type)
@@ -114,6 +119,7 @@ Plan Plan::from_json(std::string_view text) {
   p.none_bytes = v.at("none_bytes").integer("none_bytes");
   p.none_step_seconds = v.at("none_step_seconds").number("none_step_seconds");
   p.solve_seconds = v.at("solve_seconds").number("solve_seconds");
+  if (const auto* peak = v.find("peak_bytes")) p.peak_bytes = peak->integer("peak_bytes");  // absent before issue 27
   for (const auto& m : v.at("modules").array("modules")) {
     ModulePlan mp;
     mp.name = m.at("name").string("name");

@@ -62,7 +62,8 @@ std::string MemoryProfile::to_json() const {
     << "  \"device\": " << quote(device) << ",\n  \"bytes_held\": " << bytes_held << ",\n"
     << "  \"other_bytes\": " << other_bytes << ",\n  \"step_seconds\": " << number(step_seconds) << ",\n"
     << "  \"copy_bandwidth\": " << number(copy_bandwidth) << ",\n"
-    << "  \"profile_seconds\": " << number(profile_seconds) << ",\n  \"modules\": [";
+    << "  \"profile_seconds\": " << number(profile_seconds) << ",\n"
+    << "  \"resident_bytes\": " << resident_bytes << ",\n  \"modules\": [";
   for (size_t i = 0; i < modules.size(); ++i) {
     const auto& m = modules[i];
     s << (i ? "," : "") << "\n    {\"name\": " << quote(m.name) << ", \"type\": " << quote(m.type)
@@ -100,6 +101,7 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
   p.step_seconds = v.at("step_seconds").number("step_seconds");
   p.copy_bandwidth = v.at("copy_bandwidth").number("copy_bandwidth");
   p.profile_seconds = v.at("profile_seconds").number("profile_seconds");
+  if (const auto* r = v.find("resident_bytes")) p.resident_bytes = r->integer("resident_bytes");  // absent before issue 27
   for (const auto& m : v.at("modules").array("modules")) {
     ModuleProfile mp;
     mp.name = m.at("name").string("name");

@@ -1,11 +1,14 @@
 // solve_plan(): per module, candidate configurations as (bytes, time) points; the Pareto
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
+#include "copy_window_model.h"
+
 #include <recompose/planner.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -17,6 +20,10 @@ constexpr double kDefaultForcedBandwidth = 1e10;
 // The frontier keeps at most one plan per 1/kBuckets of the largest total: solving stays fast
 // (modules x candidates x kBuckets) and loses at most that much of a budget.
 constexpr int64_t kBuckets = 4096;
+// Seconds per byte copied, added to every copy's cost: copies the windows hide are never quite
+// free (host work, memory traffic), so at equal estimated time keeping beats copying, and a budget
+// at or above no checkpointing's bytes gets no checkpointing.
+constexpr double kCopyTieBreak = 1e-15;
 
 struct Point {
   int64_t bytes = 0;
@@ -33,14 +40,21 @@ struct ModuleOptions {
   std::vector<Point> points;                 // Pareto front, fewest bytes first
 };
 
-double bandwidth_for(const MemoryProfile& profile, const SolveOptions& options) {
+// The link offload copies cross, or none where the solver may not offload.
+std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptions& options) {
   const double given = options.copy_bandwidth() > 0 ? options.copy_bandwidth() : profile.copy_bandwidth;
+  auto link = [&](double fallback) -> std::optional<LinkModel> {
+    if (options.link()) return options.link();
+    if (given > 0) return LinkModel::symmetric(given);
+    if (fallback > 0) return LinkModel::symmetric(fallback);
+    return std::nullopt;
+  };
   switch (options.offload()) {
-    case OffloadMode::Never: return 0;
-    case OffloadMode::Auto: return profile.device.starts_with("cpu") ? 0 : given;
-    case OffloadMode::Always: return given > 0 ? given : kDefaultForcedBandwidth;
+    case OffloadMode::Never: return std::nullopt;
+    case OffloadMode::Auto: return profile.device.starts_with("cpu") ? std::nullopt : link(0);
+    case OffloadMode::Always: return link(kDefaultForcedBandwidth);
   }
-  return 0;
+  return std::nullopt;
 }
 
 bool keepable(const OpProfile& o) { return !o.mutated && !o.inplace && !o.view; }
@@ -55,18 +69,28 @@ bool compute_intensive(const std::string& op) {
   return op == "aten::max.default";
 }
 
-void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, ModuleOptions& mo) {
+// Module `index`'s candidates; `windows` (null: no offload) prices copies by what their windows
+// do not hide.
+void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWindowModel* windows, bool offload,
+                    ModuleOptions& mo) {
   std::vector<Point> points;
   points.push_back({m.saved_bytes, 0.0, ModuleChoice::None, 0});
   points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
-  // Everything the forward saves crosses the bus twice (out and back). What it holds while its
+  // Everything the forward saves crosses the link twice (out and back). What it holds while its
   // own forward runs is counted once per plan (Family::base_bytes).
-  if (offload) points.push_back({0, 2.0 * static_cast<double>(m.saved_bytes) / bandwidth, ModuleChoice::Offload, 0});
+  if (offload) {
+    points.push_back({0,
+                      windows->exposed_seconds(index, m.saved_bytes, detail::offload_copies(m)) +
+                          kCopyTieBreak * static_cast<double>(m.saved_bytes),
+                      ModuleChoice::Offload, 0});
+  }
   // Full checkpointing whose inputs wait in host memory: nothing held, for a recomputation and
-  // the inputs' two copies (counted as if they did not overlap with compute).
-  if (bandwidth > 0 && m.input_bytes > 0) {
-    points.push_back(
-        {0, m.forward_seconds + 2.0 * static_cast<double>(m.input_bytes) / bandwidth, ModuleChoice::FullSwapInputs, 0});
+  // what the inputs' two copies expose.
+  if (windows && m.input_bytes > 0) {
+    points.push_back({0,
+                      m.forward_seconds + windows->exposed_seconds(index, m.input_bytes, 1) +
+                          kCopyTieBreak * static_cast<double>(m.input_bytes),
+                      ModuleChoice::FullSwapInputs, 0});
   }
 
   // Selective: not keeping an op costs its recomputation, or its two copies when cheaper; the
@@ -75,12 +99,25 @@ void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, Modu
   mo.swap.assign(n, false);
   std::vector<double> cost(n, 0.0);
   const double fixed = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
-  for (size_t k = 0; k < n; ++k) {
-    const OpProfile& o = m.ops[k];
-    cost[k] = std::max(0.0, o.seconds);
-    if (keepable(o) && bandwidth > 0) {
-      const double copies = 2.0 * static_cast<double>(o.output_bytes) / bandwidth;
-      if (copies < cost[k]) cost[k] = copies, mo.swap[k] = true;
+  for (size_t k = 0; k < n; ++k) cost[k] = std::max(0.0, m.ops[k].seconds);
+  if (windows) {
+    // Offload takes the window, recomputation the rest: ops are swapped, those whose
+    // recomputation costs most per byte first, while their copies cost less than recomputing
+    // them (nothing while they fit in the module's windows).
+    std::vector<size_t> order;
+    for (size_t k = 0; k < n; ++k) {
+      if (keepable(m.ops[k]) && m.ops[k].output_bytes > 0) order.push_back(k);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return cost[a] * static_cast<double>(m.ops[b].output_bytes) > cost[b] * static_cast<double>(m.ops[a].output_bytes);
+    });
+    int64_t bytes = 0, copies = 0;
+    for (size_t k : order) {
+      const double before = windows->exposed_seconds(index, bytes, copies);
+      const double after = windows->exposed_seconds(index, bytes + m.ops[k].output_bytes, copies + 1);
+      if (!(after - before < cost[k])) continue;
+      cost[k] = after - before + kCopyTieBreak * static_cast<double>(m.ops[k].output_bytes), mo.swap[k] = true;
+      bytes += m.ops[k].output_bytes, copies += 1;
     }
   }
   auto add_selective = [&](std::vector<bool> keep) {
@@ -108,6 +145,12 @@ void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, Modu
     keep[k] = true;
     add_selective(keep);
   }
+  // Partial offload: what fits the windows swapped, everything else kept.
+  if (std::find(mo.swap.begin(), mo.swap.end(), true) != mo.swap.end()) {
+    std::vector<bool> rest(n, false);
+    for (size_t k = 0; k < n; ++k) rest[k] = keepable(m.ops[k]) && !mo.swap[k];
+    add_selective(std::move(rest));
+  }
   // The transformer policy, and its variant recomputing every second aten::mm.
   for (bool every_second : {false, true}) {
     std::vector<bool> t(n, false);
@@ -128,12 +171,13 @@ void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, Modu
   }
 }
 
-std::vector<ModuleOptions> module_options(const MemoryProfile& profile, double bandwidth, bool offload) {
+std::vector<ModuleOptions> module_options(const MemoryProfile& profile, const detail::CopyWindowModel* windows,
+                                          bool offload) {
   if (profile.modules.empty()) throw std::invalid_argument("solve_plan: the profile has no module");
   std::vector<ModuleOptions> out(profile.modules.size());
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].profile = &profile.modules[i];
-    add_candidates(profile.modules[i], bandwidth, offload, out[i]);
+    add_candidates(profile.modules[i], i, windows, offload, out[i]);
   }
   return out;
 }
@@ -187,12 +231,15 @@ void build_frontiers(Family& family, int64_t bucket) {
 }
 
 std::vector<Family> families(const MemoryProfile& profile, const SolveOptions& options) {
-  const double bandwidth = bandwidth_for(profile, options);
-  std::vector<Family> out(bandwidth > 0 ? 2 : 1);
-  out[0].modules = module_options(profile, bandwidth, false);
+  const auto link = link_for(profile, options);
+  std::optional<detail::CopyWindowModel> windows;
+  if (link) windows.emplace(detail::step_compute_of(profile), *link);
+  const detail::CopyWindowModel* w = windows ? &*windows : nullptr;
+  std::vector<Family> out(link ? 2 : 1);
+  out[0].modules = module_options(profile, w, false);
   out[0].base_bytes = profile.other_bytes;
-  if (bandwidth > 0) {
-    out[1].modules = module_options(profile, bandwidth, true);
+  if (link) {
+    out[1].modules = module_options(profile, w, true);
     int64_t largest = 0;
     for (const auto& m : profile.modules) largest = std::max(largest, m.saved_bytes);
     out[1].base_bytes = profile.other_bytes + largest;
@@ -262,6 +309,14 @@ Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveO
   const auto fams = families(profile, options);
   const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
+  // Plans without copies simulate the same on any link.
+  const LinkModel link = link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
+  if (budget.is_peak() && frontier.front().bytes > limit) {
+    throw std::invalid_argument("solve_plan: a peak of " + mib(limit + profile.resident_bytes) +
+                                " leaves " + mib(limit) + " for activations beside the profile's resident " +
+                                mib(profile.resident_bytes) + " (weights, gradients, optimizer state, temporaries), "
+                                "below the least any plan holds, " + mib(frontier.front().bytes));
+  }
   if (frontier.front().bytes > limit) {
     throw std::invalid_argument("solve_plan: a budget of " + mib(limit) + " is below the least any plan holds, " +
                                 mib(frontier.front().bytes) + " (" +
@@ -271,21 +326,38 @@ Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveO
   // The fastest plan that fits: the last frontier point within the budget (time falls along it).
   auto it = std::upper_bound(frontier.begin(), frontier.end(), limit,
                              [](int64_t b, const Final& n) { return b < n.bytes; });
-  const Final& chosen = *(it - 1);
-  const Family& fam = fams[chosen.family];
-
-  Plan plan;
-  plan.budget_bytes = limit;
-  plan.bytes = chosen.bytes;
-  plan.none_bytes = profile.bytes_held;
-  plan.none_step_seconds = profile.step_seconds;
-  plan.step_seconds = profile.step_seconds + chosen.seconds;
-  plan.modules.resize(fam.modules.size());
-  size_t at = chosen.node;
-  for (size_t i = fam.modules.size(); i-- > 0;) {
-    const Node& n = fam.fronts[i][at];
-    plan.modules[i] = module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
-    at = static_cast<size_t>(n.parent);
+  auto plan_at = [&](const Final& chosen) {
+    const Family& fam = fams[chosen.family];
+    Plan plan;
+    plan.budget_bytes = limit;
+    plan.bytes = chosen.bytes;
+    plan.none_bytes = profile.bytes_held;
+    plan.none_step_seconds = profile.step_seconds;
+    plan.step_seconds = profile.step_seconds + chosen.seconds;
+    plan.modules.resize(fam.modules.size());
+    size_t at = chosen.node;
+    for (size_t i = fam.modules.size(); i-- > 0;) {
+      const Node& n = fam.fronts[i][at];
+      plan.modules[i] = module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
+      at = static_cast<size_t>(n.parent);
+    }
+    plan.peak_bytes = profile.resident_bytes + detail::simulate_plan(profile, plan, link).peak_bytes;
+    return plan;
+  };
+  Plan plan = plan_at(*(it - 1));
+  if (budget.is_peak()) {
+    // The fastest plan whose simulated peak fits: the peak also counts what a recomputation or a
+    // reload holds during backward, which the bytes held for backward do not.
+    const int64_t peak = limit + profile.resident_bytes;
+    int64_t least = plan.peak_bytes;
+    while (plan.peak_bytes > peak && --it != frontier.begin()) {
+      plan = plan_at(*(it - 1));
+      least = std::min(least, plan.peak_bytes);
+    }
+    if (plan.peak_bytes > peak) {
+      throw std::invalid_argument("solve_plan: a peak of " + mib(peak) + " is below the least simulated peak of " +
+                                  "any plan, " + mib(least) + " (resident " + mib(profile.resident_bytes) + ")");
+    }
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return plan;

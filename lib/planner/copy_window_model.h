@@ -1,0 +1,104 @@
+// The copy-window cost model: a training step as a time line of compute (per module its forward
+// and its backward, in forward order), on which offload copies run beside the compute on one
+// copy stream each way.
+//
+// - Forward: module i's tensors leave when its forward ends; the copy must land before the NEXT
+//   module's forward ends (the compute that follows it: its window), else the compute waits
+//   there for it (the memory must be free before the module after that allocates). The last
+//   module's window is the forward compute after it (head, loss).
+// - Backward: module i's tensors are reloaded when the backward of the module after it starts
+//   (one module of prefetch, SwapOptions::prefetch_groups(1)) and must land before module i's
+//   own backward starts, else backward waits. The last module's window is the backward compute
+//   before it (head, loss).
+// Waiting ends each copy inside the step before the next window opens, so the windows never
+// overlap and a module's exposed time depends on its own copies only: the solver can add module
+// costs one by one, and simulate() gives the same total (or less: in simulate(), a module's
+// recomputation widens the backward window of the module before it).
+//
+// Memory on the same time line: a module's forward allocates what it saves at a steady rate
+// over its forward; offloaded bytes are freed when their copy lands and come back when their
+// reload starts; what a recomputation rematerialises lives during the module's backward only.
+#pragma once
+
+#include <recompose/copy_link.h>
+#include <recompose/memory_plan.h>
+#include <recompose/memory_profile.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace recompose::detail {
+
+// The compute of one step, without checkpointing.
+struct StepCompute {
+  struct Module {
+    double forward_seconds = 0;
+    double backward_seconds = 0;
+  };
+  std::vector<Module> modules;       // forward order
+  double forward_tail_seconds = 0;   // forward compute after the last module (head, loss)
+  double backward_head_seconds = 0;  // backward compute before the last module's (head, loss)
+};
+
+// What a plan does with one module, as the time line sees it.
+struct ModuleLoad {
+  int64_t held_bytes = 0;      // on the device from the end of its forward to the end of its backward
+  int64_t offload_bytes = 0;   // to host memory after its forward, back before its backward
+  int64_t offload_copies = 0;  // how many tensors those bytes are (each copy pays the fixed cost)
+  int64_t backward_bytes = 0;  // on the device during its backward only (what it recomputes)
+  double recompute_seconds = 0;  // added to its backward
+};
+
+struct SimulatedStep {
+  double seconds = 0;          // the step: compute, recomputation and waits for copies
+  double compute_seconds = 0;  // compute and recomputation only
+  std::vector<double> forward_wait_seconds;   // per module: the compute waited for its copy out
+  std::vector<double> backward_wait_seconds;  // per module: the compute waited for its copy back
+  int64_t peak_bytes = 0;      // the most held at once: base + module bytes (activations)
+  bool peak_in_backward = false;
+};
+
+class CopyWindowModel {
+ public:
+  // Throws std::invalid_argument if the link is not valid or a time is negative.
+  CopyWindowModel(StepCompute compute, LinkModel link);
+
+  const StepCompute& compute() const { return compute_; }
+  const LinkModel& link() const { return link_; }
+  // The forward compute in which module i's copy to host must land.
+  double forward_window(size_t i) const;
+  // The backward compute in which module i's copy back must land.
+  double backward_window(size_t i) const;
+  // What moving `bytes` in `copies` copies out of module i and back costs the step (the part of
+  // each copy that does not fit its window); 0 when both fit.
+  double exposed_seconds(size_t i, int64_t bytes, int64_t copies) const;
+  // The most bytes module i can move in `copies` copies without exposing any time.
+  int64_t free_bytes(size_t i, int64_t copies) const;
+
+  // Runs the step with one load per module and `base_bytes` held throughout (what no module
+  // holds). Throws std::invalid_argument if the loads do not match the modules.
+  SimulatedStep simulate(const std::vector<ModuleLoad>& loads, int64_t base_bytes) const;
+
+ private:
+  StepCompute compute_;
+  LinkModel link_;
+};
+
+// The time line of a profiled step. The profile measures each module's forward; backward is
+// not measured per module: the step's time beyond the modules' forwards is shared out, each
+// module's backward taking twice its forward (a backward computes two products per forward
+// product) while that fits, and the remainder split one third to the forward after the modules
+// and two thirds to the backward before them.
+StepCompute step_compute_of(const MemoryProfile& profile);
+
+// How many copies offloading module `m` whole makes: one per op with outputs (at least one).
+int64_t offload_copies(const ModuleProfile& m);
+
+// What `plan` does with each module of `profile`, as loads (same order as profile.modules; a
+// module the plan does not name is None).
+std::vector<ModuleLoad> module_loads(const MemoryProfile& profile, const Plan& plan);
+
+// simulate() on the profile's time line under `plan`, with the profile's other_bytes as base.
+SimulatedStep simulate_plan(const MemoryProfile& profile, const Plan& plan, const LinkModel& link);
+
+}  // namespace recompose::detail

@@ -1,0 +1,355 @@
+// The planner's copy-window cost model and peak device-memory budget (issue 27), on a simulated
+// device: op times and link bandwidths are given, nothing is timed.
+#include "planner/copy_window_model.h"
+#include "support/grad_check.h"
+
+#include <recompose/recompose.h>
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+using recompose::Budget;
+using recompose::LinkModel;
+using recompose::ModuleChoice;
+using recompose::Plan;
+using recompose::detail::CopyWindowModel;
+using recompose::detail::ModuleLoad;
+using recompose::detail::StepCompute;
+
+namespace {
+
+constexpr double ms = 1e-3;
+constexpr int64_t MB = 1'000'000;
+
+// Three modules of 10 ms forward and 20 ms backward, 2 ms of forward after them and 4 ms of
+// backward before them; 1 GB/s out, 0.5 GB/s back, 1 ms per copy.
+CopyWindowModel hand_model() {
+  StepCompute c;
+  c.modules = {{10 * ms, 20 * ms}, {10 * ms, 20 * ms}, {10 * ms, 20 * ms}};
+  c.forward_tail_seconds = 2 * ms;
+  c.backward_head_seconds = 4 * ms;
+  return CopyWindowModel(c, LinkModel{1e9, 0.5e9, 1 * ms});
+}
+
+// A simulated device: `n` blocks of four ops (2 MB of outputs, 2.5 ms each: 10 ms forward),
+// 1 MB of input, 1 ms of replay; a step of `step_ms` (4 blocks: 120 ms is every backward at
+// 20 ms and nothing around the blocks); 2 MB held outside the blocks; `resident` bytes beside.
+recompose::MemoryProfile simulated_profile(int n = 4, double step_ms = 120, int64_t resident = 100 * MB) {
+  recompose::MemoryProfile p;
+  p.device = "cuda:0";
+  p.other_bytes = 2 * MB;
+  p.step_seconds = step_ms * ms;
+  p.resident_bytes = resident;
+  for (int i = 0; i < n; ++i) {
+    recompose::ModuleProfile m;
+    m.name = "blocks." + std::to_string(i);
+    m.type = "Block";
+    m.calls = 1;
+    m.input_bytes = 1 * MB;
+    m.saved_bytes = 8 * MB;
+    m.forward_seconds = m.selective_forward_seconds = 10 * ms;
+    m.replay_seconds = 1 * ms;
+    for (int k = 0; k < 4; ++k) {
+      m.ops.push_back({"aten::mm.default", k, 2 * MB, 2.5 * ms, false, false, false, false});
+    }
+    p.modules.push_back(m);
+  }
+  p.bytes_held = p.other_bytes + n * 8 * MB;
+  return p;
+}
+
+const LinkModel kLink = LinkModel::symmetric(1e9);
+recompose::SolveOptions with_link(const LinkModel& link = kLink) {
+  return recompose::SolveOptions().offload(recompose::OffloadMode::Always).link(link);
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("copy_window");
+
+TEST_CASE("copy windows: each copy's window is the compute after it (forward) and before its use (backward)") {
+  const auto model = hand_model();
+  CHECK(model.forward_window(0) == doctest::Approx(10 * ms));
+  CHECK(model.forward_window(2) == doctest::Approx(2 * ms));  // the last module: the forward after it
+  CHECK(model.backward_window(1) == doctest::Approx(20 * ms));
+  CHECK(model.backward_window(2) == doctest::Approx(4 * ms));  // the last module: the backward before it
+  // 8 MB: 9 ms out (fits 10), 17 ms back (fits 20): free.
+  CHECK(model.exposed_seconds(0, 8 * MB, 1) == 0);
+  // 12 MB: 13 ms out (3 over), 25 ms back (5 over).
+  CHECK(model.exposed_seconds(1, 12 * MB, 1) == doctest::Approx(8 * ms));
+  // The fixed cost per copy counts: 8 MB in three copies is 11 ms out, 19 ms back.
+  CHECK(model.exposed_seconds(0, 8 * MB, 3) == doctest::Approx(1 * ms));
+  // What fits: out (10 - 1) ms x 1 GB/s = 9 MB, back (20 - 1) ms x 0.5 GB/s = 9.5 MB.
+  CHECK(model.free_bytes(0, 1) == doctest::Approx(9 * MB).epsilon(1e-9));
+  CHECK(model.free_bytes(2, 1) == doctest::Approx(1 * MB).epsilon(1e-9));
+  CHECK(model.free_bytes(2, 3) == 0);  // three copies' fixed cost exceeds the 2 ms window
+  CHECK_THROWS_AS(CopyWindowModel(StepCompute{}, LinkModel{}), std::invalid_argument);
+}
+
+TEST_CASE("copy windows: the simulated step matches a hand-computed time line, waits and peak") {
+  const auto model = hand_model();
+  // Module 0 offloads 8 MB (fits), module 1 offloads 12 MB (does not fit either way), module 2
+  // keeps 2 MB. 1 MB held outside the modules, 1 MB by module 0.
+  std::vector<ModuleLoad> loads(3);
+  loads[0].held_bytes = 1 * MB, loads[0].offload_bytes = 8 * MB, loads[0].offload_copies = 1;
+  loads[1].offload_bytes = 12 * MB, loads[1].offload_copies = 1;
+  loads[2].held_bytes = 2 * MB;
+  auto s = model.simulate(loads, 1 * MB);
+  // Forward: module 1's copy (13 ms) runs from 20 to 33 ms: module 2 ends at 30 and waits 3 ms.
+  // Backward starts at 35 (+2 tail); head until 39; module 2 39-59 while module 1's reload runs
+  // 39-64 (25 ms): 5 ms wait; module 0's reload 64-81 hides in module 1's backward (64-84);
+  // module 0 84-104.
+  CHECK(s.compute_seconds == doctest::Approx(96 * ms));
+  CHECK(s.seconds == doctest::Approx(104 * ms));
+  CHECK(s.forward_wait_seconds[0] == 0);
+  CHECK(s.forward_wait_seconds[1] == doctest::Approx(3 * ms));
+  CHECK(s.forward_wait_seconds[2] == 0);
+  CHECK(s.backward_wait_seconds[1] == doctest::Approx(5 * ms));
+  CHECK(s.backward_wait_seconds[0] == 0);
+  // The separable estimate of each module's copies adds up to the simulated waits.
+  double exposed = 0;
+  for (size_t i = 0; i < 3; ++i) exposed += model.exposed_seconds(i, loads[i].offload_bytes, loads[i].offload_copies);
+  CHECK(exposed == doctest::Approx(s.seconds - s.compute_seconds));
+  // Peak: in forward, module 0's 8 MB land at 19 ms, when module 1 has made 90% of its 12 MB:
+  // 1 + 1 + 8 + 10.8 = 20.8 MB. In backward, while module 1 runs its backward with module 0's
+  // 8 MB already reloaded: 1 + 1 + 8 + 12 = 22 MB.
+  CHECK(s.peak_bytes == 22 * MB);
+  CHECK(s.peak_in_backward);
+
+  // Module 2 fully checkpointed instead: it recomputes 9 MB and 10 ms in its backward, which
+  // then hides module 1's reload (30 ms of window), and its recomputed tensors set the peak.
+  loads[2].backward_bytes = 9 * MB, loads[2].recompute_seconds = 10 * ms;
+  s = model.simulate(loads, 1 * MB);
+  CHECK(s.compute_seconds == doctest::Approx(106 * ms));
+  CHECK(s.seconds == doctest::Approx(109 * ms));
+  CHECK(s.backward_wait_seconds[1] == 0);
+  CHECK(s.peak_bytes == (1 + 1 + 2 + 12 + 9) * MB);  // module 2's backward, module 1's reload under way
+
+  // Nothing offloaded: no wait, and the peak is everything held when backward starts.
+  std::vector<ModuleLoad> plain(3);
+  for (auto& l : plain) l.held_bytes = 5 * MB;
+  s = model.simulate(plain, 1 * MB);
+  CHECK(s.seconds == doctest::Approx(96 * ms));
+  CHECK(s.peak_bytes == 16 * MB);
+  CHECK_THROWS_AS(model.simulate(std::vector<ModuleLoad>(2), 0), std::invalid_argument);
+}
+
+TEST_CASE("copy windows: the time line of a profile shares the step's time beyond the forwards") {
+  recompose::MemoryProfile p;
+  p.modules.resize(2);
+  p.modules[0].forward_seconds = 1;
+  p.modules[1].forward_seconds = 2;
+  p.step_seconds = 10;  // 7 s beyond the forwards: backwards of 2 and 4, 1 s around the modules
+  auto c = recompose::detail::step_compute_of(p);
+  CHECK(c.modules[0].backward_seconds == doctest::Approx(2));
+  CHECK(c.modules[1].backward_seconds == doctest::Approx(4));
+  CHECK(c.forward_tail_seconds == doctest::Approx(1.0 / 3));
+  CHECK(c.backward_head_seconds == doctest::Approx(2.0 / 3));
+  p.step_seconds = 5;  // 2 s beyond: shared in proportion to the forwards, nothing around
+  c = recompose::detail::step_compute_of(p);
+  CHECK(c.modules[1].backward_seconds == doctest::Approx(4.0 / 3));
+  CHECK(c.forward_tail_seconds == 0);
+}
+
+TEST_CASE("copy windows: the planner offloads where the copies hide and recomputes where they would not") {
+  const auto p = simulated_profile();
+  // Room for every block but one offloaded (the base counts one block's 8 MB in flight) and one
+  // block's inputs.
+  const int64_t budget = p.other_bytes + 8 * MB + 1 * MB;
+  const Plan plan = recompose::solve_plan(p, Budget::bytes(budget), with_link());
+  // Blocks 0-2: 8 ms each way against a 10 ms forward and a 20 ms backward window: free. Block 3
+  // has no compute after it in forward: its copies would all be exposed (16 ms > its 10 ms
+  // recomputation), so it is recomputed.
+  // Offloading goes whole (apply_offload) or op by op (selective with every op swapped, for its
+  // 1 ms of replay but no block in flight at the end of its call): either way nothing of blocks
+  // 0-2 is recomputed. Block 3 swaps nothing.
+  REQUIRE(plan.modules.size() == 4);
+  auto offloaded = [](const recompose::ModulePlan& m) {
+    return m.choice == ModuleChoice::Offload || (m.choice == ModuleChoice::Selective && m.swap.size() == 4);
+  };
+  for (size_t i = 0; i < 3; ++i) CHECK(offloaded(plan.modules[i]));
+  for (size_t i = 0; i < 3; ++i) CHECK(plan.modules[i].seconds == doctest::Approx(1 * ms).epsilon(1e-4));
+  CHECK(plan.modules[3].swap.empty());
+  CHECK((plan.modules[3].choice == ModuleChoice::Full || plan.modules[3].choice == ModuleChoice::Selective));
+  CHECK(plan.modules[3].seconds >= 5 * ms);  // recomputes at least two of its 2.5 ms ops
+  // The simulation agrees: no wait, one recomputation.
+  const auto s = recompose::detail::simulate_plan(p, plan, kLink);
+  CHECK(s.seconds == doctest::Approx(plan.step_seconds));
+
+  // A link too slow for a whole block (0.5 GB/s: 16 ms out against a 10 ms window): no block is
+  // offloaded whole; at most the three ops whose copies cost less than recomputing them are
+  // swapped (two fit, the third exposes 2 ms against its 2.5 ms), the rest is recomputed or kept.
+  const Plan slow = recompose::solve_plan(p, Budget::bytes(budget), with_link(LinkModel::symmetric(0.5e9)));
+  for (const auto& m : slow.modules) {
+    CHECK(m.choice != ModuleChoice::Offload);
+    CHECK(m.swap.size() <= 3);
+  }
+
+  // With a window that takes part of a block (6 ms around the blocks: a 2 ms forward after the
+  // last one, 4 ms of backward before it), the last block swaps what its copies hide or cost less
+  // than recomputing (2 MB free, 2 MB for 2 ms against 2.5 ms) and recomputes the rest:
+  // selective with swapped ops, 8 ms against full's 10 ms and whole offload's 10 ms exposed.
+  const auto tail = simulated_profile(4, 126);
+  const Plan partial = recompose::solve_plan(tail, Budget::bytes(budget), with_link());
+  const auto& last = partial.modules[3];
+  CHECK(last.choice == ModuleChoice::Selective);
+  CHECK(last.swap.size() == 2);
+  // 1 ms replay + 2 ms exposed copy + 2.5 ms per op neither kept nor swapped.
+  CHECK(last.seconds == doctest::Approx(3 * ms + 2.5 * ms * static_cast<double>(2 - last.save.size())));
+}
+
+TEST_CASE("peak budget: Budget::peak_bytes and \"peak=20GiB\" budget the whole step's device memory") {
+  const Budget b = Budget::parse("peak=20GiB");
+  CHECK(b.is_peak());
+  CHECK(!b.is_fraction());
+  auto p = simulated_profile();
+  p.resident_bytes = 15 * (int64_t{1} << 30);
+  CHECK(b.resolve(p) == 5 * (int64_t{1} << 30));  // what is left for activations
+  CHECK(Budget::peak_bytes(123).resolve(p) == 123 - p.resident_bytes);
+  CHECK_THROWS_AS(Budget::parse("peak=40%"), std::invalid_argument);
+  CHECK_THROWS_AS(Budget::parse("peak="), std::invalid_argument);
+  CHECK_THROWS_AS(Budget::peak_bytes(0), std::invalid_argument);
+  // Below the resident bytes, or below the least simulated peak: a clear error.
+  CHECK_THROWS_WITH_AS(recompose::solve_plan(p, Budget::parse("peak=10GiB"), with_link()),
+                       doctest::Contains("resident"), std::invalid_argument);
+  // Profiles and plans keep the new figures through JSON.
+  CHECK(recompose::MemoryProfile::from_json(p.to_json()).resident_bytes == p.resident_bytes);
+  const Plan plan = recompose::solve_plan(p, Budget::parse("peak=20GiB"), with_link());
+  CHECK(plan.peak_bytes > p.resident_bytes);
+  CHECK(Plan::from_json(plan.to_json()) == plan);
+}
+
+TEST_CASE("peak budget: the simulated peak stays at or under every budget of a sweep") {
+  const auto p = simulated_profile();
+  const int64_t none_peak = p.resident_bytes + p.bytes_held;
+  int64_t last_bytes = 0;
+  double last_seconds = INFINITY;
+  int fitted = 0, beyond_bytes_budget = 0;
+  for (int64_t peak = p.resident_bytes; peak <= none_peak + 4 * MB; peak += MB / 4) {
+    CAPTURE(peak);
+    Plan plan;
+    try {
+      plan = recompose::solve_plan(p, Budget::peak_bytes(peak), with_link());
+    } catch (const std::invalid_argument&) {
+      CHECK(fitted == 0);  // only budgets below every plan fail
+      continue;
+    }
+    ++fitted;
+    CHECK(plan.peak_bytes <= peak);
+    CHECK(p.resident_bytes + recompose::detail::simulate_plan(p, plan, kLink).peak_bytes == plan.peak_bytes);
+    CHECK(plan.bytes >= last_bytes);
+    CHECK(plan.step_seconds <= last_seconds);
+    last_bytes = plan.bytes, last_seconds = plan.step_seconds;
+    // The same number as a budget of bytes held for backward ignores what backward holds on top
+    // (recomputed tensors, reloads): its plan may overshoot the peak.
+    const Plan by_bytes = recompose::solve_plan(p, Budget::bytes(peak - p.resident_bytes), with_link());
+    if (by_bytes.peak_bytes > peak) ++beyond_bytes_budget;
+  }
+  CHECK(fitted > 50);
+  CHECK(beyond_bytes_budget > 0);
+  // At the top: no checkpointing, its peak is what it holds when backward starts.
+  const Plan top = recompose::solve_plan(p, Budget::peak_bytes(none_peak), with_link());
+  for (const auto& m : top.modules) CHECK(m.choice == ModuleChoice::None);
+  CHECK(top.peak_bytes == none_peak);
+}
+
+namespace {
+
+// A small CPU model for applying plans: blocks of a layer norm, an MLP and a residual.
+struct WBlockImpl : torch::nn::Module {
+  explicit WBlockImpl(int64_t w) {
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({w})));
+    up = register_module("up", torch::nn::Linear(w, 2 * w));
+    down = register_module("down", torch::nn::Linear(2 * w, w));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return x + down(torch::relu(up(norm(x))).sigmoid() * x.repeat({1, 2}));
+  }
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear up{nullptr}, down{nullptr};
+};
+TORCH_MODULE(WBlock);
+
+struct WNetImpl : torch::nn::Module {
+  explicit WNetImpl(int n) {
+    auto list = register_module("blocks", torch::nn::ModuleList());
+    for (int i = 0; i < n; ++i) {
+      blocks.emplace_back(24);
+      list->push_back(blocks.back());
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : blocks) x = b(x);
+    return x.tanh().pow(2).mean();
+  }
+  std::vector<WBlock> blocks;
+};
+TORCH_MODULE(WNet);
+
+WNet make_wnet() {
+  torch::manual_seed(3);
+  return WNet(4);
+}
+
+torch::Tensor winput() {
+  torch::manual_seed(11);
+  return torch::randn({32, 24});
+}
+
+std::vector<torch::Tensor> wgrads(const Plan* plan) {
+  WNet net = make_wnet();
+  if (plan) recompose::apply_plan(*net, *plan);
+  auto x = winput();
+  auto grads = rt::grads_of([&] { return net(x); }, net->parameters());
+  grads.push_back(net(x).detach());
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("peak budget: every plan of a sweep, applied on CPU, gives gradients bitwise equal to no checkpointing") {
+  WNet net = make_wnet();
+  auto x = winput();
+  auto p = recompose::profile_memory(*net, [&] { net(x).backward(); });
+  // A simulated device: the measured bytes, given times (each op 1 ms, forward the sum, backward
+  // twice that) and resident bytes, so that the plans do not depend on this machine's timing.
+  p.resident_bytes = 1 << 20;
+  double forwards = 0;
+  for (auto& m : p.modules) {
+    for (auto& o : m.ops) o.seconds = 1 * ms;
+    m.forward_seconds = m.selective_forward_seconds = static_cast<double>(m.ops.size()) * ms;
+    m.replay_seconds = 0.2 * ms;
+    forwards += m.forward_seconds;
+  }
+  p.step_seconds = 3 * forwards + 2 * ms;
+  const auto plain = wgrads(nullptr);
+  // A link that moves a block's saved bytes in about a third of a block's forward.
+  const LinkModel link = LinkModel::symmetric(static_cast<double>(p.modules[0].saved_bytes) /
+                                              (p.modules[0].forward_seconds / 3));
+  std::set<ModuleChoice> seen;
+  int swapped_ops = 0;
+  const int64_t top = p.resident_bytes + p.bytes_held;
+  for (int i = 0; i <= 24; ++i) {
+    const int64_t peak = p.resident_bytes + (top - p.resident_bytes) * i / 24;
+    CAPTURE(peak);
+    Plan plan;
+    try {
+      plan = recompose::solve_plan(p, Budget::peak_bytes(peak), with_link(link));
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    CHECK(plan.peak_bytes <= peak);
+    for (const auto& m : plan.modules) seen.insert(m.choice), swapped_ops += static_cast<int>(m.swap.size());
+    CHECK(rt::bitwise_equal(plain, wgrads(&plan)));
+  }
+  CHECK(seen.count(ModuleChoice::None) == 1);
+  CHECK(seen.count(ModuleChoice::Offload) == 1);
+  CHECK(seen.size() >= 3);
+}
+
+TEST_SUITE_END();
