@@ -274,4 +274,126 @@ TEST_CASE("apply_offload: misuse gives clear errors") {
   CHECK_THROWS_AS(recompose::apply_offload(plain), std::invalid_argument);
 }
 
+// Never-stall mode (issue 27). A block saves two eligible activations of 512 bytes each.
+TEST_CASE("apply_offload never-stall: only what the window hides goes; the rest stays and is reported") {
+  struct Case {
+    const char* what;
+    recompose::LinkModel link;
+    double forward_window, backward_window;
+    int64_t offloaded;  // per block but the last
+  };
+  const Case cases[] = {
+      // 0.75 MB/s: one activation takes 0.68 ms, two 1.37 ms, against a 1 ms forward window.
+      {"bandwidth", recompose::LinkModel::symmetric(0.75e6), 1e-3, 0, 1},
+      // Fast link, 0.7 ms per copy: one copy fits 1 ms, two do not.
+      {"cost per copy", recompose::LinkModel::symmetric(1e12, 0.7e-3), 1e-3, 0, 1},
+      // Out fits, back does not (slow host-to-device, 1 ms backward window).
+      {"backward window", recompose::LinkModel{1e12, 0.75e6, 0}, 1, 1e-3, 1},
+      {"everything fits", recompose::LinkModel::symmetric(1e12), 1, 0, 2},
+      {"nothing fits", recompose::LinkModel::symmetric(1e3), 1e-3, 0, 0},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    Stack s(4);
+    auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+    const auto expected = plain_grads(s, x);
+    auto manager = test_manager();
+    for (auto& b : s.blocks) {
+      recompose::apply_offload(b, recompose::OffloadOptions()
+                                      .manager(manager)
+                                      .never_stall(c.link)
+                                      .forward_window_seconds(c.forward_window)
+                                      .backward_window_seconds(c.backward_window));
+    }
+    CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
+    for (size_t i = 0; i < s.blocks.size(); ++i) {
+      CAPTURE(i);
+      const auto st = recompose::offload_stats(*s.blocks[i]);
+      const bool last = i + 1 == s.blocks.size();  // keep_last_on_device: never launched
+      CHECK(st.tensors_offloaded == (last ? 0 : c.offloaded));
+      CHECK(st.bytes_offloaded == (last ? 0 : c.offloaded * kActivationBytes));
+      CHECK(st.tensors_over_window == (last ? 0 : 2 - c.offloaded));
+      CHECK(st.bytes_over_window == (last ? 0 : (2 - c.offloaded) * kActivationBytes));
+      CHECK(st.tensors_left_on_device == (last ? 2 : 0));
+      CHECK(st.window_seconds == doctest::Approx(c.forward_window));
+      // CPU copies are synchronous: every launched copy is seen landed, with its time.
+      CHECK(st.bytes_landed == st.bytes_offloaded);
+      if (st.bytes_offloaded > 0) CHECK(st.achieved_bytes_per_second() > 0);
+    }
+    CHECK(manager->tensors_alive() == 0);
+  }
+}
+
+TEST_CASE("apply_offload never-stall: measured windows, and a report per module and per step") {
+  Stack s(3);
+  auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  const auto expected = plain_grads(s, x);
+  for (double bandwidth : {1e15, 1.0}) {
+    CAPTURE(bandwidth);
+    auto manager = test_manager();
+    for (auto& b : s.blocks) {
+      // No window given: each call's own forward time (microseconds here) is its window.
+      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false).never_stall(
+                                      recompose::LinkModel::symmetric(bandwidth)));
+    }
+    CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
+    const bool fast = bandwidth > 1;
+    for (auto& b : s.blocks) {
+      const auto st = recompose::offload_stats(*b);
+      CHECK(st.window_seconds > 0);
+      CHECK(st.tensors_offloaded == (fast ? 2 : 0));
+      CHECK(st.tensors_over_window == (fast ? 0 : 2));
+    }
+    // A module of its own is a tree of one: its report has its row and the total.
+    const auto report = recompose::offload_report(*s.blocks[0]);
+    CHECK(report.find("(root)") != std::string::npos);
+    CHECK(report.find("total") != std::string::npos);
+    CHECK(recompose::total_offload_stats(*s.blocks[1]).tensors_offloaded == (fast ? 2 : 0));
+    for (auto& b : s.blocks) recompose::remove_offload(b);
+  }
+  CHECK_THROWS_AS(recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().never_stall(recompose::LinkModel{})),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().forward_window_seconds(-1)),
+                  std::invalid_argument);
+  CHECK_FALSE(recompose::is_offloaded(*s.blocks[0]));
+}
+
+TEST_CASE("apply_offload never-stall: correct and bitwise when backward does not run in reverse forward order") {
+  // Two branches: a = C(A(xa)) and b = B(xb), called A, B, C; backward runs a's branch first (C,
+  // then A: B's group sits between them in forward order and is prefetched for nothing), then
+  // b's. Every mode, every window: the same gradients as without offload.
+  for (bool never_stall : {false, true}) {
+    for (int64_t prefetch : {1, 2}) {
+      CAPTURE(never_stall);
+      CAPTURE(prefetch);
+      Stack s(3);  // blocks[0] = A, blocks[1] = B, blocks[2] = C
+      auto xa = torch::randn({kBatch, kWidth}, torch::requires_grad());
+      auto xb = torch::randn({kBatch, kWidth}, torch::requires_grad());
+      auto leaves = with(with(s.params(), xa), xb);
+      auto run = [&] {
+        auto a = s.blocks[0](xa * 1);
+        auto b = s.blocks[1](xb * 1);
+        auto la = s.blocks[2](a).pow(2).sum();
+        auto lb = b.pow(2).sum();
+        for (auto& t : leaves) t.mutable_grad() = torch::Tensor();
+        la.backward();
+        lb.backward();
+        std::vector<torch::Tensor> out;
+        for (auto& t : leaves) out.push_back(t.grad().clone());
+        return out;
+      };
+      const auto expected = run();
+      auto manager = test_manager(prefetch);
+      auto options = recompose::OffloadOptions().manager(manager).keep_last_on_device(false);
+      if (never_stall) options.never_stall(recompose::LinkModel::symmetric(1e15)).forward_window_seconds(1);
+      for (auto& b : s.blocks) recompose::apply_offload(b, options);
+      for (int step = 0; step < 2; ++step) CHECK(rt::bitwise_equal(run(), expected));
+      const auto st = manager->stats();
+      CHECK(st.tensors_offloaded == 2 * 6);
+      CHECK(st.tensors_reloaded == st.tensors_offloaded);
+      CHECK(manager->tensors_alive() == 0);
+    }
+  }
+}
+
 TEST_SUITE_END();

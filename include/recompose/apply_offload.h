@@ -26,10 +26,24 @@
 //   during recomputation it does nothing: the region already keeps nothing there. With grad mode
 //   off it does nothing.
 //
+// Never-stall mode (OffloadOptions::never_stall, with the link's bandwidths and cost per copy):
+// a call's tensors go to host memory only while their copies fit in the compute that hides them:
+// out during the next offloaded call's forward (its window: forward_window_seconds, or the
+// call's own measured forward time, the next block of a stack of equal blocks taking as long),
+// back during the backward of the call after it (backward_window_seconds, or twice the forward
+// window). Tensors are taken in the order they were saved while the running total fits both
+// windows; the others stay on the device (OffloadStats::tensors_over_window). So offload never
+// makes compute wait for a copy that was predicted to fit; what it moves is reported per module
+// (offload_stats) and per step (offload_report).
+//
+//   recompose::apply_offload(block, recompose::OffloadOptions().manager(manager)
+//                                        .never_stall(recompose::measure_link(device)));
+//
 // CPU tensors take the same path with host-to-host copies: it saves no memory on CPU, and is
 // there so that logic and gradients are tested without a GPU.
 #pragma once
 
+#include <recompose/copy_link.h>
 #include <recompose/swap.h>
 
 #include <torch/arg.h>
@@ -39,6 +53,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace recompose {
 
@@ -61,6 +77,14 @@ struct OffloadOptions {
   // Leave the most recent call's tensors on the device until the next offloaded call begins
   // (the last module of a forward keeps its activations: backward needs them first).
   TORCH_ARG(bool, keep_last_on_device) = true;
+  // Never-stall mode: offload only what the link moves inside the windows (see above).
+  TORCH_ARG(std::optional<LinkModel>, never_stall) = std::nullopt;
+  // The forward compute in which a call's copies to host must land; 0: the call's own forward
+  // time, measured on the host clock (on a GPU that is the launch time unless the step is
+  // device-bound: give the profiled time there, e.g. the planner's).
+  TORCH_ARG(double, forward_window_seconds) = 0;
+  // The backward compute in which a call's copies back must land; 0: twice the forward window.
+  TORCH_ARG(double, backward_window_seconds) = 0;
 };
 
 // What the calls of one offloaded module did since apply_offload or reset_offload_stats.
@@ -74,6 +98,19 @@ struct OffloadStats {
   // left the device (keep_last_on_device: the last module's tensors).
   int64_t tensors_left_on_device = 0;
   int64_t bytes_left_on_device = 0;
+  // Never-stall mode: eligible and swapped by the policy, but their copies would not have landed
+  // inside the window: they stayed on the device.
+  int64_t tensors_over_window = 0;
+  int64_t bytes_over_window = 0;
+  double window_seconds = 0;  // never-stall: the forward windows its calls offered, summed
+  // Copies to host seen landed: their bytes and the time from their launch until recompose saw
+  // them landed (exact on CPU, where copies are synchronous; on a device an upper bound, checked
+  // when the next offloaded call starts, so the bandwidth below is a lower bound there).
+  int64_t bytes_landed = 0;
+  double landing_seconds = 0;
+  double achieved_bytes_per_second() const {
+    return landing_seconds > 0 ? static_cast<double>(bytes_landed) / landing_seconds : 0.0;
+  }
 };
 
 // Attaches activation offload to `module` and returns it.
@@ -108,5 +145,13 @@ bool is_offloaded(const torch::nn::Module& module);
 OffloadStats offload_stats(const torch::nn::Module& module);
 // Sets them to zero. Throws CheckpointError if the module is not offloaded.
 void reset_offload_stats(torch::nn::Module& module);
+
+// A table of what the offloaded modules of `root`'s tree (root included) did since their stats
+// were reset: per module, what went to host memory, what stayed and why (not eligible or kept by
+// the policy, the last call, over the window), the achieved bandwidth; then the totals (reset
+// the stats after each step for a per-step report). Modules that are not offloaded are skipped.
+std::string offload_report(const torch::nn::Module& root);
+// The totals of that table.
+OffloadStats total_offload_stats(const torch::nn::Module& root);
 
 }  // namespace recompose

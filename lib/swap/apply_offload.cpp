@@ -11,6 +11,10 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+
 namespace recompose {
 namespace {
 
@@ -27,7 +31,16 @@ struct CallOffload {
   std::shared_ptr<detail::OffloadBatch> batch;
   std::unique_ptr<detail::SavedTensorPolicyScope> scope;
   bool keep_last_on_device = true;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();  // never-stall's measured window
 };
+
+// Never-stall mode: the windows of a call that took `forward_seconds`.
+std::optional<detail::CopyWindow> window_of(const OffloadOptions& options, double forward_seconds) {
+  if (!options.never_stall()) return std::nullopt;
+  const double forward = options.forward_window_seconds() > 0 ? options.forward_window_seconds() : forward_seconds;
+  const double backward = options.backward_window_seconds() > 0 ? options.backward_window_seconds() : 2 * forward;
+  return detail::CopyWindow{*options.never_stall(), forward, backward};
+}
 
 // Offloading does nothing where nothing is kept for backward (grad mode off), where a region
 // already keeps nothing (inside a checkpointed forward), and during a recomputation (its tensors
@@ -40,6 +53,13 @@ bool offload_applies() {
 }  // namespace
 
 torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions& options) {
+  if (options.never_stall() && !options.never_stall()->valid()) {
+    throw std::invalid_argument("apply_offload: OffloadOptions::never_stall needs a link with positive, finite "
+                                "bandwidths both ways and a non-negative cost per copy");
+  }
+  if (options.forward_window_seconds() < 0 || options.backward_window_seconds() < 0) {
+    throw std::invalid_argument("apply_offload: copy windows cannot be negative (0 measures them)");
+  }
   if (!hooks::has_annotated_forward(module)) {
     // Let the hook layer produce its message (names the type and the annotation).
     hooks::register_forward_pre_hook(module, [](hooks::ForwardCall&) {});
@@ -66,12 +86,16 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
       st->counters->calls += 1;
       call.slot(kOffloadApi) = c;
     }, hooks::HookOptions(owner).set_prepend(true));
-    state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {
+    state->post = hooks::register_forward_hook(module, [weak](hooks::ForwardCall& call) {
       auto c = std::static_pointer_cast<CallOffload>(call.slot(kOffloadApi));
       if (!c) return;
       call.slot(kOffloadApi).reset();
       c->scope.reset();
       if (call.error()) return;  // the forward failed: its graph, and the tensors, are dropped
+      if (auto st = weak.lock()) {
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - c->start).count();
+        if (auto window = window_of(st->options, took)) c->batch->limit_to(*window);
+      }
       if (c->keep_last_on_device) {
         detail::add_closed_batch(std::move(c->batch));
       } else {
@@ -112,6 +136,7 @@ std::shared_ptr<OffloadState> offload_state_or_throw(const torch::nn::Module& mo
 }  // namespace
 
 OffloadStats offload_stats(const torch::nn::Module& module) {
+  detail::check_landings();
   return offload_state_or_throw(module, "offload_stats")->counters->snapshot();
 }
 

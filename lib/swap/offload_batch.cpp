@@ -16,12 +16,18 @@ OffloadStats OffloadCounters::snapshot() const {
   s.bytes_kept = bytes_kept.load();
   s.tensors_left_on_device = tensors_left_on_device.load();
   s.bytes_left_on_device = bytes_left_on_device.load();
+  s.tensors_over_window = tensors_over_window.load();
+  s.bytes_over_window = bytes_over_window.load();
+  s.window_seconds = static_cast<double>(window_nanoseconds.load()) * 1e-9;
+  s.bytes_landed = bytes_landed.load();
+  s.landing_seconds = static_cast<double>(landing_nanoseconds.load()) * 1e-9;
   return s;
 }
 
 void OffloadCounters::reset() {
   for (auto* c : {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept, &tensors_left_on_device,
-                  &bytes_left_on_device}) {
+                  &bytes_left_on_device, &tensors_over_window, &bytes_over_window, &window_nanoseconds, &bytes_landed,
+                  &landing_nanoseconds}) {
     c->store(0);
   }
 }
@@ -39,7 +45,7 @@ DeferredTensor::~DeferredTensor() {
 
 void DeferredTensor::launch() {
   std::lock_guard lock(mutex_);
-  if (!on_device_.defined() || asked_) return;
+  if (!on_device_.defined() || asked_ || stayed_) return;
   swapped_ = core_->offload(on_device_);
   counters_->tensors_offloaded += 1;
   counters_->bytes_offloaded += static_cast<int64_t>(on_device_.nbytes());
@@ -54,10 +60,30 @@ at::Tensor DeferredTensor::get() {
     asked_ = true;
     // Backward has reached the calls that kept their tensors: the newest offloaded ones are next.
     core_->prefetch_newest();
-    counters_->tensors_left_on_device += 1;
-    counters_->bytes_left_on_device += static_cast<int64_t>(on_device_.nbytes());
+    if (!stayed_) {
+      counters_->tensors_left_on_device += 1;
+      counters_->bytes_left_on_device += static_cast<int64_t>(on_device_.nbytes());
+    }
   }
   return on_device_;
+}
+
+int64_t DeferredTensor::pending_bytes() {
+  std::lock_guard lock(mutex_);
+  return on_device_.defined() && !asked_ && !stayed_ && !swapped_ ? static_cast<int64_t>(on_device_.nbytes()) : 0;
+}
+
+void DeferredTensor::stay() {
+  std::lock_guard lock(mutex_);
+  if (stayed_ || swapped_ || !on_device_.defined()) return;
+  stayed_ = true;
+  counters_->tensors_over_window += 1;
+  counters_->bytes_over_window += static_cast<int64_t>(on_device_.nbytes());
+}
+
+std::shared_ptr<SwappedTensor> DeferredTensor::swapped() {
+  std::lock_guard lock(mutex_);
+  return swapped_;
 }
 
 // One saved tensor of an offloaded call: deferred (eligible and swapped by the policy) or kept.
@@ -125,6 +151,43 @@ OffloadBatch::~OffloadBatch() = default;
 
 SavedTensorPolicy& OffloadBatch::policy() { return *policy_; }
 
+void OffloadBatch::limit_to(const CopyWindow& window) {
+  window_ = window;
+  counters_->window_nanoseconds += static_cast<int64_t>(window.forward_seconds * 1e9);
+}
+
+namespace {
+
+// A launched batch whose copies recompose has not seen landed yet.
+struct Landing {
+  std::shared_ptr<SwapCore> core;
+  std::shared_ptr<OffloadCounters> counters;
+  std::vector<std::weak_ptr<SwappedTensor>> copies;
+  int64_t bytes = 0;
+  std::chrono::steady_clock::time_point launched;
+
+  // Counts the batch and returns true once every copy has landed (or its tensor is gone).
+  bool landed() {
+    core->poll();
+    for (const auto& weak : copies) {
+      auto t = weak.lock();
+      if (t && core->state(*t) == SwapState::Offloading) return false;
+    }
+    const auto took = std::chrono::steady_clock::now() - launched;
+    counters->bytes_landed += bytes;
+    counters->landing_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+    return true;
+  }
+};
+
+thread_local std::vector<Landing> landings;
+
+}  // namespace
+
+void check_landings() {
+  std::erase_if(landings, [](Landing& l) { return l.landed(); });
+}
+
 void OffloadBatch::launch() {
   std::vector<std::shared_ptr<DeferredTensor>> alive;
   {
@@ -134,14 +197,39 @@ void OffloadBatch::launch() {
     }
     tensors_.clear();
   }
+  if (window_) {
+    // In saved order, while the running total's copies fit both windows; the rest stays.
+    int64_t bytes = 0, copies = 0;
+    std::erase_if(alive, [&](const std::shared_ptr<DeferredTensor>& t) {
+      const int64_t b = t->pending_bytes();
+      if (b == 0) return false;  // launch() will skip it anyway
+      if (window_->link.d2h_seconds(bytes + b, copies + 1) <= window_->forward_seconds &&
+          window_->link.h2d_seconds(bytes + b, copies + 1) <= window_->backward_seconds) {
+        bytes += b, copies += 1;
+        return false;
+      }
+      t->stay();
+      return true;
+    });
+  }
   if (alive.empty()) return;
+  Landing landing{core_, counters_, {}, 0, std::chrono::steady_clock::now()};
   // One group per call: backward reloads groups in reverse forward order and prefetches ahead.
   struct GroupOfCall {
     SwapCore& core;
     const int64_t id = core.begin_group();
     ~GroupOfCall() { core.force_end_group(id); }  // closed also when a copy throws
   } group{*core_};
-  for (auto& t : alive) t->launch();
+  for (auto& t : alive) {
+    t->launch();
+    if (auto swapped = t->swapped()) {
+      landing.copies.push_back(swapped);
+      landing.bytes += static_cast<int64_t>(swapped->nbytes());
+    }
+  }
+  if (landing.copies.empty()) return;
+  // Copies on CPU are synchronous: landed already. On a device: checked as later calls start.
+  if (!landing.landed()) landings.push_back(std::move(landing));
 }
 
 namespace {
@@ -151,6 +239,7 @@ thread_local std::vector<std::shared_ptr<OffloadBatch>> closed_batches;
 void add_closed_batch(std::shared_ptr<OffloadBatch> batch) { closed_batches.push_back(std::move(batch)); }
 
 void launch_closed_batches() {
+  check_landings();
   // Moved out first: a launch must not see the list change under it.
   auto batches = std::move(closed_batches);
   closed_batches.clear();

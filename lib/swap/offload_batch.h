@@ -1,7 +1,8 @@
 // The saved tensors of one call of an offloaded module (apply_offload): collected during the
 // call, then copied to host memory as one swap group when the next offloaded call begins (or at
 // the call's end), so that the last call's tensors, which backward needs first, stay on the
-// device.
+// device. In never-stall mode (CopyWindow) a batch launches only the tensors whose copies fit its
+// windows; the others stay on the device.
 #pragma once
 
 #include "engine/meter_charge.h"
@@ -11,9 +12,11 @@
 #include <recompose/apply_offload.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace recompose::detail {
@@ -29,6 +32,11 @@ struct OffloadCounters {
   std::atomic<int64_t> bytes_kept{0};
   std::atomic<int64_t> tensors_left_on_device{0};
   std::atomic<int64_t> bytes_left_on_device{0};
+  std::atomic<int64_t> tensors_over_window{0};
+  std::atomic<int64_t> bytes_over_window{0};
+  std::atomic<int64_t> window_nanoseconds{0};
+  std::atomic<int64_t> bytes_landed{0};
+  std::atomic<int64_t> landing_nanoseconds{0};
 
   OffloadStats snapshot() const;
   void reset();
@@ -45,6 +53,12 @@ class DeferredTensor {
   void launch();
   // The tensor for backward, from the device if it never left.
   at::Tensor get();
+  // Bytes launch() would copy now (0 once launched, asked for, or gone).
+  int64_t pending_bytes();
+  // Never-stall: its copy would not fit the window; it stays on the device for good.
+  void stay();
+  // The offloaded tensor, once launched.
+  std::shared_ptr<SwappedTensor> swapped();
 
  private:
   std::mutex mutex_;
@@ -55,6 +69,14 @@ class DeferredTensor {
   std::shared_ptr<SwappedTensor> swapped_;  // after launch()
   int64_t served_ = -1;  // reload generation the last get() was served from
   bool asked_ = false;  // get() was called: launching now would be pointless
+  bool stayed_ = false;  // stay() was called: counted over the window, not as left on the device
+};
+
+// The never-stall limit of a batch: the compute its copies must fit in, each way.
+struct CopyWindow {
+  LinkModel link;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
 };
 
 class OffloadBatch {
@@ -64,6 +86,8 @@ class OffloadBatch {
   ~OffloadBatch();
   // The saved-tensor policy of the call: every tensor saved while it is installed joins the batch.
   SavedTensorPolicy& policy();
+  // Never-stall mode: launch() copies only what fits `window` (set before launch()).
+  void limit_to(const CopyWindow& window);
   // Copies the batch's tensors that are still alive and not asked for, as one swap group.
   void launch();
 
@@ -76,11 +100,15 @@ class OffloadBatch {
   std::unique_ptr<Policy> policy_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<DeferredTensor>> tensors_;
+  std::optional<CopyWindow> window_;
 };
 
 // The batches of this thread whose calls have ended and whose copies have not started. The next
 // offloaded call on this thread launches them (launch_closed_batches) before it begins.
 void add_closed_batch(std::shared_ptr<OffloadBatch> batch);
 void launch_closed_batches();
+// Adds the launch-to-landing time of this thread's launched batches whose copies have all landed
+// to their counters (OffloadStats::landing_seconds).
+void check_landings();
 
 }  // namespace recompose::detail
