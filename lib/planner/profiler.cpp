@@ -1,4 +1,5 @@
 // profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h).
+#include "device_peak.h"
 #include "planner_targets.h"
 #include "step_timeline.h"
 
@@ -260,11 +261,14 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     {
       SavedTensorMeter meter;
       rec->meter = &meter;
+      detail::reset_device_peak(device);
       const auto t0 = rec->timeline.mark();
       step();
       rec->timeline.add(t0, rec->timeline.mark(), [&profile]() -> double& { return profile.step_seconds; });
       rec->timeline.resolve();
       profile.bytes_held = meter.peak_bytes_held();
+      // What the device held beside the activations at the step's peak (a peak budget's base).
+      profile.resident_bytes = std::max<int64_t>(0, detail::device_peak_bytes(device) - profile.bytes_held);
       rec->meter = nullptr;
     }
     restore_generators();
