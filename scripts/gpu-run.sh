@@ -6,12 +6,15 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
-#   bash scripts/gpu-run.sh [all|build|test|bench|gpt]
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload]
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
 # gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, and examples/gpt/python/gpu_compare.sh:
-# C++ against PyTorch Python on the same GPU). The log goes to $OUT/gpu-run-<phase>-<time>.txt.
+# C++ against PyTorch Python on the same GPU), offload (issue 27: the link probe, the never-stall
+# offload, the planner's sweep with its estimate beside each measured step, a peak-budget sweep,
+# the 24 x 2048 model and a memory cap under which no checkpointing does not fit). The log goes to
+# $OUT/gpu-run-<phase>-<time>.txt.
 #
 # Offline, header-only dependencies travel with the checkout: run `bash scripts/gpu-run.sh
 # --prepare` here (online, after scripts/setup.sh) to copy doctest into .carry/include
@@ -83,7 +86,7 @@ fi
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 phase=${1:-all}
-case "$phase" in all|build|test|bench|gpt) ;; *) die "unknown phase '$phase' (all, build, test, bench or gpt)" ;; esac
+case "$phase" in all|build|test|bench|gpt|offload) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt or offload)" ;; esac
 log="$out/gpu-run-$phase-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
 jobs=${RECOMPOSE_JOBS:-$(nproc)}
@@ -185,6 +188,53 @@ do_gpt() {
   return $status
 }
 
+# Issue 27. RECOMPOSE_BIG_BATCH (default 2): batch of the 24 x 2048 model; RECOMPOSE_CAP_FRACTION
+# (default 0.35): the caching allocator's cap for the memory-cap runs, of the device's memory.
+gpt_big=(--layers 24 --width 2048 --heads 16 --context 2048 --batch "${RECOMPOSE_BIG_BATCH:-2}")
+do_offload() {
+  local status=0 policy cap_fraction cap_gib
+  run_step "link probe and the CUDA cases of issue 27 (measure_link, never-stall, peak budget)" \
+    "$build/tests/test_checkpoint" --test-case='measure_link*,never-stall offload on CUDA*,peak budget on CUDA*' || status=1
+  # The planner's curve with the copy-window model: 'est. ms' (the model) beside 'step ms'.
+  run_step "gpt --sweep --steps 20 --device cuda --bf16 ${gpt_model[*]}" \
+    quietly '^sweep \(' "$build/examples/gpt/gpt" --sweep --steps 20 --device cuda --bf16 --sample 0 \
+    --out "$out/gpt_sweep" "${gpt_model[@]}" || status=1
+  run_step "gpt --sweep-peak --steps 20 --device cuda --bf16 ${gpt_model[*]}" \
+    quietly '^sweep \(' "$build/examples/gpt/gpt" --sweep-peak --steps 20 --device cuda --bf16 --sample 0 \
+    --out "$out/gpt_sweep_peak" "${gpt_model[@]}" || status=1
+  # Never-stall offload against none and offload on the 12 x 1024 model, and where time goes.
+  for policy in none offload offload-window; do
+    run_step "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_model[*]}" gpt_phases "$policy" ||
+      status=1
+  done
+  # The larger model: a wider window for offload (one run per policy: a sweep would hold every
+  # run's model and optimizer at once).
+  for policy in none full selective offload-window; do
+    run_step "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_big[*]}" \
+      "$build/examples/gpt/gpt" --policy "$policy" --phase-times --steps 6 --device cuda --bf16 --sample 0 \
+      --out "$out/gpt_big" "${gpt_big[@]}" || status=1
+  done
+  # A memory cap under which no checkpointing does not fit (its run is expected to fail): full,
+  # the best fixed policy and the planner at that peak, same batch.
+  cap_fraction=${RECOMPOSE_CAP_FRACTION:-0.35}
+  cap_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n1 |
+    awk -v f="$cap_fraction" '{printf "%.1f", $1 * f / 1024 * 0.95}')
+  stamp "memory cap: $cap_fraction of the device; planner budget peak=${cap_gib}GiB"
+  for policy in none full selective every-second-mm; do
+    run_step "gpt --policy $policy --memory-fraction $cap_fraction ${gpt_big[*]}" \
+      "$build/examples/gpt/gpt" --policy "$policy" --memory-fraction "$cap_fraction" --phase-times --steps 6 \
+      --device cuda --bf16 --sample 0 --out "$out/gpt_cap" "${gpt_big[@]}" ||
+      [ "$policy" = none ] || status=1
+  done
+  run_step "gpt --budget peak=${cap_gib}GiB --memory-fraction $cap_fraction ${gpt_big[*]}" \
+    "$build/examples/gpt/gpt" --budget "peak=${cap_gib}GiB" --memory-fraction "$cap_fraction" --phase-times \
+    --steps 6 --device cuda --bf16 --sample 0 --out "$out/gpt_cap_planned" "${gpt_big[@]}" || status=1
+  echo "not run yet: examples/sharded on CUDA (it has no CUDA/NCCL path); the Python peer under"
+  echo "torch.compile's activation_memory_budget (examples/gpt/python has no such run)"
+  stamp "offload done"
+  return $status
+}
+
 main() {
   local status=0
   echo "date: $(date -u)"
@@ -199,6 +249,7 @@ main() {
     test) do_test || status=1 ;;
     bench) do_bench || status=1 ;;
     gpt) do_gpt || status=1 ;;
+    offload) do_offload || status=1 ;;
   esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status

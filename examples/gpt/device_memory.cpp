@@ -115,6 +115,15 @@ int64_t current_memory(const torch::Device& device) {
   return device.is_cpu() && CountingCPUAllocator::instance ? CountingCPUAllocator::instance->current() : 0;
 }
 
+void cap_device_memory(const torch::Device& device, double fraction) {
+#ifdef RECOMPOSE_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.has_index() ? device.index() : 0);
+#else
+  (void)device;
+  (void)fraction;
+#endif
+}
+
 void synchronize(const torch::Device& device) {
 #ifdef RECOMPOSE_WITH_CUDA
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);

@@ -9,6 +9,7 @@
 #include "device_memory.h"
 #include "model.h"
 #include "options.h"
+#include "offload_link.h"
 #include "planning.h"
 #include "report.h"
 #include "sample.h"
@@ -79,7 +80,12 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     return outcome.losses_match ? 0 : 1;
   }
 
-  if (options.sweep) return gpt::run_sweep(config, data, train_options, options.out);
+  gpt::set_link(options.link);
+  if (options.memory_fraction > 0) {
+    gpt::cap_device_memory(device, options.memory_fraction);
+    std::printf("device memory capped at %.3f of the device (caching allocator)\n", options.memory_fraction);
+  }
+  if (options.sweep) return gpt::run_sweep(config, data, train_options, options.out, options.sweep_peak);
   if (!options.budget.empty() || !options.plan.empty()) {
     recompose::Plan plan;
     if (!options.plan.empty()) {
@@ -88,7 +94,7 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     } else {
       const auto budget = recompose::Budget::parse(options.budget);  // bad text fails before profiling
       const auto profile = gpt::profile_training_step(config, data, train_options);
-      plan = recompose::solve_plan(profile, budget);
+      plan = recompose::solve_plan(profile, budget, gpt::solve_options(device));
       profile.save(options.out / "profile.json");
       plan.save(options.out / "plan.json");
       std::printf("planned for %s in %.1f ms (profile) + %.3f ms (solve), saved to %s:\n", options.budget.c_str(),

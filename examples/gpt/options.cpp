@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include "offload_link.h"
+
 #include <recompose/planner.h>
 
 #include <charconv>
@@ -57,11 +59,23 @@ Options parse_options(int argc, char** argv) {
       o.plan = value();
     } else if (flag == "--sweep") {
       o.sweep = true;
+    } else if (flag == "--sweep-peak") {
+      o.sweep = o.sweep_peak = true;
+    } else if (flag == "--link") {
+      o.link = value();
+      try {
+        if (o.link != "measure") parse_link(o.link);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--link: ") + e.what());
+      }
+    } else if (flag == "--memory-fraction") {
+      o.memory_fraction = parse_number<double>(flag, value(), 0.0);
+      if (o.memory_fraction > 1.0) throw UsageError("--memory-fraction must be at most 1");
     } else if (flag == "--policy") {
       auto name = value();
       auto p = parse_policy(name);
       if (!p) {
-        throw UsageError("--policy must be none, full, selective, swap, offload or every-second-mm, got '" +
+        throw UsageError("--policy must be none, full, selective, swap, offload, every-second-mm or offload-window, got '" +
                          std::string(name) + "'");
       }
       o.policy = *p;
@@ -125,13 +139,19 @@ std::string usage(const char* program) {
   std::ostringstream s;
   s << "Usage: " << program << " [flags]\n"
     << "Trains a small character-level GPT on a public-domain text, with activation checkpointing.\n\n"
-    << "  --policy none|full|selective|swap|offload|every-second-mm\n"
+    << "  --policy none|full|selective|swap|offload|every-second-mm|offload-window\n"
     << "                       checkpointing of every block (default none)\n"
     << "  --budget B           plan per block for at most B held for backward (\"40%\" of no checkpointing,\n"
     << "                       or bytes: \"12MiB\"), train under the plan; the plan goes to OUT/plan.json\n"
     << "  --plan FILE          train under a saved plan (JSON from --budget), without profiling\n"
     << "  --sweep              budgets from the least a plan holds to 100%, beside every policy, trained\n"
     << "                       side by side for --steps steps: OUT/sweep.csv and OUT/sweep.svg\n"
+    << "  --budget peak=20GiB  plan for a peak of device memory for the whole step (weights, gradients,\n"
+    << "                       optimizer state, temporaries and activations)\n"
+    << "  --sweep-peak         the sweep with budgets of peak device memory (50% to 100% of no checkpointing's)\n"
+    << "  --link measure|D2H,H2D,COST  the device <-> host link (bytes/s each way, seconds per copy) for the\n"
+    << "                       planner's copy windows and offload-window (default: measured on CUDA)\n"
+    << "  --memory-fraction F  cap the CUDA caching allocator at F of the device's memory\n"
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"
     << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"

@@ -1,5 +1,7 @@
 #include "policies.h"
 
+#include "offload_link.h"
+
 #include <recompose/recompose.h>
 #include <recompose/selective_checkpoint.h>
 #include <recompose/swap.h>
@@ -14,6 +16,7 @@ std::string_view policy_name(Policy policy) {
     case Policy::Swap: return "swap";
     case Policy::Offload: return "offload";
     case Policy::EverySecondMm: return "every-second-mm";
+    case Policy::OffloadWindow: return "offload-window";
     case Policy::Planned: return "planned";
   }
   return "?";
@@ -46,7 +49,7 @@ recompose::CheckpointOptions swap_options(const std::shared_ptr<recompose::SwapM
 }  // namespace
 
 std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy) {
-  const bool swaps = policy == Policy::Swap || policy == Policy::Offload;
+  const bool swaps = policy == Policy::Swap || policy == Policy::Offload || policy == Policy::OffloadWindow;
   auto manager = swaps ? recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0)) : nullptr;
   for (auto& block : model->blocks) {
     switch (policy) {
@@ -64,6 +67,12 @@ std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy) 
       // One swap group per block, prefetched in reverse block order; the last block's
       // activations stay on the device (backward needs them first).
       case Policy::Offload: recompose::apply_offload(block, recompose::OffloadOptions().manager(manager)); break;
+      // The same, but a block's tensors go only while the link moves them inside the next
+      // block's forward (its measured time) and come back inside a backward: never a stall.
+      case Policy::OffloadWindow:
+        recompose::apply_offload(block, recompose::OffloadOptions().manager(manager).never_stall(
+                                            offload_link(model->parameters().front().device())));
+        break;
     }
   }
   return manager;

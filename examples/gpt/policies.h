@@ -21,11 +21,13 @@ enum class Policy {
   Swap,       // each block keeps its matrix products in host memory, recomputes the rest
   Offload,    // each block's saved activations go to host memory, nothing is recomputed
   EverySecondMm,  // selective, but every second matrix product is recomputed too (less memory)
+  OffloadWindow,  // offload that never stalls: only what the link moves inside the copy windows (--link)
   Planned,    // what the memory-budget planner chose per block (--budget, --plan); not in kAllPolicies
 };
 
-inline constexpr std::array<Policy, 6> kAllPolicies = {Policy::None, Policy::Full, Policy::Selective, Policy::Swap,
-                                                       Policy::Offload, Policy::EverySecondMm};
+inline constexpr std::array<Policy, 7> kAllPolicies = {Policy::None,    Policy::Full,          Policy::Selective,
+                                                       Policy::Swap,    Policy::Offload,       Policy::EverySecondMm,
+                                                       Policy::OffloadWindow};
 
 std::string_view policy_name(Policy policy);
 std::optional<Policy> parse_policy(std::string_view name);

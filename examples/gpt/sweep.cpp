@@ -1,6 +1,7 @@
 #include "sweep.h"
 
 #include "compare.h"
+#include "offload_link.h"
 #include "plot.h"
 #include "planning.h"
 #include "progress.h"
@@ -23,7 +24,8 @@ struct Entry {
   std::string name;
   bool planned = false;
   std::shared_ptr<const recompose::Plan> plan;
-  double fraction = 0;  // planned: the budget as a fraction of none's bytes
+  double fraction = 0;  // planned: the budget as a fraction of none's bytes (--sweep-peak: of none's peak)
+  int64_t peak_budget = 0;  // --sweep-peak: the budget of device memory
   std::unique_ptr<Trainer> trainer;
   std::vector<StepRecord> steps;
 
@@ -48,6 +50,11 @@ struct Entry {
     for (const auto& r : steps) m = std::max(m, r.peak_memory - r.resting_memory);
     return m;
   }
+  int64_t absolute_peak() const {
+    int64_t m = 0;
+    for (const auto& r : steps) m = std::max(m, r.peak_memory);
+    return m;
+  }
 };
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -55,7 +62,7 @@ double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 }  // namespace
 
 int run_sweep(const Config& config, const CharDataset& data, const TrainOptions& options,
-              const std::filesystem::path& out) {
+              const std::filesystem::path& out, bool peak) {
   const bool cpu = !options.device.is_cuda();
   std::printf("profiling one training step...\n");
   const auto profile = profile_training_step(config, data, options);
@@ -63,8 +70,10 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   const std::string text = profile.to_string();
   std::printf("%s\n", text.substr(0, text.find("\nops of")).c_str());
 
-  // Budgets: the least a plan can hold, then every tenth of none's bytes above it.
-  const int64_t least = recompose::min_plan_bytes(profile);
+  // Budgets: the least a plan can hold, then every tenth of none's bytes above it; with peak,
+  // every twentieth from half of none's simulated peak (resident + activations) to all of it.
+  const auto solve = solve_options(options.device);
+  const int64_t least = recompose::min_plan_bytes(profile, solve);
   const double lo = static_cast<double>(least) / static_cast<double>(profile.bytes_held);
   std::vector<double> fractions{lo};
   for (int percent = 10; percent <= 100; percent += 10) {
@@ -72,18 +81,32 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   }
   double solve_seconds = 0;
   std::vector<Entry> entries;
-  for (Policy p : kAllPolicies) entries.push_back({std::string(policy_name(p)), false, nullptr, 0, nullptr, {}});
+  for (Policy p : kAllPolicies) entries.push_back({std::string(policy_name(p)), false, nullptr, 0, 0, nullptr, {}});
   const size_t fixed = entries.size();
+  const int64_t none_peak = profile.resident_bytes + profile.bytes_held;
+  if (peak) {
+    fractions.clear();
+    for (int percent = 50; percent <= 100; percent += 5) fractions.push_back(percent / 100.0);
+  }
   for (double f : fractions) {
-    auto budget = f == lo ? recompose::Budget::bytes(least) : recompose::Budget::fraction(f);
-    auto plan = std::make_shared<recompose::Plan>(recompose::solve_plan(profile, budget));
+    const int64_t peak_budget = static_cast<int64_t>(f * static_cast<double>(none_peak));
+    auto budget = peak ? recompose::Budget::peak_bytes(peak_budget)
+                       : (f == lo ? recompose::Budget::bytes(least) : recompose::Budget::fraction(f));
+    std::shared_ptr<recompose::Plan> plan;
+    try {
+      plan = std::make_shared<recompose::Plan>(recompose::solve_plan(profile, budget, solve));
+    } catch (const std::invalid_argument& e) {
+      if (!peak) throw;
+      std::printf("no plan for a peak of %.0f%%: %s\n", f * 100, e.what());
+      continue;
+    }
     solve_seconds = std::max(solve_seconds, plan->solve_seconds);
     char name[32];
-    std::snprintf(name, sizeof name, "planned %.0f%%", f * 100);
+    std::snprintf(name, sizeof name, peak ? "peak %.0f%%" : "planned %.0f%%", f * 100);
     char file[32];
     std::snprintf(file, sizeof file, "plan_%03.0f.json", f * 100);
     plan->save(out / file);
-    entries.push_back({name, true, plan, f, nullptr, {}});
+    entries.push_back({name, true, plan, f, peak ? peak_budget : 0, nullptr, {}});
   }
   for (auto& e : entries) {
     TrainOptions o = options;
@@ -112,9 +135,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
          "step_peak_x\n";
   std::printf("\n%lld steps per run, interleaved; step time: median without the first step; x: against none\n",
               static_cast<long long>(options.steps));
-  std::printf("| run             | budget    | est. held | held      | %s | step peak   | peak x | step ms | time x | best fixed fitting    | vs best |\n",
+  std::printf("| run             | budget    | est. held | held      | %s | step peak   | peak x | est. ms | step ms | time x | best fixed fitting    | vs best |\n",
               cpu ? "held+swap" : "swapped  ");
-  std::printf("|-----------------|-----------|-----------|-----------|-----------|-------------|--------|---------|--------|-----------------------|---------|\n");
+  std::printf("|-----------------|-----------|-----------|-----------|-----------|-------------|--------|---------|---------|--------|-----------------------|---------|\n");
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     const double t = e.step_seconds();
@@ -122,10 +145,11 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
     worst_loss = std::max(worst_loss, loss_diff);
     std::string best = "-";
     double best_x = NAN;
-    char budget[16] = "-", est[16] = "-";
+    char budget[16] = "-", est[16] = "-", est_ms[16] = "-";
     if (e.planned) {
-      std::snprintf(budget, sizeof budget, "%.2f MiB", mib(e.plan->budget_bytes));
+      std::snprintf(budget, sizeof budget, "%.2f MiB", mib(e.peak_budget > 0 ? e.peak_budget : e.plan->budget_bytes));
       std::snprintf(est, sizeof est, "%.2f MiB", mib(e.plan->bytes));
+      std::snprintf(est_ms, sizeof est_ms, "%.1f", e.plan->step_seconds * 1e3);
       double best_t = INFINITY;
       for (size_t j = 0; j < fixed; ++j) {
         if (effective(entries[j]) <= e.plan->budget_bytes && entries[j].step_seconds() < best_t) {
@@ -135,11 +159,15 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
       }
       best_x = best_t / t_none;
       if (static_cast<double>(e.held()) > 1.05 * static_cast<double>(e.plan->budget_bytes)) ok = false;
+      // A peak budget on a device: the caching allocator's peak of the whole step.
+      if (e.peak_budget > 0 && !cpu && static_cast<double>(e.absolute_peak()) > 1.05 * static_cast<double>(e.peak_budget)) {
+        ok = false;
+      }
     }
     const double peak_x = static_cast<double>(e.step_peak()) / static_cast<double>(std::max<int64_t>(1, none.step_peak()));
-    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f MiB | %6.3f | %7.1f | %6.3f | %-21s | %7s |\n",
+    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f MiB | %6.3f | %7s | %7.1f | %6.3f | %-21s | %7s |\n",
                 e.name.c_str(), budget, est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()), mib(e.step_peak()),
-                peak_x, t * 1e3, t / t_none,
+                peak_x, est_ms, t * 1e3, t / t_none,
                 best == "-" ? "-" : (best + " " + std::to_string(best_x).substr(0, 5)).c_str(),
                 std::isfinite(best_x) ? std::to_string(t / t_none / best_x).substr(0, 5).c_str() : "-");
     csv << (e.planned ? "planned" : "fixed") << ',' << e.name << ',' << (e.planned ? e.plan->budget_bytes : 0) << ','
@@ -184,7 +212,7 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   std::printf("  planned step time <= best fixed policy that fits: %s (worst ratio %.3f)\n", on_or_below ? "yes" : "no",
               worst_vs_best);
   for (size_t i = fixed; i < entries.size(); ++i) {
-    if (std::abs(entries[i].fraction - 0.5) < 1e-9) {
+    if (!peak && std::abs(entries[i].fraction - 0.5) < 1e-9) {
       std::printf("  at 50%% of none's bytes: step time %.3fx of none (target <= 1.08)\n",
                   entries[i].step_seconds() / t_none);
     }
