@@ -16,6 +16,7 @@
 #include "sweep.h"
 #include "train.h"
 
+#include <recompose/apply_offload.h>
 #include <recompose/planner.h>
 
 #include <torch/torch.h>
@@ -81,6 +82,7 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   }
 
   gpt::set_link(options.link);
+  gpt::set_offload_window(options.offload_window_ms * 1e-3);
   if (options.memory_fraction > 0) {
     gpt::cap_device_memory(device, options.memory_fraction);
     std::printf("device memory capped at %.3f of the device (caching allocator)\n", options.memory_fraction);
@@ -110,6 +112,11 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
               static_cast<long long>(result.tokens_per_step));
   gpt::print_summary(result, train_options.policy, device);
+  if (recompose::total_offload_stats(*model).calls > 0) {
+    // What offload moved, what stayed and why, over every step (divide by the steps for one).
+    std::printf("offload over %lld steps:\n%s", static_cast<long long>(options.steps),
+                recompose::offload_report(*model).c_str());
+  }
   std::printf("  validation loss    %.4f\n",
               gpt::validation_loss(model, data, options.batch, 8, options.seed, device));
   const gpt::PolicyResults results{{train_options.policy, result}};

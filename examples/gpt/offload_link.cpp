@@ -47,6 +47,13 @@ recompose::LinkModel offload_link(const torch::Device& device) {
   return link_for(device).value_or(recompose::LinkModel::symmetric(10e9, 10e-6));
 }
 
+namespace {
+double window_seconds = 0;
+}
+
+void set_offload_window(double seconds) { window_seconds = seconds; }
+double offload_window() { return window_seconds; }
+
 recompose::SolveOptions solve_options(const torch::Device& device) {
   recompose::SolveOptions options;
   if (auto link = link_for(device)) options.link(*link);

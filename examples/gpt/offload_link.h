@@ -23,6 +23,12 @@ std::optional<recompose::LinkModel> link_for(const torch::Device& device);
 // The never-stall offload's link: link_for(device), or on CPU a nominal 10 GB/s, 10 us per copy
 // (CPU "host" copies save nothing; the policy runs so that its logic and losses are compared).
 recompose::LinkModel offload_link(const torch::Device& device);
+// --offload-window-ms: the forward window of offload-window's copies, in seconds (0: each block's
+// own forward time on the host clock, which on a GPU is the launch time unless the step is
+// device-bound: give a block's forward time from the profile there, profile.json's
+// forward_seconds).
+void set_offload_window(double seconds);
+double offload_window();
 // The planner's options: the copy-window model with link_for(device).
 recompose::SolveOptions solve_options(const torch::Device& device);
 

@@ -68,6 +68,8 @@ Options parse_options(int argc, char** argv) {
       } catch (const std::invalid_argument& e) {
         throw UsageError(std::string("--link: ") + e.what());
       }
+    } else if (flag == "--offload-window-ms") {
+      o.offload_window_ms = parse_number<double>(flag, value(), 0.0);
     } else if (flag == "--memory-fraction") {
       o.memory_fraction = parse_number<double>(flag, value(), 0.0);
       if (o.memory_fraction > 1.0) throw UsageError("--memory-fraction must be at most 1");
@@ -151,6 +153,7 @@ std::string usage(const char* program) {
     << "  --sweep-peak         the sweep with budgets of peak device memory (50% to 100% of no checkpointing's)\n"
     << "  --link measure|D2H,H2D,COST  the device <-> host link (bytes/s each way, seconds per copy) for the\n"
     << "                       planner's copy windows and offload-window (default: measured on CUDA)\n"
+    << "  --offload-window-ms X  offload-window's forward window per block (default: each call's host time)\n"
     << "  --memory-fraction F  cap the CUDA caching allocator at F of the device's memory\n"
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"

@@ -18,6 +18,7 @@ struct Options {
   bool sweep = false;          // --sweep: the planner's curve beside the fixed policies
   bool sweep_peak = false;     // --sweep-peak: the sweep's budgets are peaks of device memory
   std::string link = "measure";  // --link: the device <-> host link (offload_link.h)
+  double offload_window_ms = 0;  // --offload-window-ms: offload-window's forward window (0: measured)
   double memory_fraction = 0;  // --memory-fraction: cap of the CUDA caching allocator (0: none)
   std::string device = "auto";
   bool bf16 = false;  // --bf16: CUDA autocast to bfloat16 for the forward

@@ -70,8 +70,10 @@ std::shared_ptr<recompose::SwapManager> apply_policy(GPT& model, Policy policy) 
       // The same, but a block's tensors go only while the link moves them inside the next
       // block's forward (its measured time) and come back inside a backward: never a stall.
       case Policy::OffloadWindow:
-        recompose::apply_offload(block, recompose::OffloadOptions().manager(manager).never_stall(
-                                            offload_link(model->parameters().front().device())));
+        recompose::apply_offload(block, recompose::OffloadOptions()
+                                            .manager(manager)
+                                            .never_stall(offload_link(model->parameters().front().device()))
+                                            .forward_window_seconds(offload_window()));
         break;
     }
   }

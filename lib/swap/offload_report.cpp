@@ -48,7 +48,9 @@ OffloadStats total_offload_stats(const torch::nn::Module& root) {
 
 std::string offload_report(const torch::nn::Module& root) {
   std::ostringstream s;
-  s << "| module               | calls | offloaded (MiB) | kept: policy    | kept: last call | kept: window    |   GB/s   |\n"
+  s << "tensors and MiB; kept (rule): not eligible (parameters, below min_bytes) or kept by the policy; kept (last):\n"
+    << "the last call's, asked for before they left; kept (window): their copies would not fit the window\n"
+    << "| module               | calls | offloaded (MiB) | kept (rule)     | kept (last)     | kept (window)   |   GB/s   |\n"
     << "|----------------------|-------|-----------------|-----------------|-----------------|-----------------|----------|\n";
   OffloadStats total;
   for (const auto& item : root.named_modules("", /*include_self=*/true)) {
