@@ -9,7 +9,7 @@ torch::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int
                                     const torch::Tensor& input, const CheckpointOptions& options) {
   const int64_t n = static_cast<int64_t>(sequential->size());
   if (segments < 1 || segments > n) {
-    throw std::invalid_argument("recompose::checkpoint_sequential: segments must be between 1 and the number of "
+    throw std::invalid_argument("recompose: checkpoint_sequential: segments must be between 1 and the number of "
                                 "modules (" + std::to_string(n) + "), got " + std::to_string(segments));
   }
   std::shared_ptr<torch::nn::SequentialImpl> seq = sequential.ptr();

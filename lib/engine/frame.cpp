@@ -212,7 +212,7 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
 }
 
 void Frame::fail(const std::string& message) {
-  std::string text = "recompose::checkpoint: " + message;
+  std::string text = "recompose: checkpoint: " + message;
   if (debug_) {
     text += "\n\nOperations executed during the original forward:\n" + format_ops(*forward_ops_) +
             "Operations executed during recomputation:\n" + format_ops(*recompute_ops_) +
