@@ -17,7 +17,7 @@
 # $OUT/gpu-run-<phase>-<time>.txt.
 #
 # Offline, header-only dependencies travel with the checkout: run `bash scripts/gpu-run.sh
-# --prepare` here (online, after scripts/setup.sh) to copy doctest into .carry/include
+# --prepare` here (online, after scripts/setup.sh) to copy doctest and range-v3 into .carry/include
 # (git-ignored), and carry .carry to the machine.
 #
 # Environment: RECOMPOSE_VENV (default /opt/torch/.venv), RECOMPOSE_TORCH_DIR (default the venv's
@@ -36,7 +36,17 @@ if [ "${1:-}" = "--prepare" ]; then
   mkdir -p .carry/include
   rm -rf .carry/include/doctest
   cp -r "$found/doctest" .carry/include/
-  echo "gpu-run: copied $found/doctest into .carry/include; carry .carry to the GPU machine"
+  # range-v3 (header-only, used inside lib/): its four include folders.
+  ranges=""
+  for d in /usr/include /usr/local/include; do
+    [ -f "$d/range/v3/view/enumerate.hpp" ] && ranges=$d && break
+  done
+  [ -n "$ranges" ] || die "range-v3 not found here: run scripts/setup.sh first (it installs librange-v3-dev)"
+  for sub in range meta concepts std; do
+    rm -rf ".carry/include/$sub"
+    cp -r "$ranges/$sub" .carry/include/
+  done
+  echo "gpu-run: copied doctest ($found) and range-v3 ($ranges) into .carry/include; carry .carry to the GPU machine"
   exit 0
 fi
 
@@ -75,12 +85,15 @@ export CUDA_PATH
 [ -n "${CUDA_HOME:-}" ] && export CUDA_HOME=$CUDA_PATH
 export PATH="$PATH:$CUDA_PATH/bin"
 
-# doctest: carried in .carry/include, or installed on this machine.
+# doctest and range-v3: carried in .carry/include, or installed on this machine.
 setup_args=(--buildtype=release -Dtorch_dir="$torch_dir" -Dcuda=enabled --wrap-mode=nodownload)
-if [ -f .carry/include/doctest/doctest.h ]; then
+if [ -f .carry/include/doctest/doctest.h ] && [ -f .carry/include/range/v3/view/enumerate.hpp ]; then
   setup_args+=(-Dcpp_args="-I$PWD/.carry/include")
-elif ! echo '#include <doctest/doctest.h>' | c++ -x c++ -std=c++20 -fsyntax-only - >/dev/null 2>&1; then
-  die "doctest not found (offline): run 'bash scripts/gpu-run.sh --prepare' on an online machine and carry .carry"
+else
+  for header in doctest/doctest.h range/v3/view/enumerate.hpp; do
+    echo "#include <$header>" | c++ -x c++ -std=c++20 -fsyntax-only - >/dev/null 2>&1 ||
+      die "$header not found (offline): run 'bash scripts/gpu-run.sh --prepare' on an online machine and carry .carry"
+  done
 fi
 
 out=${OUT:-gpu-out}

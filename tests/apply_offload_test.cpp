@@ -8,7 +8,8 @@
 
 #include "support/grad_check.h"
 #include "support/test_modules.h"
-#include "swap/swap_core.h"  // SwapCore::bookkeeping_entries, for the leak check
+#include "swap/swap_access.h"  // SwapAccess::core: SwapCore::bookkeeping_entries, for the leak check
+#include "swap/swap_core.h"
 
 #include <memory>
 #include <vector>
@@ -78,7 +79,7 @@ TEST_CASE("apply_offload: gradients are bitwise those of the plain forward, step
   auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
   const auto expected = plain_grads(s, x);
   auto manager = test_manager();
-  const int64_t baseline = manager->core().bookkeeping_entries();
+  const int64_t baseline = recompose::detail::SwapAccess::core(*manager)->bookkeeping_entries();
   for (bool keep_last : {true, false}) {
     for (auto& b : s.blocks) {
       recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
@@ -87,7 +88,7 @@ TEST_CASE("apply_offload: gradients are bitwise those of the plain forward, step
       CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
       // Nothing of a step outlives it: no offloaded tensor, no table entry.
       CHECK(manager->tensors_alive() == 0);
-      CHECK(manager->core().bookkeeping_entries() == baseline);
+      CHECK(recompose::detail::SwapAccess::core(*manager)->bookkeeping_entries() == baseline);
     }
     for (auto& b : s.blocks) CHECK(recompose::remove_offload(b));
   }

@@ -6,8 +6,10 @@
 #include <torch/torch.h>
 
 #include "support/grad_check.h"
-#include "swap/swap_core.h"  // SwapCore::bookkeeping_entries, for the leak tests
+#include "swap/swap_access.h"  // SwapAccess::core: SwapCore::bookkeeping_entries, for the leak tests
+#include "swap/swap_core.h"
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -49,7 +51,9 @@ std::vector<torch::Tensor> with(std::vector<torch::Tensor> v, const torch::Tenso
   return v;
 }
 
-int64_t entries(const recompose::SwapManager& manager) { return manager.core().bookkeeping_entries(); }
+int64_t entries(const recompose::SwapManager& manager) {
+  return recompose::detail::SwapAccess::core(manager)->bookkeeping_entries();
+}
 
 // A loss whose backward needs one saved activation, 2 * x (sin saves its input).
 torch::Tensor sin_loss(const torch::Tensor& x) { return (x * 2).sin().sum(); }
@@ -690,5 +694,65 @@ TEST_CASE("swap: nested selective regions that both MUST_SWAP mm give the plain 
   CHECK(manager->stats().bytes_reloaded > 0);
 }
 #endif  // RECOMPOSE_TEST_NO_SELECTIVE
+
+// ---- the public types are handles over state kept in lib/swap ----
+
+// SwapManager exposes no accessor to its internals, and SwappedTensor holds only its core and its
+// entry (before: the manager had core() and the tensor 14 state fields in the public header).
+template <class M>
+concept HasCoreAccessor = requires(const M& m) { m.core(); };
+static_assert(!HasCoreAccessor<recompose::SwapManager>);
+static_assert(sizeof(recompose::SwappedTensor) <=
+              sizeof(std::weak_ptr<int>) + sizeof(std::shared_ptr<int>) + sizeof(void*));
+
+TEST_CASE("swap: a SwappedTensor is a handle: its entry goes with its last reference, shared or not") {
+  auto manager = test_manager();
+  const int64_t baseline = entries(*manager);
+  torch::Tensor t = torch::arange(16, torch::kFloat);
+  auto first = manager->offload(t);
+  auto second = manager->offload(t);  // the same storage, version and shape: shares the copy
+  CHECK(first == second);
+  CHECK(manager->stats().shared_offloads == 1);
+  CHECK(first->nbytes() == 64);
+  CHECK(first->device() == torch::Device(torch::kCPU));
+  CHECK(first->group() == second->group());
+  CHECK(first->state() == recompose::SwapState::Offloaded);
+  first.reset();
+  CHECK(torch::equal(second->get(), t));
+  CHECK(manager->tensors_alive() == 1);
+  second.reset();
+  CHECK(manager->tensors_alive() == 0);
+  CHECK(entries(*manager) == baseline);
+}
+
+TEST_CASE("swap: threads offloading, sharing, reading and dropping the same tensors leave nothing behind") {
+  auto manager = test_manager();
+  const int64_t baseline = entries(*manager);
+  const std::vector<torch::Tensor> sources = {torch::arange(32, torch::kFloat), torch::ones({8, 8}),
+                                              torch::full({5}, 3.0)};
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < 200; ++i) {
+        // Shared with the other threads (their offloads of it may share one copy): read, dropped.
+        const torch::Tensor& src = sources[(i + w) % sources.size()];
+        auto swapped = manager->offload(src);
+        if (!torch::equal(swapped->get(), src)) ++mismatches;
+        // This thread's own: released by hand every third time, else dropped.
+        torch::Tensor mine = torch::full({16}, static_cast<float>(w * 1000 + i));
+        auto own = manager->offload(mine);
+        if (!torch::equal(own->get(), mine)) ++mismatches;
+        if (i % 3 == 0) own->release();
+        if (i % 7 == 0) manager->poll();
+        (void)manager->stats();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(mismatches.load() == 0);
+  CHECK(manager->tensors_alive() == 0);
+  CHECK(entries(*manager) == baseline);
+}
 
 TEST_SUITE_END();

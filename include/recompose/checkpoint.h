@@ -34,7 +34,7 @@ namespace recompose {
 template <class Fn, class... Args>
 decltype(auto) checkpoint(const CheckpointOptions& options, Fn fn, Args&&... args) {
   static_assert((hooks::Flattenable<std::decay_t<Args>> && ...),
-                "recompose::checkpoint: an argument type is not supported; specialise "
+                "recompose: checkpoint: an argument type is not supported; specialise "
                 "recompose::hooks::ArgTraits for it");
   using Stored = std::tuple<std::decay_t<Args>...>;
   std::vector<at::Tensor> leaves;

@@ -17,7 +17,7 @@
 // inputs in host memory instead of device memory), and CheckpointPolicy::MUST_SWAP in selective
 // checkpointing (an op's output is kept, in host memory).
 //
-// How it works on an accelerator (CUDA): each offload records an event on the current (compute)
+// How it works on an accelerator (CUDA; docs/notes.md, Note [ Swap copies ]): each offload records an event on the current (compute)
 // stream, and a side copy stream per device waits for it and copies the tensor into a pinned
 // host buffer (drawn from a pool that is reused across steps). The source is record_stream'ed on
 // the copy stream so that the caching allocator never hands its memory out while the copy reads
@@ -50,7 +50,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
-#include <c10/core/StorageImpl.h>
 #include <torch/arg.h>
 
 #include <cstdint>
@@ -61,7 +60,8 @@ namespace recompose {
 
 namespace detail {
 class SwapCore;  // lib/swap/swap_core.h
-class CopyFence;  // lib/swap/copy_fence.h
+struct SwapEntry;  // lib/swap/swap_entry.h: the state of one SwappedTensor
+struct SwapAccess;  // lib/swap/swap_access.h: the library's way in
 }
 
 // Options of a SwapManager. SwapManager::create throws std::invalid_argument, naming the option,
@@ -148,32 +148,18 @@ class SwappedTensor : public std::enable_shared_from_this<SwappedTensor> {
   void release();
 
   SwapState state() const;
-  int64_t nbytes() const { return nbytes_; }
+  int64_t nbytes() const;
   // The swap group it belongs to (SwapManager::begin_group ids).
-  int64_t group() const { return group_; }
-  c10::Device device() const { return device_; }
+  int64_t group() const;
+  c10::Device device() const;
 
  private:
-  friend class detail::SwapCore;
-  SwappedTensor(std::shared_ptr<detail::SwapCore> core, const at::Tensor& source, int64_t group);
+  friend struct detail::SwapAccess;
+  SwappedTensor(std::shared_ptr<detail::SwapCore> core, std::unique_ptr<detail::SwapEntry> entry);
 
+  // A handle: the state (where the data is, buffers, copies) lives in lib/swap.
   std::shared_ptr<detail::SwapCore> core_;
-  const c10::Device device_;
-  const int64_t nbytes_;
-  const int64_t group_;
-  // State below is guarded by the core's mutex.
-  SwapState state_ = SwapState::Offloading;
-  at::Tensor device_copy_;  // the source, until its copy to host has landed
-  at::Tensor host_buffer_;  // 1-D pool buffer
-  at::Tensor host_view_;  // host_buffer_ with the source's sizes and strides
-  at::Tensor reloaded_;  // the reloaded device tensor until every user has it
-  std::shared_ptr<detail::CopyFence> fence_;  // the last copy (offload or reload)
-  bool keep_on_device_ = false;  // prefetched while offloading: keep device_copy_
-  bool pinned_ = false;
-  const c10::StorageImpl* storage_key_ = nullptr;  // the source's storage, for sharing offloads
-  int64_t users_ = 0;  // holders that share this offload (one per offload() call)
-  int64_t gets_since_reload_ = 0;  // users served from the current device copy
-  int64_t generation_ = 0;  // reloads launched so far
+  std::unique_ptr<detail::SwapEntry> entry_;
 };
 
 class SwapManager;
@@ -257,10 +243,8 @@ class SwapManager {
   int64_t tensors_alive() const;
   int64_t bytes_alive() const;
 
-  // Internal (lib/swap).
-  detail::SwapCore& core() const { return *core_; }
-
  private:
+  friend struct detail::SwapAccess;
   explicit SwapManager(SwapOptions options);
   std::shared_ptr<detail::SwapCore> core_;
 };

@@ -1,7 +1,8 @@
 // Adapter over the autograd node sequence of a thread: every node a differentiable op creates
 // takes the thread's next sequence number (at::sequence_number, Node::sequence_nr). A region
 // compares them to learn, without watching every op, whether its forward ended with the op
-// whose output it saved last: then early stop has nothing left to skip (frame.cpp).
+// whose output it saved last: then early stop has nothing left to skip (frame.cpp). See
+// Note [ Early stop only where it skips something ].
 #pragma once
 
 #include <ATen/core/Tensor.h>

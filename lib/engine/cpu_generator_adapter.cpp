@@ -11,8 +11,9 @@ lib/engine/torch_version_guard.h): check ATen/CPUGeneratorImpl.h (engine(), set_
 normal-sample caches) and ATen/core/PhiloxRNGEngine.h / mt19937 state, then extend torch_version_guard.h"
 #endif
 
+#include <recompose/checkpoint_error.h>
+
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/util/Exception.h>
 
 #include <cstring>
 #include <mutex>
@@ -22,7 +23,11 @@ namespace recompose::detail {
 namespace {
 
 at::CPUGeneratorImpl* cpu_impl(const at::Generator& gen) {
-  TORCH_CHECK(gen.defined() && gen.device().is_cpu(), "recompose: expected a CPU generator");
+  if (!gen.defined() || !gen.device().is_cpu()) {
+    // Callers pass the default CPU generator or one they found on the CPU: a bug of recompose's.
+    throw CheckpointError("recompose: internal error: the CPU generator stash was given a generator that is not "
+                          "a CPU generator; please report it");
+  }
   return gen.get<at::CPUGeneratorImpl>();
 }
 

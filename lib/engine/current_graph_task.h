@@ -1,5 +1,5 @@
 // Which backward a saved tensor is unpacked for: its graph task, or the GraphExecGroup that
-// backward call was made in (recompose/graph_exec_group.h).
+// backward call was made in (recompose/graph_exec_group.h). See Note [ Recompute key ].
 #pragma once
 
 #include <cstdint>

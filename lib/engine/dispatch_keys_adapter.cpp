@@ -1,5 +1,6 @@
 // Adapter: LibTorch's thread-local dispatch-key sets (c10::impl::LocalDispatchKeySet), behind
-// InternalOpsGuard. The only file of the engine that includes c10/core/impl.
+// InternalOpsGuard. One of the LibTorch adapters (docs/architecture.md).
+#include "engine/dispatch_mode_keys.h"
 #include "engine/internal_ops.h"
 #include "engine/torch_version_guard.h"
 
@@ -20,9 +21,6 @@ namespace {
 
 using Guard = c10::impl::ExcludeDispatchKeyGuard;
 static_assert(sizeof(Guard) <= 16 && alignof(Guard) <= 8, "resize InternalOpsGuard::guard_");
-
-// The keys through which ops reach a dispatch mode.
-const c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
 
 }  // namespace
 

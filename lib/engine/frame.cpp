@@ -18,12 +18,14 @@
 namespace recompose::detail {
 namespace {
 
-// Thrown by the recomputation's pack hook once every needed tensor is back (rule 5). Not a
+// Thrown by the recomputation's pack hook once every needed tensor is back. Not a
 // std::exception, so that user code catching std::exception inside the body cannot swallow it.
+// See Note [ Nestable Checkpoint ], rule 5.
 struct StopRecomputation {};
 
 // Hooks of one tensor saved during a recomputation: hands the recomputed tensor to the frame
-// and keeps it, so that a backward over the recomputed graph (rule 6) also works.
+// and keeps it, so that a backward over the recomputed graph also works.
+// See Note [ Nestable Checkpoint ], rule 6.
 class RecomputationHooks final : public torch::autograd::SavedVariableHooks {
  public:
   RecomputationHooks(std::shared_ptr<Frame> frame, int64_t graph_task)
@@ -101,6 +103,7 @@ void Frame::mark_forward_completed() {
   // no graph (returning, views of nothing new, no-grad work), so stopping there saves nothing
   // while the exception costs more than a small op. The decision depends only on the program's
   // structure, never on timing, so every rank of a distributed job takes the same one.
+  // See Note [ Early stop only where it skips something ].
   if (early_stop_ && sequence_after_last_output_ != 0 && next_autograd_sequence_nr() == sequence_after_last_output_) {
     early_stop_ = false;
   }
@@ -128,7 +131,7 @@ at::Tensor Frame::unpack(std::size_t index) {
   }
   at::Tensor out = std::move(slot->value);
   slot->value = at::Tensor();
-  slot->consumed = true;  // rule 4: cleared as soon as it is unpacked, even with retain_graph
+  slot->consumed = true;  // cleared, even with retain_graph: See Note [ Nestable Checkpoint ], rule 4
   return out;
 }
 
@@ -139,10 +142,11 @@ void Frame::recompute(int64_t graph_task) {
          "Initialise the device before the region (e.g. create a tensor on it), or pass "
          "CheckpointOptions().preserve_rng_state(false) if the region draws no random numbers there.");
   }
-  // Unpacking the inputs may recompute the enclosing regions first (rules 1 and 2).
+  // Unpacking the inputs may recompute the enclosing regions first.
+  // See Note [ Nestable Checkpoint ], rules 1 and 2.
   std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
   if (recompute_ops_) recompute_ops_->clear();
-  SavedTensorPolicyBarrier barrier;  // rule 3: start as if no region were active
+  SavedTensorPolicyBarrier barrier;  // as if no region were active: See Note [ Nestable Checkpoint ], rule 3
   RecomputationPolicy policy(shared_from_this(), graph_task);
   SavedTensorPolicyScope scope(policy);
   at::AutoGradMode grad_on(true);
@@ -208,7 +212,7 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
 }
 
 void Frame::fail(const std::string& message) {
-  std::string text = "recompose::checkpoint: " + message;
+  std::string text = "recompose: checkpoint: " + message;
   if (debug_) {
     text += "\n\nOperations executed during the original forward:\n" + format_ops(*forward_ops_) +
             "Operations executed during recomputation:\n" + format_ops(*recompute_ops_) +

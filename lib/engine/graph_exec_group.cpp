@@ -77,7 +77,7 @@ bool in_graph_exec_group() { return group_of_task(current_graph_task_id()).has_v
 
 GraphExecGroup::GraphExecGroup() {
   if (detail::open_group != 0) {
-    throw CheckpointError("recompose::GraphExecGroup: groups cannot be nested; group " +
+    throw CheckpointError("recompose: GraphExecGroup: groups cannot be nested; group " +
                           std::to_string(detail::open_group) +
                           " is already open on this thread. Close it before opening another.");
   }

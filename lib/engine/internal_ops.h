@@ -2,6 +2,7 @@
 // copy-on-write clones of kept outputs, the views a swap re-creates) are not the user's ops:
 // no region's op policy may decide on them and no op log may record them, or a nested or
 // enclosing selective region would mistake them for the user's and replay the wrong tensors.
+// See Note [ Internal ops ].
 //
 // InternalOpsGuard makes every op dispatched on this thread while it is alive invisible to the
 // dispatch modes of this thread (selective checkpointing's op interceptors): it excludes the

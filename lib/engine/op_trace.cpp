@@ -1,5 +1,7 @@
 #include "engine/op_trace.h"
 
+#include <range/v3/view/enumerate.hpp>
+
 #include <sstream>
 
 namespace recompose::detail {
@@ -26,7 +28,7 @@ OpTrace::~OpTrace() {
 
 std::string format_ops(const std::vector<std::string>& ops) {
   std::ostringstream out;
-  for (std::size_t i = 0; i < ops.size(); ++i) out << "  " << (i + 1) << ". " << ops[i] << "\n";
+  for (const auto& [i, op] : ops | ranges::views::enumerate) out << "  " << (i + 1) << ". " << op << "\n";
   if (ops.empty()) out << "  (none)\n";
   return out.str();
 }

@@ -86,7 +86,7 @@ class MeteredHooks final : public torch::autograd::SavedVariableHooks {
     // LibTorch skips its version check when hooks are set: do it here.
     if (saved_.defined() && saved_._version() != version_) {
       throw CheckpointError(
-          "one of the variables needed for gradient computation has been modified by an inplace "
+          "recompose: one of the variables needed for gradient computation has been modified by an inplace "
           "operation: saved at version " + std::to_string(version_) + ", now at version " +
           std::to_string(saved_._version()) + " (recompose::SavedTensorMeter). Do not modify a tensor in "
           "place after an op saved it for backward (clone it first).");

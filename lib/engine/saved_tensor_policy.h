@@ -9,7 +9,7 @@
 // or on another thread, is still removed from the stack it was pushed on (nothing dangles, the
 // other scopes keep working), and the misuse is reported by the next recompose call on the
 // thread that opened it: the next tensor saved there, or the next scope opened there, throws a
-// CheckpointError naming it (once; destructors cannot throw).
+// CheckpointError naming it (once; destructors cannot throw). See Note [ Saved-tensor scopes ].
 #pragma once
 
 #include <torch/csrc/autograd/saved_variable_hooks.h>
@@ -53,7 +53,7 @@ class SavedTensorPolicyScope {
 };
 
 // Hides every policy of this thread while alive (recomputation starts "as if no checkpoint
-// were active": NOTE [ Nestable Checkpoint ], rule 3), then restores them. Same rules as a scope.
+// were active": See Note [ Nestable Checkpoint ], rule 3), then restores them. Same rules as a scope.
 class SavedTensorPolicyBarrier {
  public:
   SavedTensorPolicyBarrier();

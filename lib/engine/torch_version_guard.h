@@ -4,7 +4,7 @@
 // public API alone. Each adapter stops the build with an #error naming itself and the internals
 // to check when RECOMPOSE_TORCH_VERSION_CHECKED is 0. Extending the range: check those internals
 // in the new version's headers, add it to scripts/torch-versions.sh and run
-// `bash scripts/test-versions.sh <version>`.
+// `bash scripts/test-versions.sh <version>`. See Note [ Adapters ].
 #pragma once
 
 #include <torch/headeronly/version.h>

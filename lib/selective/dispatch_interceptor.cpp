@@ -1,5 +1,5 @@
-// The only file of recompose that uses c10::impl: a pure C++ "Python
-// interpreter" whose dispatch() runs recompose::detail::OpInterceptor objects.
+// The LibTorch adapter for dispatch modes (one of those listed in docs/architecture.md): a pure
+// C++ "Python interpreter" whose dispatch() runs recompose::detail::OpInterceptor objects.
 //
 // How the pieces fit (read from the LibTorch sources of the versions below):
 //  - TorchDispatchModeTLS::push_non_infra_mode_onto_stack() puts a mode object
@@ -26,6 +26,7 @@
 
 #include <recompose/checkpoint_error.h>
 
+#include "engine/dispatch_mode_keys.h"
 // The version range every adapter was checked against (one list for all of them).
 #include "engine/torch_version_guard.h"
 
@@ -79,11 +80,8 @@ thread_local size_t t_suspended = 0;
 // The dispatch-key state the innermost intercept() was entered with: what run_below restores.
 thread_local const c10::impl::LocalDispatchKeySet* t_keys_on_entry = nullptr;
 
-// The keys through which ops reach a dispatch mode (as recompose::detail::InternalOpsGuard).
-const c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
-
 [[noreturn]] void unsupported(const char* what) {
-  throw CheckpointError(std::string("recompose selective checkpoint: PyInterpreterVTable::") + what +
+  throw CheckpointError(std::string("recompose: selective checkpoint: PyInterpreterVTable::") + what +
                         " was called, but recompose's C++ op interceptor has no Python objects. Selective "
                         "checkpointing cannot be mixed with another TorchDispatchMode or a Python tensor "
                         "subclass: remove the policy of the regions that run them.");
@@ -130,7 +128,7 @@ struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
   }
   void throw_abstract_impl_not_imported_error(std::string opname, const char* pymodule,
                                               const char* context) const override {
-    throw CheckpointError("recompose selective checkpoint: operator " + opname +
+    throw CheckpointError("recompose: selective checkpoint: operator " + opname +
                           " needs a Python abstract implementation (module " + (pymodule ? pymodule : "?") +
                           ", " + (context ? context : "") + "), which is not available in a C++-only "
                           "program: keep this op out of selectively checkpointed regions.");
@@ -197,7 +195,7 @@ class SuspendTopMode {
     // the user-mode stack whenever that one is non-empty (ours always is).
     if (popped_.get() != expected) {
       throw CheckpointError(
-          "recompose selective checkpoint: internal error: the dispatch mode stack changed under the "
+          "recompose: selective checkpoint: internal error: the dispatch mode stack changed under the "
           "Python fallback (is another TorchDispatchMode pushed from a selective policy?). Please report "
           "this with the program that triggers it.");
     }
@@ -242,12 +240,12 @@ void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
   // dispatches from this frame run below autograd (and are not recorded).
   const int64_t len = TorchDispatchModeTLS::stack_len();
   if (len <= 0) {
-    throw CheckpointError("recompose selective checkpoint: internal error: the Python fallback was reached "
+    throw CheckpointError("recompose: selective checkpoint: internal error: the Python fallback was reached "
                           "without a dispatch mode. Please report this with the program that triggers it.");
   }
   const Mode* top = TorchDispatchModeTLS::get_stack_at(len - 1).get();
   if (!is_ours(*top)) {
-    throw CheckpointError("recompose selective checkpoint: a dispatch mode that is not recompose's is the "
+    throw CheckpointError("recompose: selective checkpoint: a dispatch mode that is not recompose's is the "
                           "innermost one; selective checkpointing cannot be mixed with another "
                           "TorchDispatchMode.");
   }
@@ -272,7 +270,7 @@ void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
 
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (t_intercept_depth == 0 || t_keys_on_entry == nullptr) {
-    throw CheckpointError("recompose::detail::run_below called outside OpInterceptor::intercept(): call it "
+    throw CheckpointError("recompose: detail::run_below called outside OpInterceptor::intercept(): call it "
                           "only from an interceptor, for the op it was handed");
   }
   // The calling interceptor is popped (SuspendTopMode); the key state of intercept()'s entry
@@ -320,10 +318,10 @@ InterceptorScope::~InterceptorScope() {
     if (!found) {
       // Our mode is suspended (scope destroyed inside its own intercept();
       // SuspendTopMode will not re-push it) or the TLS was replaced.
-      TORCH_WARN("recompose InterceptorScope destroyed while its mode was not on this thread's "
+      TORCH_WARN("recompose: InterceptorScope destroyed while its mode was not on this thread's "
                  "dispatch mode stack (destroyed inside its own intercept() or on another thread?)");
     } else if (!above.empty()) {
-      TORCH_WARN("recompose InterceptorScope destroyed out of LIFO order; ", above.size(),
+      TORCH_WARN("recompose: InterceptorScope destroyed out of LIFO order; ", above.size(),
                  " inner dispatch mode(s) kept installed");
     }
   } catch (...) {

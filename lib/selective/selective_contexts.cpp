@@ -27,7 +27,7 @@ using detail::OpCalls;
 using detail::OpSlot;
 
 [[noreturn]] void internal_stack_error(const c10::OperatorHandle& op) {
-  throw CheckpointError("recompose selective checkpoint: internal error: the stack of " + op.schema().name() +
+  throw CheckpointError("recompose: selective checkpoint: internal error: the stack of " + op.schema().name() +
                         " holds fewer values than its arguments. Please report this with the model that "
                         "triggers it.");
 }
@@ -64,7 +64,7 @@ void check_decision(CheckpointPolicy p, const c10::OperatorHandle& op, int64_t c
     case CheckpointPolicy::MUST_SWAP:
       return;
   }
-  throw CheckpointError("recompose selective checkpoint: the policy returned CheckpointPolicy(" +
+  throw CheckpointError("recompose: selective checkpoint: the policy returned CheckpointPolicy(" +
                         std::to_string(static_cast<int64_t>(p)) + ") for " + op.schema().name() + " (call " +
                         std::to_string(call_index) + " in the region), which is no CheckpointPolicy value: return "
                         "MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE or MUST_SWAP.");
@@ -177,7 +177,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
     const size_t index = calls == nullptr ? 0 : calls->replayed++;
     if (calls == nullptr || index >= calls->slots.size()) {
       throw CheckpointError(
-          "recompose selective checkpoint: " + op.schema().name() + " (call " + std::to_string(index) +
+          "recompose: selective checkpoint: " + op.schema().name() + " (call " + std::to_string(index) +
           " in the region) ran during the recomputation, but the forward of the region ran it " +
           std::to_string(calls == nullptr ? 0 : calls->slots.size()) +
           " time(s). The region must run the same ops in the forward and in the recomputation; this "
@@ -191,7 +191,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
         return;
       case OpSlot::Kind::Consumed:
         throw CheckpointError(
-            "recompose selective checkpoint: Trying to backward an extra time. You are only allowed to "
+            "recompose: selective checkpoint: Trying to backward an extra time. You are only allowed to "
             "backward once on any region computed under selective activation checkpoint (the output "
             "of " + op.schema().name() + " saved in the forward was already used by an earlier "
             "recomputation, e.g. a backward with retain_graph).");
@@ -246,7 +246,7 @@ class SelectiveContexts final : public RegionContexts {
   std::shared_ptr<void> enter_forward() override {
     if (state_->forward_entered.exchange(true)) {
       throw CheckpointError(
-          "recompose selective checkpoint: the forward context of these contexts was entered a second "
+          "recompose: selective checkpoint: the forward context of these contexts was entered a second "
           "time. create_selective_checkpoint_contexts() makes the contexts of ONE region invocation; "
           "make new ones for every forward (as a ContextFn does).");
     }
@@ -256,7 +256,7 @@ class SelectiveContexts final : public RegionContexts {
   std::shared_ptr<void> enter_recompute() override {
     if (state_->recompute_active.exchange(true)) {
       throw CheckpointError(
-          "recompose selective checkpoint: the recompute context was entered while a recomputation of "
+          "recompose: selective checkpoint: the recompute context was entered while a recomputation of "
           "the same region invocation is still running (concurrent backward passes over one region "
           "are not supported).");
     }

@@ -51,7 +51,7 @@ void check_keepable(const std::string& name, const detail::OpRef& ref) {
     }
   }
   if (!keepable) {
-    throw std::invalid_argument("recompose selective checkpoint: \"" + name +
+    throw std::invalid_argument("recompose: selective checkpoint: \"" + name +
                                 "\" can never be saved: selective checkpointing always recomputes views, in-place "
                                 "and out= ops and ignores detach and metadata ops (aten::size, ...); name the op "
                                 "that computes the values instead");
@@ -77,7 +77,7 @@ PolicyFn policy_from_names(const std::vector<std::string>& names) {
 }  // namespace
 
 SelectivePolicy::SelectivePolicy(PolicyFn fn) : fn_(std::move(fn)) {
-  if (!fn_) throw std::invalid_argument("recompose::SelectivePolicy: the policy function is empty");
+  if (!fn_) throw std::invalid_argument("recompose: SelectivePolicy: the policy function is empty");
 }
 
 SelectivePolicy::SelectivePolicy(const std::vector<std::string>& save_ops) : fn_(policy_from_names(save_ops)) {}

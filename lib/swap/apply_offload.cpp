@@ -3,6 +3,7 @@
 // call begins.
 #include "engine/checkpoint_depth.h"
 #include "swap/offload_batch.h"
+#include "swap/swap_access.h"
 #include "swap/swap_core.h"
 
 #include <recompose/apply_offload.h>
@@ -79,7 +80,7 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
       detail::launch_closed_batches();  // the previous calls' tensors leave as this one starts
       auto c = std::make_shared<CallOffload>();
       c->keep_last_on_device = st->options.keep_last_on_device();
-      c->batch = std::make_shared<detail::OffloadBatch>(st->manager->core().shared_from_this(), st->counters,
+      c->batch = std::make_shared<detail::OffloadBatch>(detail::SwapAccess::core(*st->manager), st->counters,
                                                         st->options.policy());
       c->scope = std::make_unique<detail::SavedTensorPolicyScope>(c->batch->policy(), "recompose::apply_offload",
                                                                   c->batch);
@@ -128,7 +129,7 @@ namespace {
 std::shared_ptr<OffloadState> offload_state_or_throw(const torch::nn::Module& module, const char* function) {
   auto state = hooks::find_state<OffloadState>(module, kOffloadApi);
   if (!state) {
-    throw CheckpointError(std::string("recompose::") + function + ": module " + module.name() +
+    throw CheckpointError(std::string("recompose: ") + function + ": module " + module.name() +
                           " is not offloaded; call recompose::apply_offload on it first");
   }
   return state;

@@ -1,26 +1,28 @@
-// AsyncSaveOnCpu: the core's swap policy installed for a scope.
+// AsyncSaveOnCpu: a swap policy installed for a scope.
+#include "swap/swap_access.h"
 #include "swap/swap_core.h"
+#include "swap/swap_hooks.h"
 
 namespace recompose {
 
-// The scope keeps the core alive: the policy on the thread's stack lives in it.
+// The policy on the thread's stack lives here; it holds the core.
 struct AsyncSaveOnCpu::Scope {
   explicit Scope(const std::shared_ptr<detail::SwapCore>& core)
-      : scope(core->policy(), "recompose::AsyncSaveOnCpu", core) {}
+      : policy(core), scope(policy, "recompose::AsyncSaveOnCpu") {}
+  detail::SwapPolicy policy;
   detail::SavedTensorPolicyScope scope;
 };
 
 AsyncSaveOnCpu::AsyncSaveOnCpu(std::shared_ptr<SwapManager> manager)
     : manager_(manager ? std::move(manager) : SwapManager::default_manager()) {
-  auto core = manager_->core().shared_from_this();
   // Tensors of this scope do not share an implicit group with what was saved before it.
-  core->close_implicit_group();
-  scope_ = std::make_unique<Scope>(core);
+  detail::SwapAccess::core(*manager_)->close_implicit_group();
+  scope_ = std::make_unique<Scope>(detail::SwapAccess::core(*manager_));
 }
 
 AsyncSaveOnCpu::~AsyncSaveOnCpu() {
   scope_.reset();
-  manager_->core().close_implicit_group();
+  detail::SwapAccess::core(*manager_)->close_implicit_group();
 }
 
 }  // namespace recompose

@@ -1,5 +1,6 @@
 #include "swap/copy_fence.h"
 
+#include <chrono>
 
 namespace recompose::detail {
 
@@ -18,8 +19,11 @@ void CopyFence::block(const c10::Stream& stream) const {
   if (event_) event_->block(stream);
 }
 
-void CopyFence::synchronize() const {
-  if (event_) event_->synchronize();
+double CopyFence::synchronize() const {
+  if (!event_) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  event_->synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace recompose::detail

@@ -28,8 +28,8 @@ class CopyFence {
   bool done() const;
   // Makes `stream` wait for the fence (on the device; the host does not wait).
   void block(const c10::Stream& stream) const;
-  // Waits on the host.
-  void synchronize() const;
+  // Waits on the host; returns the seconds waited.
+  double synchronize() const;
 
  private:
   std::optional<c10::Event> event_;

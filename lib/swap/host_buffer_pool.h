@@ -1,6 +1,6 @@
 // Host buffers for offloaded tensors, kept across steps: pinned allocations are slow (they
 // map pages and may synchronise the device), and a training step offloads the same shapes
-// every time. Not thread-safe: SwapCore calls it under its mutex.
+// every time. Thread-safe; its mutex is a leaf (nothing is called while it is held).
 #pragma once
 
 #include "swap/copy_fence.h"
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -30,7 +31,7 @@ class HostBufferPool {
   void release(const c10::Device& source, at::Tensor buffer, bool pinned,
                std::shared_ptr<CopyFence> last_use, int64_t max_bytes);
 
-  int64_t idle_bytes() const { return idle_bytes_; }
+  int64_t idle_bytes() const;
   void clear();
 
  private:
@@ -41,6 +42,7 @@ class HostBufferPool {
     at::Tensor buffer;
     std::shared_ptr<CopyFence> last_use;
   };
+  mutable std::mutex mutex_;
   std::map<Key, std::vector<Idle>> idle_;
   int64_t idle_bytes_ = 0;
 };

@@ -1,332 +1,164 @@
 #include "swap/swap_core.h"
 
 #include "engine/internal_ops.h"
-#include "swap/copy_fence.h"
-#include "swap/swap_hooks.h"
+#include "swap/eligibility.h"
+#include "swap/swap_access.h"
 
 #include <recompose/checkpoint_error.h>
 
 #include <ATen/ops/empty_strided.h>
-#include <c10/core/StreamGuard.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
-#include <chrono>
-#include <stdexcept>
-#include <string>
-#include <thread>
 #include <utility>
+#include <vector>
 
 namespace recompose::detail {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Why `tensor` cannot be offloaded at all, or "" if it can.
-std::string unsupported(const at::Tensor& tensor) {
-  if (!tensor.defined()) return "it is undefined";
-  if (tensor.layout() != c10::kStrided) return "its layout is not strided";
-  if (tensor.is_nested()) return "it is a nested tensor";
-  if (tensor.is_quantized()) return "it is quantized";
-  if (tensor.is_meta()) return "it is on the meta device";
-  if (tensor.unsafeGetTensorImpl()->has_storage() == false) return "it has no storage";
-  return "";
-}
-
-// Options are arguments: a bad one is std::invalid_argument, naming it and what it means.
-void check_at_least(const char* name, int64_t value, int64_t least, const char* meaning) {
-  if (value >= least) return;
-  throw std::invalid_argument(std::string("recompose::SwapOptions: ") + name + " must be >= " +
-                              std::to_string(least) + " (" + meaning + "), got " + std::to_string(value));
-}
-
-}  // namespace
 
 SwapCore::SwapCore(SwapOptions options)
-    : options_(std::move(options)), policy_(std::make_unique<SwapPolicy>(*this)) {
-  check_at_least("min_bytes", options_.min_bytes(), 0, "0 offloads every eligible tensor");
-  check_at_least("prefetch_groups", options_.prefetch_groups(), 0, "0 loads each group on demand");
-  check_at_least("implicit_group_bytes", options_.implicit_group_bytes(), 0,
-                 "0 gives each tensor outside explicit groups a group of its own");
-  check_at_least("max_pool_bytes", options_.max_pool_bytes(), -1, "-1 for no limit, 0 for no pool");
-  check_at_least("max_groups_in_flight", options_.max_groups_in_flight(), 0, "0 for no limit");
-}
+    : options_(check_swap_options(std::move(options))),
+      groups_(counters_, options_.implicit_group_bytes()) {}
 
 SwapCore::~SwapCore() = default;
 
-// ---------------------------------------------------------------------------------------------
-// Groups
-
-int64_t SwapCore::new_group_locked() {
-  const int64_t id = next_group_++;
-  groups_[id];
-  ++stats_.groups;
-  return id;
-}
-
-void SwapCore::erase_group_if_done_locked(int64_t id) {
-  auto it = groups_.find(id);
-  if (it == groups_.end() || !it->second.tensors.empty() || open_somewhere_locked(id)) return;
-  // An emptied implicit group is forgotten too: the next offload starts a new one.
-  if (implicit_group_ == id) implicit_group_.reset();
-  groups_.erase(it);
-}
-
-bool SwapCore::open_somewhere_locked(int64_t id) const {
-  for (const auto& [thread, open] : open_groups_) {
-    if (std::find(open.begin(), open.end(), id) != open.end()) return true;
-  }
-  return false;
-}
-
-void SwapCore::set_implicit_group_locked(std::optional<int64_t> id) {
-  const auto previous = std::exchange(implicit_group_, id);
-  if (previous) erase_group_if_done_locked(*previous);
-}
-
 int64_t SwapCore::begin_group() {
-  Graveyard graveyard;
   std::lock_guard lock(mutex_);
-  poll_locked(graveyard);
-  set_implicit_group_locked(std::nullopt);
-  const int64_t id = new_group_locked();
-  open_groups_[std::this_thread::get_id()].push_back(id);
-  return id;
+  poll_locked();
+  return groups_.open();
 }
 
 void SwapCore::end_group(int64_t id) {
-  Graveyard graveyard;
   std::lock_guard lock(mutex_);
-  auto mine = open_groups_.find(std::this_thread::get_id());
-  if (mine == open_groups_.end() || mine->second.back() != id) {
-    std::string why;
-    if (mine != open_groups_.end() && std::find(mine->second.begin(), mine->second.end(), id) != mine->second.end()) {
-      why = "group " + std::to_string(mine->second.back()) +
-            ", opened after it on this thread, is still open; groups must close in LIFO order";
-    } else if (open_somewhere_locked(id)) {
-      why = "it was opened on another thread; close a group on the thread that opened it";
-    } else {
-      why = "it is not open";
-    }
-    throw CheckpointError("recompose::SwapManager::end_group(" + std::to_string(id) +
-                          "): not the innermost open group of this thread: " + why);
-  }
-  mine->second.pop_back();
-  if (mine->second.empty()) open_groups_.erase(mine);
-  erase_group_if_done_locked(id);
-  set_implicit_group_locked(std::nullopt);
-  poll_locked(graveyard);
+  groups_.close(id);
+  poll_locked();
 }
 
 void SwapCore::force_end_group(int64_t id) {
-  Graveyard graveyard;
   std::lock_guard lock(mutex_);
-  for (auto it = open_groups_.begin(); it != open_groups_.end();) {
-    std::erase(it->second, id);
-    it = it->second.empty() ? open_groups_.erase(it) : std::next(it);
-  }
-  erase_group_if_done_locked(id);
-  set_implicit_group_locked(std::nullopt);
-  poll_locked(graveyard);
+  groups_.force_close(id);
+  poll_locked();
 }
 
 void SwapCore::close_implicit_group() {
   std::lock_guard lock(mutex_);
-  set_implicit_group_locked(std::nullopt);
+  groups_.close_implicit();
 }
-
-int64_t SwapCore::group_for_locked(int64_t bytes) {
-  if (auto mine = open_groups_.find(std::this_thread::get_id()); mine != open_groups_.end()) {
-    return mine->second.back();
-  }
-  if (implicit_group_) {
-    auto it = groups_.find(*implicit_group_);
-    if (it != groups_.end() &&
-        (it->second.bytes == 0 || it->second.bytes + bytes <= options_.implicit_group_bytes())) {
-      return *implicit_group_;
-    }
-  }
-  set_implicit_group_locked(new_group_locked());
-  return *implicit_group_;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Offload
 
 bool SwapCore::eligible(const at::Tensor& tensor) const {
-  if (!unsupported(tensor).empty()) return false;
-  const auto nbytes = static_cast<int64_t>(tensor.nbytes());
-  if (nbytes == 0 || nbytes < options_.min_bytes()) return false;
-  // Parameters and their views: the module keeps them anyway.
-  if (tensor.is_leaf() && tensor.requires_grad()) return false;
-  if (tensor.is_view()) {
-    const auto& base = tensor._base();
-    if (base.is_leaf() && base.requires_grad()) return false;
-  }
-  // Slices and broadcasts: the storage outlives the offload, so nothing would be freed.
-  if (!tensor.is_non_overlapping_and_dense()) return false;
-  if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes) return false;
-  if (tensor.is_conj() || tensor.is_neg()) return false;
-  if (options_.filter() && !options_.filter()(tensor)) return false;
-  return true;
+  return worth_offloading(tensor, options_);
 }
 
 void SwapCore::note_kept(const at::Tensor& tensor) {
-  std::lock_guard lock(mutex_);
-  ++stats_.tensors_kept;
-  stats_.bytes_kept += static_cast<int64_t>(tensor.nbytes());
-}
-
-bool SwapCore::pinned_for(const c10::Device& device) const {
-  return options_.pin_memory() && uses_streams(device);
-}
-
-c10::Stream SwapCore::copy_stream_locked(const c10::Device& device) {
-  auto it = copy_streams_.find(device);
-  if (it == copy_streams_.end()) it = copy_streams_.emplace(device, side_stream(device)).first;
-  return it->second;
-}
-
-std::shared_ptr<SwappedTensor> SwapCore::find_alias_locked(const at::Tensor& source, Graveyard& graveyard) {
-  auto it = aliases_.find(source.storage().unsafeGetStorageImpl());
-  if (it == aliases_.end()) return nullptr;
-  const int64_t version = source._version();
-  for (const auto& alias : it->second) {
-    auto s = alias.swapped.lock();
-    if (!s) continue;
-    graveyard.push_back(s);
-    if (s->state_ == SwapState::Released || alias.storage.expired()) continue;
-    if (alias.storage_offset != source.storage_offset() || alias.version != version) continue;
-    if (s->host_view_.scalar_type() != source.scalar_type() || s->host_view_.sizes() != source.sizes() ||
-        s->host_view_.strides() != source.strides()) {
-      continue;
-    }
-    return s;
-  }
-  return nullptr;
+  counters_.update([&](SwapStats& s) {
+    ++s.tensors_kept;
+    s.bytes_kept += static_cast<int64_t>(tensor.nbytes());
+  });
 }
 
 std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
-  if (const auto why = unsupported(tensor); !why.empty()) {
-    throw CheckpointError("recompose::SwapManager::offload: cannot offload this tensor: " + why);
+  if (const auto why = unsupported_for_swap(tensor); !why.empty()) {
+    throw CheckpointError("recompose: SwapManager::offload: cannot offload this tensor: " + why);
   }
   // The detach, the buffer, its view and the copy are recompose's ops, not the user's.
   InternalOpsGuard internal;
   at::Tensor source = tensor.detach();
-  Graveyard graveyard;
+  // Made before the lock: if the copy throws, the handle's destructor (release) runs after the
+  // lock is given back.
+  auto swapped = SwapAccess::make(shared_from_this(), std::make_unique<SwapEntry>(source));
+  SwapEntry& entry = SwapAccess::entry(*swapped);
   std::lock_guard lock(mutex_);
-  poll_locked(graveyard);
-  if (auto shared = find_alias_locked(source, graveyard)) {
-    ++shared->users_;
-    ++stats_.shared_offloads;
-    return shared;
+  poll_locked();
+  if (SwapEntry* alias = aliases_.find(source)) {
+    if (auto shared = alias->handle.lock()) {
+      ++alias->users;
+      counters_.update([](SwapStats& s) { ++s.shared_offloads; });
+      return shared;
+    }
   }
-  const int64_t group = group_for_locked(static_cast<int64_t>(source.nbytes()));
-  throttle_offloads_locked(group, graveyard);
-  std::shared_ptr<SwappedTensor> swapped(new SwappedTensor(shared_from_this(), source, group));
-  launch_offload_locked(*swapped, source);
-  swapped->users_ = 1;
-  auto& g = groups_[group];
-  g.tensors.push_back(Member{swapped, swapped.get()});
-  g.bytes += swapped->nbytes();
-  swapped->storage_key_ = source.storage().unsafeGetStorageImpl();
-  aliases_[swapped->storage_key_].push_back(
-      Alias{swapped, swapped.get(), source.storage().getWeakStorageImpl(), source.storage_offset(), source._version()});
-  in_flight_.push_back(Member{swapped, swapped.get()});
+  entry.group = groups_.group_for(entry.nbytes);
+  throttle_offloads_locked(entry.group);
+  launch_offload_locked(entry, source);
+  entry.users = 1;
+  entry.handle = swapped;
   ++tensors_alive_;
-  bytes_alive_ += swapped->nbytes();
+  bytes_alive_ += entry.nbytes;
+  groups_.add(entry);
+  aliases_.add(entry, source);
+  in_flight_.push_back(&entry);
   // Lets the source go right away when the copy is synchronous (CPU, pageable memory).
-  poll_locked(graveyard);
+  poll_locked();
   return swapped;
 }
 
-void SwapCore::launch_offload_locked(SwappedTensor& s, const at::Tensor& source) {
+void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
   at::NoGradGuard no_grad;
-  const c10::Device device = source.device();
-  s.pinned_ = pinned_for(device);
-  auto [buffer, hit] = pool_.acquire(device, source.scalar_type(), source.numel(), s.pinned_);
-  ++(hit ? stats_.pool_hits : stats_.pool_misses);
-  s.host_buffer_ = std::move(buffer);
+  e.pinned = options_.pin_memory() && uses_streams(e.device);
+  auto [buffer, hit] = pool_.acquire(e.device, source.scalar_type(), source.numel(), e.pinned);
+  e.host_buffer = std::move(buffer);
   // Dense tensors keep their strides (a permutation of contiguous ones fits the 1-D buffer).
-  s.host_view_ = source.is_non_overlapping_and_dense() ? s.host_buffer_.as_strided(source.sizes(), source.strides())
-                                                       : s.host_buffer_.view(source.sizes());
-  if (uses_streams(device)) {
-    const c10::Stream compute = current_stream(device);
-    const c10::Stream copy = copy_stream_locked(device);
-    // The copy must not start before the kernels that produce the source.
-    CopyFence::record(compute)->block(copy);
-    const auto start = Clock::now();
-    {
-      c10::StreamGuard on_copy(copy);
-      s.host_view_.copy_(source, /*non_blocking=*/s.pinned_);
-    }
-    if (!s.pinned_) stats_.wait_seconds += seconds_since(start);
-    // The caching allocator must not reuse the source's memory until the copy has read it,
-    // even if every reference to it is dropped before then.
-    source.record_stream(copy);
-    s.fence_ = CopyFence::record(copy);
-  } else {
-    const auto start = Clock::now();
-    s.host_view_.copy_(source);
-    stats_.wait_seconds += seconds_since(start);
-    s.fence_ = std::make_shared<CopyFence>();
-  }
-  s.device_copy_ = source;
-  s.state_ = SwapState::Offloading;
-  ++stats_.tensors_offloaded;
-  stats_.bytes_offloaded += s.nbytes();
+  e.host_view = source.is_non_overlapping_and_dense()
+                    ? e.host_buffer.as_strided(source.sizes(), source.strides())
+                    : e.host_buffer.view(source.sizes());
+  auto copy = copies_.launch(e.device, e.pinned, /*after_current_work=*/true,
+                             [&](bool non_blocking, const c10::Stream* stream) {
+                               e.host_view.copy_(source, non_blocking);
+                               // The caching allocator must not reuse the source's memory until
+                               // the copy has read it, even if every reference is dropped first.
+                               if (stream) source.record_stream(*stream);
+                             });
+  e.fence = std::move(copy.fence);
+  e.device_copy = source;
+  e.state = SwapState::Offloading;
+  counters_.update([&](SwapStats& s) {
+    ++(hit ? s.pool_hits : s.pool_misses);
+    s.wait_seconds += copy.host_seconds;
+    ++s.tensors_offloaded;
+    s.bytes_offloaded += e.nbytes;
+  });
 }
 
-void SwapCore::finish_offload_locked(SwappedTensor& s) {
-  s.device_copy_.reset();
-  s.state_ = SwapState::Offloaded;
-}
-
-void SwapCore::poll_locked(Graveyard& graveyard) {
+void SwapCore::poll_locked() {
   while (!in_flight_.empty()) {
-    auto s = in_flight_.front().swapped.lock();
-    if (s) graveyard.push_back(s);
-    if (!s || s->state_ != SwapState::Offloading) {
-      in_flight_.pop_front();
-      continue;
-    }
-    if (!s->fence_->done()) break;  // copies on one stream land in order
+    SwapEntry& e = *in_flight_.front();
+    if (e.state == SwapState::Offloading && !e.fence->done())
+      break;  // copies on one stream land in order
     in_flight_.pop_front();
     // Prefetched before its copy landed: backward gets the device tensor itself; finished
     // when its last user has it (get).
-    if (!s->keep_on_device_) finish_offload_locked(*s);
+    if (e.state == SwapState::Offloading && !e.keep_on_device) {
+      e.device_copy.reset();
+      e.state = SwapState::Offloaded;
+    }
   }
 }
 
-void SwapCore::throttle_offloads_locked(int64_t group, Graveyard& graveyard) {
+void SwapCore::throttle_offloads_locked(int64_t group) {
   const auto limit = static_cast<size_t>(options_.max_groups_in_flight());
   if (limit == 0) return;
   // The groups with copies in flight, oldest first, each with the fence of its newest copy
   // (copies on one stream land in order: when that fence is done, the whole group is).
   auto groups_in_flight = [&] {
     std::vector<std::pair<int64_t, std::shared_ptr<CopyFence>>> groups;
-    for (const Member& m : in_flight_) {
-      auto s = m.swapped.lock();
-      if (!s || s->state_ != SwapState::Offloading || s->group_ == group) continue;
-      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == s->group_; });
-      if (it == groups.end()) groups.emplace_back(s->group_, s->fence_);
-      else it->second = s->fence_;
+    for (const SwapEntry* e : in_flight_) {
+      if (e->state != SwapState::Offloading || e->group == group) continue;
+      auto it = std::ranges::find(groups, e->group, &decltype(groups)::value_type::first);
+      if (it == groups.end())
+        groups.emplace_back(e->group, e->fence);
+      else
+        it->second = e->fence;
     }
     return groups;
   };
   auto groups = groups_in_flight();
   while (groups.size() >= limit) {
     if (!groups.front().second->done()) {
-      const auto start = Clock::now();
-      groups.front().second->synchronize();
-      stats_.wait_seconds += seconds_since(start);
-      ++stats_.offload_waits;
+      const double waited = groups.front().second->synchronize();
+      counters_.update([&](SwapStats& s) {
+        s.wait_seconds += waited;
+        ++s.offload_waits;
+      });
     }
-    poll_locked(graveyard);
+    poll_locked();
     auto after = groups_in_flight();
     if (after.size() >= groups.size()) return;  // poll could not retire it: never spin
     groups = std::move(after);
@@ -334,258 +166,177 @@ void SwapCore::throttle_offloads_locked(int64_t group, Graveyard& graveyard) {
 }
 
 void SwapCore::poll() {
-  Graveyard graveyard;
   std::lock_guard lock(mutex_);
-  poll_locked(graveyard);
+  poll_locked();
 }
 
 void SwapCore::synchronize() {
-  Graveyard graveyard;
+  const double waited = copies_.synchronize();
+  counters_.update([&](SwapStats& s) { s.wait_seconds += waited; });
   std::lock_guard lock(mutex_);
-  const auto start = Clock::now();
-  for (const auto& [device, stream] : copy_streams_) {
-    synchronize_stream(stream);
-  }
-  stats_.wait_seconds += seconds_since(start);
-  poll_locked(graveyard);
+  poll_locked();
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reload
-
-void SwapCore::launch_reload_locked(SwappedTensor& s) {
+void SwapCore::launch_reload_locked(SwapEntry& e) {
   at::NoGradGuard no_grad;
-  const auto options = at::TensorOptions().dtype(s.host_view_.scalar_type()).device(s.device_);
-  if (uses_streams(s.device_)) {
-    const c10::Stream copy = copy_stream_locked(s.device_);
-    c10::StreamGuard on_copy(copy);
-    // Allocated on the copy stream; get() records it on the stream that consumes it.
-    s.reloaded_ = at::empty_strided(s.host_view_.sizes(), s.host_view_.strides(), options);
-    const auto start = Clock::now();
-    s.reloaded_.copy_(s.host_view_, /*non_blocking=*/s.pinned_);
-    if (!s.pinned_) stats_.wait_seconds += seconds_since(start);
-    s.fence_ = CopyFence::record(copy);
-  } else {
-    const auto start = Clock::now();
-    s.reloaded_ = at::empty_strided(s.host_view_.sizes(), s.host_view_.strides(), options);
-    s.reloaded_.copy_(s.host_view_);
-    stats_.wait_seconds += seconds_since(start);
-    s.fence_ = std::make_shared<CopyFence>();
-  }
-  s.state_ = SwapState::Reloaded;
-  s.gets_since_reload_ = 0;
-  ++s.generation_;
-  ++stats_.tensors_reloaded;
-  stats_.bytes_reloaded += s.nbytes();
+  const auto options = at::TensorOptions().dtype(e.host_view.scalar_type()).device(e.device);
+  auto copy = copies_.launch(
+      e.device, e.pinned, /*after_current_work=*/false, [&](bool non_blocking, const c10::Stream*) {
+        // Allocated on the copy stream; get() records it on the stream that consumes it.
+        e.reloaded = at::empty_strided(e.host_view.sizes(), e.host_view.strides(), options);
+        e.reloaded.copy_(e.host_view, non_blocking);
+      });
+  e.fence = std::move(copy.fence);
+  e.state = SwapState::Reloaded;
+  e.gets_since_reload = 0;
+  ++e.generation;
+  counters_.update([&](SwapStats& s) {
+    s.wait_seconds += copy.host_seconds;
+    ++s.tensors_reloaded;
+    s.bytes_reloaded += e.nbytes;
+  });
 }
 
-void SwapCore::reload_ahead_locked(SwappedTensor& s) {
-  if (s.state_ == SwapState::Offloaded) {
-    launch_reload_locked(s);
-    ++stats_.prefetched;
-  } else if (s.state_ == SwapState::Offloading) {
-    s.keep_on_device_ = true;
+void SwapCore::reload_ahead_locked(SwapEntry& e) {
+  if (e.state == SwapState::Offloaded) {
+    launch_reload_locked(e);
+    counters_.update([](SwapStats& s) { ++s.prefetched; });
+  } else if (e.state == SwapState::Offloading) {
+    e.keep_on_device = true;
   }
 }
 
-bool SwapCore::reload_group_locked(Group& group, const SwappedTensor* asking, Graveyard& graveyard) {
-  bool live = false;
-  for (const auto& member : group.tensors) {
-    auto s = member.swapped.lock();
-    if (!s) continue;
-    graveyard.push_back(s);
-    if (s->state_ == SwapState::Released) continue;
-    live = true;
-    if (s.get() != asking) reload_ahead_locked(*s);
+bool SwapCore::reload_group_locked(SwapGroups::Group& group, const SwapEntry* asking) {
+  for (SwapEntry* e : group.tensors) {
+    if (e != asking) reload_ahead_locked(*e);
   }
-  return live;
+  return !group.tensors.empty();  // released tensors leave their group
 }
 
-void SwapCore::use_group_locked(int64_t group, const SwappedTensor* asking, Graveyard& graveyard) {
-  auto it = groups_.find(group);
-  if (it == groups_.end() || it->second.used) return;
-  it->second.used = true;
-  reload_group_locked(it->second, asking, graveyard);
+void SwapCore::use_group_locked(int64_t id, const SwapEntry* asking) {
+  SwapGroups::Group* group = groups_.find(id);
+  if (!group || group->used) return;
+  group->used = true;
+  reload_group_locked(*group, asking);
   // Lookahead: the nearest earlier groups that still hold tensors.
   int64_t remaining = options_.prefetch_groups();
-  for (auto prev = std::make_reverse_iterator(it); prev != groups_.rend() && remaining > 0; ++prev) {
-    if (reload_group_locked(prev->second, nullptr, graveyard)) --remaining;
-  }
+  if (remaining == 0) return;
+  groups_.visit_newest_first(id, [&](SwapGroups::Group& earlier) {
+    return !reload_group_locked(earlier, nullptr) || --remaining > 0;
+  });
 }
 
-at::Tensor SwapCore::get(SwappedTensor& s, int64_t* generation) {
+at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
+  SwapEntry& e = SwapAccess::entry(swapped);
   InternalOpsGuard internal;  // the reloads' allocations and copies
-  Graveyard graveyard;
   std::lock_guard lock(mutex_);
-  if (s.state_ == SwapState::Released) {
-    throw CheckpointError("recompose::SwappedTensor::get: the tensor was released");
+  if (e.state == SwapState::Released) {
+    throw CheckpointError("recompose: SwappedTensor::get: the tensor was released");
   }
-  use_group_locked(s.group_, &s, graveyard);
-  at::Tensor result;
-  if (generation) *generation = s.generation_;
-  if (s.state_ == SwapState::Offloading) {
+  use_group_locked(e.group, &e);
+  if (e.state == SwapState::Offloading) {
     // Its copy to host is still in flight (or it was prefetched meanwhile): the device tensor
     // is still here, no reload needed.
-    result = s.device_copy_;
-    ++stats_.early_returns;
-    if (++s.gets_since_reload_ >= s.users_ && s.keep_on_device_) {
-      s.keep_on_device_ = false;
-      if (s.fence_->done()) finish_offload_locked(s);
-      else in_flight_.push_back(Member{s.weak_from_this(), &s});
-    }
+    if (generation) *generation = e.generation;
+    counters_.update([](SwapStats& s) { ++s.early_returns; });
+    at::Tensor result = e.device_copy;
+    if (++e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
     return result;
   }
-  if (s.state_ == SwapState::Offloaded) {
-    launch_reload_locked(s);
-    ++stats_.sync_loads;
+  if (e.state == SwapState::Offloaded) {
+    launch_reload_locked(e);
+    counters_.update([](SwapStats& s) { ++s.sync_loads; });
   }
-  if (generation) *generation = s.generation_;
-  result = s.reloaded_;
-  if (uses_streams(s.device_)) {
-    const c10::Stream consumer = current_stream(s.device_);
-    if (!s.fence_->done()) {
-      ++stats_.late_reloads;
-      if (options_.measure_waits()) {
-        const auto start = Clock::now();
-        s.fence_->synchronize();
-        stats_.wait_seconds += seconds_since(start);
-      }
-    }
-    s.fence_->block(consumer);
-    // Allocated on the copy stream: keep the allocator from reusing it while `consumer` reads it.
-    result.record_stream(consumer);
+  if (generation) *generation = e.generation;
+  at::Tensor result = e.reloaded;
+  if (!e.fence->done()) {  // a reload not landed yet (never on devices without streams)
+    const double waited = options_.measure_waits() ? e.fence->synchronize() : 0;
+    counters_.update([&](SwapStats& s) {
+      ++s.late_reloads;
+      s.wait_seconds += waited;
+    });
   }
-  if (++s.gets_since_reload_ >= s.users_) {
-    // Every user has it: the host copy stays (a second backward reloads), the device one goes
-    // with autograd's last reference.
-    s.reloaded_.reset();
-    s.state_ = SwapState::Offloaded;
-  }
+  copies_.hand_over(result, *e.fence, e.device);
+  if (++e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
   return result;
+}
+
+void SwapCore::let_device_copy_go_locked(SwapEntry& e) {
+  if (e.state == SwapState::Reloaded) {
+    // The host copy stays (a second backward reloads); the device one goes with autograd's last
+    // reference.
+    e.reloaded.reset();
+    e.state = SwapState::Offloaded;
+  } else if (e.state == SwapState::Offloading && e.keep_on_device) {
+    e.keep_on_device = false;
+    if (!e.fence->done()) {
+      in_flight_.push_back(&e);  // the next poll after its copy lands lets it go
+      return;
+    }
+    e.device_copy.reset();
+    e.state = SwapState::Offloaded;
+  }
 }
 
 void SwapCore::prefetch_newest() {
   InternalOpsGuard internal;  // the reloads' allocations and copies
-  Graveyard graveyard;
   std::lock_guard lock(mutex_);
   int64_t remaining = options_.prefetch_groups();
-  for (auto it = groups_.rbegin(); it != groups_.rend() && remaining > 0; ++it) {
+  if (remaining == 0) return;
+  groups_.visit_newest_first(std::nullopt, [&](SwapGroups::Group& group) {
     // Not marked used: its first use still prefetches further back.
-    if (!it->second.used && reload_group_locked(it->second, nullptr, graveyard)) --remaining;
-  }
+    return group.used || !reload_group_locked(group, nullptr) || --remaining > 0;
+  });
 }
 
-void SwapCore::prefetch(SwappedTensor& s) {
+void SwapCore::prefetch(SwappedTensor& swapped) {
+  SwapEntry& e = SwapAccess::entry(swapped);
   InternalOpsGuard internal;  // the reload's allocation and copy
   std::lock_guard lock(mutex_);
-  if (s.state_ == SwapState::Released) {
-    throw CheckpointError("recompose::SwappedTensor::prefetch: the tensor was released");
+  if (e.state == SwapState::Released) {
+    throw CheckpointError("recompose: SwappedTensor::prefetch: the tensor was released");
   }
-  reload_ahead_locked(s);
+  reload_ahead_locked(e);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Lifetime
-
-void SwapCore::free_buffers_locked(SwappedTensor& s) {
-  if (s.state_ == SwapState::Released) return;
-  if (s.host_buffer_.defined()) {
-    pool_.release(s.device_, std::move(s.host_buffer_), s.pinned_, s.fence_, options_.max_pool_bytes());
+void SwapCore::release(SwapEntry& e) {
+  std::lock_guard lock(mutex_);
+  if (e.state == SwapState::Released) return;  // released before, or never launched
+  if (e.host_buffer.defined()) {
+    pool_.release(e.device, std::move(e.host_buffer), e.pinned, e.fence, options_.max_pool_bytes());
   }
-  s.host_buffer_.reset();
-  s.host_view_.reset();
-  s.device_copy_.reset();
-  s.reloaded_.reset();
-  s.state_ = SwapState::Released;
+  e.host_buffer.reset();
+  e.host_view.reset();
+  e.device_copy.reset();
+  e.reloaded.reset();
+  e.state = SwapState::Released;
   --tensors_alive_;
-  bytes_alive_ -= s.nbytes();
-  // No lock() below: a reference dropped under the mutex would re-enter destroy().
-  if (auto it = aliases_.find(s.storage_key_); it != aliases_.end()) {
-    std::erase_if(it->second, [&](const Alias& alias) { return alias.raw == &s || alias.swapped.expired(); });
-    if (it->second.empty()) aliases_.erase(it);
-  }
-  std::erase_if(in_flight_, [&](const Member& m) { return m.raw == &s; });
-  if (auto it = groups_.find(s.group_); it != groups_.end()) {
-    auto& tensors = it->second.tensors;
-    // Backward frees tensors about in reverse order of offload: search from the back.
-    auto member = std::find_if(tensors.rbegin(), tensors.rend(), [&](const Member& m) { return m.raw == &s; });
-    if (member != tensors.rend()) tensors.erase(std::next(member).base());
-    erase_group_if_done_locked(s.group_);
-  }
+  bytes_alive_ -= e.nbytes;
+  // Every table entry of the tensor goes with it, so that nothing grows with the number of steps.
+  aliases_.remove(e);
+  std::erase(in_flight_, &e);
+  groups_.remove(e);
 }
 
-void SwapCore::release(SwappedTensor& s) {
+void SwapCore::drop_user(SwappedTensor& swapped, int64_t served) {
+  SwapEntry& e = SwapAccess::entry(swapped);
   std::lock_guard lock(mutex_);
-  free_buffers_locked(s);
-}
-
-void SwapCore::destroy(SwappedTensor& s) {
-  std::lock_guard lock(mutex_);
-  free_buffers_locked(s);
-}
-
-void SwapCore::drop_user(SwappedTensor& s, int64_t served) {
-  std::lock_guard lock(mutex_);
-  if (s.state_ == SwapState::Released) return;
-  --s.users_;
+  if (e.state == SwapState::Released) return;
+  --e.users;
   // A user served from the current copy no longer counts on either side.
-  if (served == s.generation_ && s.gets_since_reload_ > 0) --s.gets_since_reload_;
-  if (s.gets_since_reload_ < s.users_) return;
+  if (served == e.generation && e.gets_since_reload > 0) --e.gets_since_reload;
   // Nobody else will ask: let the device copy go.
-  if (s.state_ == SwapState::Reloaded) {
-    s.reloaded_.reset();
-    s.state_ = SwapState::Offloaded;
-  } else if (s.state_ == SwapState::Offloading && s.keep_on_device_) {
-    s.keep_on_device_ = false;
-    in_flight_.push_back(Member{s.weak_from_this(), &s});
-  }
+  if (e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
 }
 
-SwapState SwapCore::state(const SwappedTensor& s) const {
+SwapState SwapCore::state(const SwapEntry& e) const {
   std::lock_guard lock(mutex_);
-  return s.state_;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Statistics and pool
-
-SwapStats SwapCore::stats() const {
-  std::lock_guard lock(mutex_);
-  return stats_;
-}
-
-void SwapCore::reset_stats() {
-  std::lock_guard lock(mutex_);
-  stats_ = SwapStats{};
-}
-
-int64_t SwapCore::pool_bytes() const {
-  std::lock_guard lock(mutex_);
-  return pool_.idle_bytes();
-}
-
-void SwapCore::clear_pool() {
-  std::lock_guard lock(mutex_);
-  pool_.clear();
-}
-
-int64_t SwapCore::tensors_alive() const {
-  std::lock_guard lock(mutex_);
-  return tensors_alive_;
-}
-
-int64_t SwapCore::bytes_alive() const {
-  std::lock_guard lock(mutex_);
-  return bytes_alive_;
+  return e.state;
 }
 
 int64_t SwapCore::bookkeeping_entries() const {
   std::lock_guard lock(mutex_);
-  auto n = static_cast<int64_t>(groups_.size() + in_flight_.size() + aliases_.size() + open_groups_.size());
-  for (const auto& [thread, open] : open_groups_) n += static_cast<int64_t>(open.size());
-  for (const auto& [id, group] : groups_) n += static_cast<int64_t>(group.tensors.size());
-  for (const auto& [key, list] : aliases_) n += static_cast<int64_t>(list.size());
-  return n;
+  return groups_.entries() + aliases_.entries() + static_cast<int64_t>(in_flight_.size());
 }
 
 }  // namespace recompose::detail

@@ -1,29 +1,34 @@
-// The state of one SwapManager: groups, copies in flight, statistics, the buffer pool and
-// the saved-tensor policy. Shared (shared_ptr) by the manager and every SwappedTensor it made,
-// so that offloaded tensors stay valid when the manager handle goes first.
+// The state of one SwapManager: the offloaded tensors' entries, their groups and aliases, the
+// copies to host in flight, and the copy state machine (Offloading -> Offloaded -> Reloaded ->
+// Offloaded ... -> Released). Shared (shared_ptr) by the manager, every SwappedTensor it made and
+// every scope that uses it, so that offloaded tensors stay valid when the manager handle goes
+// first.
+//
+// Locking: one std::mutex guards the entries' state, the groups, the aliases and the queue of
+// copies in flight. Its parts with their own state (CopyEngine, HostBufferPool, SwapCounters)
+// lock leaf mutexes of their own, taken under it and never calling out. Nothing run under the
+// core's mutex can destroy a SwappedTensor (the tables hold no handle), so it is never
+// re-entered. See Note [ Swap lifetimes ] and Note [ Swap copies ].
 #pragma once
 
-#include "engine/saved_tensor_policy.h"
+#include "swap/copy_engine.h"
 #include "swap/host_buffer_pool.h"
+#include "swap/swap_aliases.h"
+#include "swap/swap_counters.h"
+#include "swap/swap_entry.h"
+#include "swap/swap_groups.h"
 
 #include <recompose/swap.h>
 
-#include <c10/core/Stream.h>
-#include <c10/util/intrusive_ptr.h>
-
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <thread>
-#include <unordered_map>
-#include <vector>
 
 namespace recompose::detail {
 
 class SwapCore : public std::enable_shared_from_this<SwapCore> {
  public:
+  // Throws std::invalid_argument for invalid options, naming the option.
   explicit SwapCore(SwapOptions options);
   ~SwapCore();
 
@@ -50,96 +55,58 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   // Backward started on saved tensors that never left the device (apply_offload's last call):
   // reloads the newest `prefetch_groups` groups not used yet, which backward needs next.
   void prefetch_newest();
-  void release(SwappedTensor& swapped);
+  // Frees the entry's buffers and takes it out of every table; later calls do nothing. From
+  // SwappedTensor::release and from its destructor.
+  void release(SwapEntry& entry);
   // A saved-tensor hook sharing `swapped` is gone: it will not ask for it again. `served` is the
   // generation get() last served it from (-1: never served).
   void drop_user(SwappedTensor& swapped, int64_t served);
-  // From ~SwappedTensor: returns its buffer.
-  void destroy(SwappedTensor& swapped);
-  SwapState state(const SwappedTensor& swapped) const;
+  SwapState state(const SwapEntry& entry) const;
 
   void poll();
   void synchronize();
-  SwapStats stats() const;
-  void reset_stats();
-  int64_t pool_bytes() const;
-  void clear_pool();
-  int64_t tensors_alive() const;
-  int64_t bytes_alive() const;
+  SwapStats stats() const { return counters_.snapshot(); }
+  void reset_stats() { counters_.reset(); }
+  int64_t pool_bytes() const { return pool_.idle_bytes(); }
+  void clear_pool() { pool_.clear(); }
+  int64_t tensors_alive() const {
+    std::lock_guard lock(mutex_);
+    return tensors_alive_;
+  }
+  int64_t bytes_alive() const {
+    std::lock_guard lock(mutex_);
+    return bytes_alive_;
+  }
   // Entries of the internal tables (groups, group members, aliases, copies in flight): back to
   // its earlier value once the tensors offloaded since are gone. For leak tests.
   int64_t bookkeeping_entries() const;
 
-  // Offloads every eligible saved tensor through this core (AsyncSaveOnCpu, swap_inputs).
-  SavedTensorPolicy& policy() { return *policy_; }
-
  private:
-  using Graveyard = std::vector<std::shared_ptr<SwappedTensor>>;
-  // A SwappedTensor in a table: weak (the hooks own it) plus its address, which identifies it
-  // without lock() when it is being destroyed.
-  struct Member {
-    std::weak_ptr<SwappedTensor> swapped;
-    const SwappedTensor* raw;
-  };
-  struct Group {
-    std::vector<Member> tensors;  // not released yet
-    int64_t bytes = 0;
-    bool used = false;  // backward asked for one of its tensors
-  };
-  // A live offload that a second save of the same tensor can share.
-  struct Alias {
-    std::weak_ptr<SwappedTensor> swapped;
-    const SwappedTensor* raw;  // identity without lock()
-    c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // keeps the key pointer from being reused
-    int64_t storage_offset;
-    int64_t version;
-  };
-
-  int64_t new_group_locked();
-  int64_t group_for_locked(int64_t bytes);
-  // Forgets group `id` once it has no tensors left and is not open (an implicit group, once
-  // empty, is no longer current): the bookkeeping of a group lives as long as its tensors.
-  void erase_group_if_done_locked(int64_t id);
-  void set_implicit_group_locked(std::optional<int64_t> id);
-  bool open_somewhere_locked(int64_t id) const;
-  std::shared_ptr<SwappedTensor> find_alias_locked(const at::Tensor& source, Graveyard& graveyard);
-  void launch_offload_locked(SwappedTensor& swapped, const at::Tensor& source);
-  void launch_reload_locked(SwappedTensor& swapped);
+  void launch_offload_locked(SwapEntry& entry, const at::Tensor& source);
+  void launch_reload_locked(SwapEntry& entry);
   // Reload on behalf of the lookahead (no-op unless offloaded).
-  void reload_ahead_locked(SwappedTensor& swapped);
+  void reload_ahead_locked(SwapEntry& entry);
   // Reloads ahead every live tensor of `group` but `asking`; false if it has none left.
-  bool reload_group_locked(Group& group, const SwappedTensor* asking, Graveyard& graveyard);
+  bool reload_group_locked(SwapGroups::Group& group, const SwapEntry* asking);
   // First use of `group`: reloads its other tensors and prefetches earlier groups.
-  void use_group_locked(int64_t group, const SwappedTensor* asking, Graveyard& graveyard);
-  void poll_locked(Graveyard& graveyard);
+  void use_group_locked(int64_t group, const SwapEntry* asking);
+  // Lets go of the device tensors whose copy to host has landed.
+  void poll_locked();
   // Waits until at most max_groups_in_flight groups other than `group` have copies in flight.
-  void throttle_offloads_locked(int64_t group, Graveyard& graveyard);
-  void finish_offload_locked(SwappedTensor& swapped);
-  void free_buffers_locked(SwappedTensor& swapped);
-  c10::Stream copy_stream_locked(const c10::Device& device);
-  bool pinned_for(const c10::Device& device) const;
+  void throttle_offloads_locked(int64_t group);
+  // Every user of a reloaded or kept device copy has it: let it go with autograd's reference.
+  void let_device_copy_go_locked(SwapEntry& entry);
 
-  // Every table entry of a tensor is erased when it is released or destroyed (free_buffers_locked),
-  // so that nothing grows with the number of steps.
-  // Recursive: a SwappedTensor destroyed while the lock is held (its last reference was a
-  // weak_ptr we locked) re-enters through destroy(). Locals named graveyard hold such
-  // references until after the lock is released.
-  mutable std::recursive_mutex mutex_;
   const SwapOptions options_;
-  SwapStats stats_;
+  SwapCounters counters_;
   HostBufferPool pool_;
-  std::unordered_map<c10::Device, c10::Stream> copy_streams_;
-  std::map<int64_t, Group> groups_;
-  // Explicit groups open, per thread (innermost last): threads that share a manager do not
-  // close each other's groups.
-  std::unordered_map<std::thread::id, std::vector<int64_t>> open_groups_;
-  std::optional<int64_t> implicit_group_;
-  int64_t next_group_ = 0;
-  std::deque<Member> in_flight_;  // Offloading, in launch order
-  std::unordered_map<const c10::StorageImpl*, std::vector<Alias>> aliases_;
+  CopyEngine copies_;
+  mutable std::mutex mutex_;
+  SwapGroups groups_;
+  SwapAliases aliases_;
+  std::deque<SwapEntry*> in_flight_;  // Offloading, in launch order
   int64_t tensors_alive_ = 0;
   int64_t bytes_alive_ = 0;
-  std::unique_ptr<SavedTensorPolicy> policy_;
 };
 
 }  // namespace recompose::detail

@@ -28,7 +28,7 @@ at::Tensor SwapHooks::call_unpack_hook() {
 }
 
 std::unique_ptr<torch::autograd::SavedVariableHooks> SwapPolicy::make_hooks() {
-  return std::make_unique<SwapHooks>(core_.shared_from_this());
+  return std::make_unique<SwapHooks>(core_);
 }
 
 }  // namespace recompose::detail

@@ -1,4 +1,5 @@
-// The saved-tensor hooks and policy through which autograd's saved tensors are swapped.
+// The saved-tensor hooks and policy through which autograd's saved tensors are swapped. They use
+// the core; the core knows nothing of them.
 #pragma once
 
 #include "engine/saved_tensor_policy.h"
@@ -30,14 +31,16 @@ class SwapHooks final : public torch::autograd::SavedVariableHooks {
   SavedVersionCheck version_;
 };
 
-// Gives SwapHooks for every saved tensor. Owned by its core; holds no reference to it.
+// Gives SwapHooks for every saved tensor (AsyncSaveOnCpu, swap_inputs). Holds its core.
+//   SwapPolicy policy(core);
+//   SavedTensorPolicyScope scope(policy, "recompose::AsyncSaveOnCpu", core);
 class SwapPolicy final : public SavedTensorPolicy {
  public:
-  explicit SwapPolicy(SwapCore& core) : core_(core) {}
+  explicit SwapPolicy(std::shared_ptr<SwapCore> core) : core_(std::move(core)) {}
   std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override;
 
  private:
-  SwapCore& core_;
+  std::shared_ptr<SwapCore> core_;
 };
 
 }  // namespace recompose::detail

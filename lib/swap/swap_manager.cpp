@@ -1,5 +1,8 @@
 // SwapManager and SwapGroupScope: the public face of SwapCore.
+#include "swap/swap_access.h"
 #include "swap/swap_core.h"
+
+#include <c10/util/Exception.h>
 
 namespace recompose {
 
@@ -32,7 +35,7 @@ int64_t SwapManager::tensors_alive() const { return core_->tensors_alive(); }
 int64_t SwapManager::bytes_alive() const { return core_->bytes_alive(); }
 
 SwapGroupScope::SwapGroupScope(SwapManager& manager)
-    : core_(manager.core().shared_from_this()), id_(core_->begin_group()) {}
+    : core_(detail::SwapAccess::core(manager)), id_(core_->begin_group()) {}
 
 SwapGroupScope::~SwapGroupScope() {
   try {
@@ -40,7 +43,7 @@ SwapGroupScope::~SwapGroupScope() {
   } catch (const std::exception& e) {
     // A destructor must not throw; a non-LIFO or cross-thread close is a bug of the caller's.
     // The group is closed all the same, or it would collect this thread's tensors for good.
-    TORCH_WARN("recompose::SwapGroupScope: ", e.what(), " (the group has been closed anyway)");
+    TORCH_WARN(e.what(), " (recompose::SwapGroupScope: the group has been closed anyway)");
     core_->force_end_group(id_);
   }
 }
