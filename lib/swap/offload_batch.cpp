@@ -1,6 +1,7 @@
 #include "swap/offload_batch.h"
 
 #include "engine/internal_ops.h"
+#include "swap/swap_access.h"
 #include "swap/swap_core.h"
 
 #include <torch/csrc/autograd/saved_variable_hooks.h>
@@ -171,7 +172,7 @@ struct Landing {
     core->poll();
     for (const auto& weak : copies) {
       auto t = weak.lock();
-      if (t && core->state(*t) == SwapState::Offloading) return false;
+      if (t && core->state(SwapAccess::entry(*t)) == SwapState::Offloading) return false;
     }
     const auto took = std::chrono::steady_clock::now() - launched;
     counters->bytes_landed += bytes;
