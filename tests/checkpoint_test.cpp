@@ -136,6 +136,32 @@ TEST_CASE("checkpoint: early stop is skipped when the body ends with the op whos
   }
 }
 
+TEST_CASE("checkpoint: with early stop, tensors the recomputation saves past the forward's count are dropped") {
+  // PyTorch stops the recomputation before reaching them and succeeds ("the results would be
+  // correct anyway"). Here the forward ends with the op whose output it saved last, so early stop
+  // would skip nothing and the recomputation runs to its end: the extra save is dropped.
+  torch::manual_seed(3);
+  torch::Tensor x = torch::randn({5}, torch::requires_grad());
+  int call = 0;
+  auto fn = [&call](const torch::Tensor& t) {
+    torch::Tensor y = t.exp();        // saves its output: the forward's last saved tensor
+    if (call++ > 0) (void)y.sin();    // the recomputation only: saves one tensor more
+    return y;
+  };
+  auto expected = rt::grads_of([&] { return x.exp().sum(); }, {x});
+  SUBCASE("early stop on (the default)") {
+    std::vector<torch::Tensor> g;
+    REQUIRE_NOTHROW(g = rt::grads_of([&] { return recompose::checkpoint(fn, x).sum(); }, {x}));
+    CHECK(rt::bitwise_equal(g, expected));
+    CHECK(call == 2);
+  }
+  SUBCASE("early stop off: still the error PyTorch raises") {
+    auto loss = recompose::checkpoint(CheckpointOptions().early_stop(false), fn, x).sum();
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("more tensors during recomputation"),
+                         recompose::CheckpointError);
+  }
+}
+
 TEST_CASE("checkpoint: a second backward with retain_graph recomputes again") {
   torch::manual_seed(4);
   Inputs in;

@@ -28,7 +28,11 @@
 // sac_random (a random op whose output a selective policy keeps is replayed without advancing
 // the generator, so a later random op in the region draws other numbers), nested_sac and
 // nested_must_swap (selective regions nested in selective regions, with and without MUST_SWAP),
-// autocast (casts cached by autocast during the recomputation outlive it).
+// autocast (casts cached by autocast during the recomputation outlive it); and the features of
+// issue 23 (module state decided by value and put in place with Tensor::set_): bn_twice (a block
+// called twice per step), bn_shared (a BatchNorm shared by regions), bn_outside (and called
+// outside any region: its saved running statistics failed autograd's version check), bn_idle (a
+// call that leaves the running mean as it was, so it was taken as unwritten).
 //
 // Models never modify a block's input or a block's output in place (a kept output modified in
 // place after its region is a documented CheckpointError), and retain_graph cases use no
@@ -44,6 +48,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -122,11 +127,18 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
     torch::manual_seed(static_cast<uint64_t>(c.seed));
     auto model = std::make_shared<rt::diff::RandModelImpl>(c, checkpointed, manager);
     model->to(g_device);
+    // Each parameter once: a shared BatchNorm is reached through every block that uses it.
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model->parameters()) {
+      if (std::none_of(params.begin(), params.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) {
+        params.push_back(p);
+      }
+    }
     std::unique_ptr<torch::optim::Optimizer> opt;
     if (c.adam) {
-      opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+      opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
     } else {
-      opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+      opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
     }
     const auto named = model->named_parameters();
     for (int step = 0; step < c.steps; ++step) {

@@ -11,7 +11,9 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +117,95 @@ std::vector<torch::Tensor> train(torch::nn::Module& net, const std::function<tor
   return losses;
 }
 
+
+// A block around a BatchNorm it may share with other modules (registered as its child, so that
+// the BatchNorm's state belongs to this block's region). `calls`: how often the block applies it.
+struct BnBlockImpl : torch::nn::Module {
+  BnBlockImpl(torch::nn::BatchNorm1d shared, int calls) : calls(calls) {
+    fc = register_module("fc", torch::nn::Linear(4, 4));
+    bn = register_module("bn", std::move(shared));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    x = fc(torch::relu(x));
+    for (int i = 0; i < calls; ++i) x = bn(x);
+    return torch::tanh(x);
+  }
+  int calls;
+  torch::nn::Linear fc{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(BnBlock);
+
+// One BatchNorm shared by two blocks and by code outside them.
+struct SharedBnNetImpl : torch::nn::Module {
+  explicit SharedBnNetImpl(int calls_per_block) {
+    bn = register_module("bn", torch::nn::BatchNorm1d(4));
+    first = register_module("first", BnBlock(bn, calls_per_block));
+    second = register_module("second", BnBlock(bn, calls_per_block));
+  }
+  // `forward` of the test case: the layouts below call the pieces in various orders.
+  torch::nn::BatchNorm1d bn{nullptr};
+  BnBlock first{nullptr}, second{nullptr};
+};
+TORCH_MODULE(SharedBnNet);
+
+// A module whose forward calls the shared BatchNorm outside the block (for apply_offload).
+struct OutsideThenBlockImpl : torch::nn::Module {
+  explicit OutsideThenBlockImpl(SharedBnNet net) : net(std::move(net)) { register_module("net", this->net); }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return net->first(net->bn(x));
+  }
+  SharedBnNet net;
+};
+TORCH_MODULE(OutsideThenBlock);
+
+// Everything a training step leaves behind, in a fixed order, plus the version counters of the
+// buffers (which autograd checks for the tensors it saved).
+struct StepRecord {
+  std::vector<torch::Tensor> values;
+  std::vector<int64_t> buffer_versions;
+};
+
+// Parameters without repeats (a shared module is reached through several parents).
+std::vector<torch::Tensor> unique_parameters(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) {
+    if (std::none_of(out.begin(), out.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) out.push_back(p);
+  }
+  return out;
+}
+
+// Trains a fresh SharedBnNet for `steps` SGD steps; `setup` may apply recompose to it, `loss`
+// runs the forward (and whatever it needs before backward).
+StepRecord train_shared(int calls_per_block, const std::function<void(SharedBnNet&)>& setup,
+                        const std::function<torch::Tensor(SharedBnNet&, const torch::Tensor&)>& loss_of,
+                        int steps = 3) {
+  torch::manual_seed(21);
+  SharedBnNet net(calls_per_block);
+  setup(net);
+  auto params = unique_parameters(*net);
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+  StepRecord rec;
+  torch::manual_seed(22);
+  for (int s = 0; s < steps; ++s) {
+    torch::Tensor x = torch::randn({6, 4});
+    opt.zero_grad();
+    torch::Tensor loss = loss_of(net, x);
+    loss.backward();
+    rec.values.push_back(loss.detach());
+    for (const auto& p : params) rec.values.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    opt.step();
+    for (const auto& b : net->bn->buffers()) {
+      rec.values.push_back(b.clone());
+      rec.buffer_versions.push_back(b._version());
+    }
+  }
+  for (const auto& p : params) rec.values.push_back(p.detach().clone());
+  return rec;
+}
+
 }  // namespace
 
 TEST_SUITE("module state") {
@@ -178,6 +269,133 @@ TEST_CASE("BatchNorm statistics are updated once per step, for every checkpoint 
   }
 }
 
+TEST_CASE("a BatchNorm whose forward leaves its running mean as it was, called again before backward") {
+  // Issue 23, item 1. The first call sees an all-zero batch (ReLU of negative inputs): its batch
+  // mean equals the running mean (0), so its forward writes running_mean without changing it.
+  // The second call moves it. The first call's recomputation must start from the value the
+  // first forward saw (0), not from the second call's result.
+  auto run = [](bool checkpointed) {
+    torch::manual_seed(4);
+    BnBlock block(torch::nn::BatchNorm1d(4), 1);
+    if (checkpointed) recompose::apply_checkpoint(block);
+    torch::Tensor zeros_after_relu = -torch::rand({6, 4}) - 1.0;
+    torch::Tensor x = torch::randn({6, 4});
+    // fc(relu(x)) of the first call is fc's bias on every row: zero it so that the batch is zero.
+    {
+      torch::NoGradGuard no_grad;
+      block->fc->bias.zero_();
+    }
+    torch::Tensor first = block(zeros_after_relu);  // in this order (operands of + are unsequenced)
+    torch::Tensor second = block(x);
+    torch::Tensor loss = first.sum() + second.pow(2).sum();
+    loss.backward();
+    std::vector<torch::Tensor> out = {loss.detach()};
+    for (const auto& b : block->buffers()) out.push_back(b.clone());
+    for (const auto& p : block->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto plain = run(false);
+  const auto ckpt = run(true);
+  REQUIRE(plain.size() == ckpt.size());
+  CHECK(torch::equal(plain[1], ckpt[1]));  // running_mean: 0.9x its value without recompose before
+  CHECK(rt::bitwise_equal(plain, ckpt));
+}
+
+TEST_CASE("a BatchNorm shared by regions and by code outside them trains as without recompose") {
+  // Issue 23, item 2: the recomputation puts the entry values in place without moving the
+  // version counters that autograd checks for the tensors saved outside the region.
+  auto none = [](SharedBnNet&) {};
+  auto both_blocks = [](SharedBnNet& net) {
+    recompose::apply_checkpoint(net->first);
+    recompose::apply_checkpoint(net->second);
+  };
+  // `loss_of(net, x, with_recompose)`; the reference run has no recompose at all.
+  using LossFn = std::function<torch::Tensor(SharedBnNet&, const torch::Tensor&, bool)>;
+  auto check = [&](int calls, const std::function<void(SharedBnNet&)>& setup, const LossFn& loss_of) {
+    const StepRecord plain = train_shared(calls, none, [&](SharedBnNet& n, const torch::Tensor& x) { return loss_of(n, x, false); });
+    StepRecord ckpt;
+    CHECK_NOTHROW(ckpt = train_shared(calls, setup, [&](SharedBnNet& n, const torch::Tensor& x) { return loss_of(n, x, true); }));
+    CHECK(rt::bitwise_equal(plain.values, ckpt.values));
+    CHECK(plain.buffer_versions == ckpt.buffer_versions);
+  };
+  SUBCASE("called twice in one region") {
+    check(2, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) { return net->first(x).pow(2).sum(); });
+  }
+  SUBCASE("one region called twice") {
+    check(1, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) {
+      return net->first(net->first(x)).pow(2).sum();
+    });
+  }
+  SUBCASE("shared between two regions") {
+    check(1, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) {
+      return net->second(net->first(x)).pow(2).sum();
+    });
+  }
+  SUBCASE("called outside, then in a region") {
+    check(1, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) { return net->first(net->bn(x)).pow(2).sum(); });
+  }
+  SUBCASE("called in a region, then outside") {
+    check(1, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) { return net->bn(net->first(x)).pow(2).sum(); });
+  }
+  SUBCASE("outside, in a region, outside again, in the other region") {
+    check(2, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) {
+      return net->second(net->bn(net->first(net->bn(x)))).pow(2).sum();
+    });
+  }
+  SUBCASE("functional checkpoint naming the BatchNorm in state_modules") {
+    check(1, none, [](SharedBnNet& net, const torch::Tensor& x, bool with_recompose) {
+      auto options = CheckpointOptions().state_modules({net->bn.ptr()});
+      auto body = [&](const torch::Tensor& in) { return torch::tanh(net->bn(in)); };
+      torch::Tensor y = net->bn(x);
+      y = with_recompose ? recompose::checkpoint(options, body, y) : body(y);
+      return net->bn(y).pow(2).sum();
+    });
+  }
+#ifndef RECOMPOSE_TEST_NO_SWAP
+  SUBCASE("under AsyncSaveOnCpu") {
+    auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+    check(1, both_blocks, [&](SharedBnNet& net, const torch::Tensor& x, bool with_recompose) {
+      std::optional<recompose::AsyncSaveOnCpu> offload;
+      if (with_recompose) offload.emplace(manager);
+      return net->second(net->bn(net->first(net->bn(x)))).pow(2).sum();
+    });
+    CHECK(manager->stats().tensors_offloaded > 0);
+  }
+  SUBCASE("under apply_offload") {
+    auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+    std::shared_ptr<OutsideThenBlockImpl> outer;
+    auto setup = [&](SharedBnNet& net) {
+      recompose::apply_checkpoint(net->first);
+      outer = std::make_shared<OutsideThenBlockImpl>(net);
+      recompose::apply_offload(outer, recompose::OffloadOptions().manager(manager).keep_last_on_device(false));
+    };
+    auto plain_setup = [&](SharedBnNet& net) { outer = std::make_shared<OutsideThenBlockImpl>(net); };
+    auto loss_of = [&](SharedBnNet&, const torch::Tensor& x) { return outer->forward(x).pow(2).sum(); };
+    const StepRecord plain = train_shared(1, plain_setup, loss_of);
+    StepRecord ckpt;
+    CHECK_NOTHROW(ckpt = train_shared(1, setup, loss_of));
+    CHECK(rt::bitwise_equal(plain.values, ckpt.values));
+    CHECK(plain.buffer_versions == ckpt.buffer_versions);
+    CHECK(recompose::offload_stats(*outer).tensors_offloaded > 0);
+  }
+#endif
+  SUBCASE("under a SavedTensorMeter") {
+    check(1, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool with_recompose) {
+      std::optional<recompose::SavedTensorMeter> meter;
+      if (with_recompose) meter.emplace();
+      return net->second(net->bn(net->first(net->bn(x)))).pow(2).sum();
+    });
+  }
+  SUBCASE("a region called twice, then grad(create_graph) and a second backward") {
+    check(1, both_blocks, [](SharedBnNet& net, const torch::Tensor& x, bool) {
+      torch::Tensor in = x.clone().requires_grad_(true);
+      torch::Tensor y = net->first(net->first(in)).pow(2).sum();
+      torch::Tensor g = torch::autograd::grad({y}, {in}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+      return g.pow(2).sum() + y;
+    });
+  }
+}
+
 TEST_CASE("preserve_module_state(false) and a functional body without state_modules update buffers twice") {
   // The documented cost of opting out: shows that the preservation is what makes the
   // difference (and that the tests above would fail without it).
@@ -220,6 +438,32 @@ TEST_CASE("a buffer the forward reads after writing it: the recomputation sees t
     CHECK(torch::equal(ckpt->count, plain->count));
     CHECK(torch::equal(ckpt->ema, plain->ema));
   }
+}
+
+TEST_CASE("a buffer the region writes in place, saved by code outside it and used after the recomputation") {
+  // The recomputation writes the buffer again (count.add_): into a copy with a version counter of
+  // its own, so that the tensor saved outside the region (after it) still passes autograd's check.
+  auto run = [](bool checkpointed) {
+    torch::manual_seed(3);
+    CountingBlock block;
+    if (checkpointed) recompose::apply_checkpoint(block);
+    torch::Tensor x = torch::randn({5, 4});
+    torch::Tensor other = torch::randn({4}, torch::requires_grad());
+    torch::Tensor region_loss = block(x).sum();
+    torch::Tensor outside_loss = (other * block->ema).sum();  // saves ema at its current version
+    region_loss.backward();                                   // recomputes the region
+    outside_loss.backward();
+    std::vector<torch::Tensor> out = grads(*block);
+    out.push_back(other.grad().clone());
+    out.push_back(block->count.clone());
+    out.push_back(block->ema.clone());
+    return std::make_pair(out, block->ema._version());
+  };
+  const auto plain = run(false);
+  std::pair<std::vector<torch::Tensor>, int64_t> ckpt;
+  REQUIRE_NOTHROW(ckpt = run(true));
+  CHECK(rt::bitwise_equal(plain.first, ckpt.first));
+  CHECK(plain.second == ckpt.second);
 }
 
 TEST_CASE("train/eval switched between forward and backward: the recomputation runs in the forward's mode") {

@@ -13,6 +13,7 @@
 #include <map>
 #include <ostream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -531,6 +532,7 @@ TEST_CASE("an in-place write into a kept output through another tensor keeps the
 // ---------------------------------------------------------------------------------------------
 // Whole regions through the engine.
 
+#include "support/grad_check.h"
 #include "support/test_modules.h"
 
 #include <recompose/recompose.h>
@@ -1210,10 +1212,31 @@ TEST_CASE("misuse: a policy returning a value that is no CheckpointPolicy is an 
   }
 }
 
+TEST_CASE("policies from op names: a view op may be named, as in PyTorch, and gradients stay bitwise") {
+  // PyTorch's create_selective_checkpoint_contexts([torch.ops.aten.view.default]) runs; here the
+  // named view is recomputed (a view of the recomputed input: the values a kept one would give).
+  torch::manual_seed(12);
+  torch::Tensor a = torch::randn({4, 6}, torch::requires_grad());
+  torch::Tensor b = torch::randn({6, 4}, torch::requires_grad());
+  auto body = [](const torch::Tensor& x, const torch::Tensor& w) {
+    return torch::mm(x.view({6, 4}).t(), w.sin()).view({-1}).tanh();
+  };
+  const auto expected = rt::grads_of([&] { return body(a, b).pow(2).sum(); }, {a, b});
+  for (const std::vector<std::string>& names :
+       {std::vector<std::string>{"aten::view"}, {"aten::t", "aten::view.default"}, {"aten::view", "aten::mm"}}) {
+    const std::string listed = names.front() + (names.size() > 1 ? ", " + names[1] : "");
+    INFO(listed);
+    std::optional<SelectivePolicy> policy;
+    REQUIRE_NOTHROW(policy.emplace(names));
+    const auto g = rt::grads_of([&] { return recompose::checkpoint(with_policy(*policy), body, a, b).pow(2).sum(); }, {a, b});
+    CHECK(rt::bitwise_equal(g, expected));
+  }
+}
+
 TEST_CASE("misuse: naming ops the policy never sees is an error") {
-  // Views, in-place and out= ops are always recomputed; detach and metadata ops are ignored.
-  for (const char* name : {"aten::t", "aten::view", "aten::add_", "aten::add_.Tensor", "aten::mm.out",
-                           "aten::detach", "aten::size"}) {
+  // In-place and out= ops are always recomputed; detach and metadata ops are ignored. (Views may
+  // be named, as in PyTorch: see "policies from op names: a view op may be named".)
+  for (const char* name : {"aten::add_", "aten::add_.Tensor", "aten::mm.out", "aten::detach", "aten::size"}) {
     INFO(std::string(name));
     CHECK_THROWS_WITH_AS(SelectivePolicy({name}), doctest::Contains(name), std::invalid_argument);
   }

@@ -60,15 +60,18 @@ struct CheckpointOptions {
   // train/eval mode they are in at backward time. With preserve_module_state (the default),
   // the recomputation runs every module of the preserved trees in the mode the forward ran in,
   // sees each buffer with the value it had when the forward began, and leaves every buffer as it
-  // was before the recomputation: training computes exactly what it computes without
-  // checkpointing. Cost: a copy of the trees' buffers at each forward of the region; the copies
-  // of the buffers the forward writes are held until backward.
+  // was before the recomputation, its version counter included (a tensor autograd saved
+  // outside the region, such as the running statistics of the same BatchNorm called outside it,
+  // passes its version check): training computes exactly what it computes without
+  // checkpointing. Cost: a copy of the trees' buffers at each forward of the region, held until
+  // the region's backward (every buffer is put back, written or not: kernels such as
+  // BatchNorm's write without marking it, and a write may leave the value as it was).
   //
   // apply_checkpoint preserves the checkpointed module's tree by itself. The functional
   // checkpoint() cannot know which modules its body calls: name them in state_modules, or the
   // body's buffer updates happen twice and a mode switch before backward changes the
-  // recomputation. Buffers written through .data() or by reassignment escape the version
-  // check and are not restored.
+  // recomputation. A member tensor pointed at a new tensor (reassigned rather than written) is
+  // no longer the registered buffer and is not restored.
   TORCH_ARG(bool, preserve_module_state) = true;
   TORCH_ARG(std::vector<std::shared_ptr<torch::nn::Module>>, state_modules) = {};
 };

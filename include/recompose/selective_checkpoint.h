@@ -96,9 +96,11 @@ class SelectivePolicy {
   // MUST_SAVE for the ops named, PREFER_RECOMPUTE for the rest. "aten::mm" names every overload
   // of the op; "aten::max.dim" (or "aten::max.default" for the overload without a name) names
   // one overload. Throws std::invalid_argument naming an op (or overload) that is not
-  // registered with the dispatcher, a name without a namespace ("mm"), or an op whose outputs
-  // are never kept (only views, in-place or out= overloads such as "aten::t", "aten::add_",
-  // "aten::mm.out"; detach and metadata ops such as "aten::size"): it would save nothing.
+  // registered with the dispatcher, a name without a namespace ("mm"), or an op that is never
+  // kept (only in-place or out= overloads such as "aten::add_", "aten::mm.out"; detach and
+  // metadata ops such as "aten::size"): it would save nothing. Views ("aten::view", "aten::t")
+  // may be named, as in PyTorch; they are recomputed all the same (the values keeping them would
+  // give, without keeping their base alive).
   SelectivePolicy(const std::vector<std::string>& save_ops);  // NOLINT(google-explicit-constructor)
   SelectivePolicy(std::initializer_list<const char*> save_ops);  // NOLINT(google-explicit-constructor)
 

@@ -67,7 +67,11 @@ constexpr const char* kDebugTip =
 }  // namespace
 
 Frame::Frame(RecomputeFn recompute, bool early_stop, DeterminismCheck check, bool debug)
-    : recompute_fn_(std::move(recompute)), early_stop_(early_stop), check_(check), debug_(debug) {
+    : recompute_fn_(std::move(recompute)),
+      early_stop_(early_stop),
+      early_stop_asked_(early_stop),
+      check_(check),
+      debug_(debug) {
   if (debug_) {
     forward_ops_ = std::make_shared<std::vector<std::string>>();
     recompute_ops_ = std::make_shared<std::vector<std::string>>();
@@ -171,6 +175,10 @@ void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {
       // A backward inside the region's forward with early stop off: the forward has not saved
       // everything yet, so counts cannot be compared.
       ignore_saved_mismatch_ = true;
+      return;
+    }
+    if (early_stop_asked_) {
+      r.count = holders_.size();  // early stop would have ended the recomputation before this save
       return;
     }
     fail("trying to save more tensors during recomputation than during the original forward pass.");

@@ -90,6 +90,10 @@ class Frame : public std::enable_shared_from_this<Frame> {
   c10::SmallVector<TensorMeta, 4> metadata_;
   c10::SmallVector<Recomputation, 1> recomputations_;
   bool early_stop_;
+  // Early stop as asked for; early_stop_ is off where it would skip nothing (a cost cut). Then
+  // the recomputation runs on, and saves past the forward's count are dropped, as PyTorch,
+  // stopping before them, never sees them.
+  bool early_stop_asked_;
   // After the last tensor saved in the forward: the next autograd sequence number if that tensor
   // was the output of the newest node, else 0 (see mark_forward_completed).
   uint64_t sequence_after_last_output_ = 0;

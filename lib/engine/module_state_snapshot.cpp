@@ -57,6 +57,18 @@ void for_each_module(const std::shared_ptr<torch::nn::Module>& module, const F& 
   for (const auto& child : module->children()) for_each_module(child, f);
 }
 
+// Points `impl` at `storage` with this geometry, directly: no op runs, so no version counter
+// moves and no dispatch mode sees it (Tensor::set_ would bump the live counter).
+// A buffer made from a `.data()` tensor forbids metadata changes: allowed for the swap alone.
+void point_at(c10::TensorImpl* impl, at::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+              int64_t storage_offset) {
+  const bool allowed = impl->allow_tensor_metadata_change();
+  impl->set_allow_tensor_metadata_change(true);
+  impl->set_storage_keep_dtype(std::move(storage));
+  impl->set_sizes_and_strides(sizes, strides, storage_offset);
+  impl->set_allow_tensor_metadata_change(allowed);
+}
+
 }  // namespace
 
 ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
@@ -77,27 +89,15 @@ ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch
         internal.emplace();
         no_grad.emplace();
       }
-      buffers_.push_back(BufferEntry{buffer, buffer.clone(), buffer._version()});
+      // Version 0 for inference tensors, which have no counter (and are never saved for backward).
+      const c10::VariableVersion& counter = buffer.unsafeGetTensorImpl()->version_counter();
+      buffers_.push_back(BufferEntry{buffer, buffer.clone(), counter.enabled() ? counter.current_version() : 0});
     }
   };
   for (const auto& root : roots) {
     if (root) for_each_module(root, record);
   }
   if (also) for_each_module(also, record);
-}
-
-void ModuleStateSnapshot::forward_done() {
-  if (buffers_.empty()) return;
-  InternalOpsGuard internal;
-  at::NoGradGuard no_grad;
-  // A moved version counter means the forward wrote the buffer. Some kernels write their inputs
-  // without moving it (BatchNorm's running statistics): floating-point buffers that kept their
-  // version are compared by value (on a device that waits for the forward's kernels).
-  std::erase_if(buffers_, [](const BufferEntry& e) {
-    if (e.buffer._version() != e.version) return false;
-    if (!at::isFloatingType(e.buffer.scalar_type()) && !at::isComplexType(e.buffer.scalar_type())) return true;
-    return e.buffer.sizes() == e.at_entry.sizes() && at::equal(e.buffer, e.at_entry);
-  });
 }
 
 ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* snapshot) {
@@ -109,28 +109,50 @@ ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* s
       break;
     }
   }
-  // The usual case: the modes are the forward's and no buffer was written; nothing to do.
+  // The usual case without buffers: the modes are the forward's; nothing to do.
   if (modes_.empty() && snapshot->buffers_.empty()) return;
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   c10::InferenceMode not_inference(false);
   if (!modes_.empty()) set_modes(snapshot->modes_);
   buffers_.reserve(snapshot->buffers_.size());
-  for (const auto& entry : snapshot->buffers_) {
-    at::Tensor buffer = entry.buffer;
-    // A copy each time: with retain_graph the region may be recomputed again.
-    buffers_.push_back(LiveBuffer{buffer, buffer.detach()});
-    buffer.set_(entry.at_entry.clone());
+  try {
+    put_entry_values(*snapshot);
+  } catch (...) {
+    restore();  // what was put in place so far
+    throw;
   }
 }
 
-ModuleStateSnapshot::RecomputeScope::~RecomputeScope() {
-  if (buffers_.empty() && modes_.empty()) return;
+void ModuleStateSnapshot::RecomputeScope::put_entry_values(const ModuleStateSnapshot& snapshot) {
+  for (const auto& entry : snapshot.buffers_) {
+    c10::TensorImpl* impl = entry.buffer.unsafeGetTensorImpl();
+    buffers_.push_back(LiveBuffer{entry.buffer, impl->storage(), c10::SmallVector<int64_t, 4>(impl->sizes()),
+                                  c10::SmallVector<int64_t, 4>(impl->strides()), impl->storage_offset(),
+                                  impl->version_counter()});
+    // A copy each time: with retain_graph the region may be recomputed again. Its own counter
+    // starts where the forward's started, and whatever the recomputation writes moves only it.
+    const at::Tensor value = entry.at_entry.clone(at::MemoryFormat::Preserve);
+    point_at(impl, value.storage(), value.sizes(), value.strides(), value.storage_offset());
+    if (!impl->is_inference()) impl->set_version_counter(c10::VariableVersion(entry.version));
+  }
+}
+
+ModuleStateSnapshot::RecomputeScope::~RecomputeScope() { restore(); }
+
+void ModuleStateSnapshot::RecomputeScope::restore() {
+  for (auto& b : buffers_) {
+    c10::TensorImpl* impl = b.buffer.unsafeGetTensorImpl();
+    point_at(impl, std::move(b.storage), b.sizes, b.strides, b.storage_offset);
+    if (!impl->is_inference()) impl->set_version_counter(std::move(b.version));
+  }
+  buffers_.clear();
+  if (modes_.empty()) return;
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   c10::InferenceMode not_inference(false);
-  for (auto& b : buffers_) b.buffer.set_(b.live);
   set_modes(modes_);
+  modes_.clear();
 }
 
 }  // namespace recompose::detail

@@ -4,15 +4,25 @@
 // their buffers a second time (BatchNorm's running statistics, a user's step counter or EMA)
 // and run in whatever train/eval mode the modules are in at backward time. The snapshot
 // records, at the region's entry, every module's mode and a copy of every buffer of the
-// region's module trees; after the forward it keeps only the copies of the buffers the forward
-// wrote (their version counter moved, or, for floating-point buffers, their value changed: some
-// kernels such as BatchNorm's write running statistics without moving it). Around the recomputation each such buffer is pointed at
-// a fresh copy of its entry value (set_, so tensors that alias the live storage are not
-// touched) and pointed back at its live storage afterwards; the modes are set to the forward's
-// and restored.
+// region's module trees.
+//
+// Every buffer is put back, written or not. Whether the forward wrote a buffer cannot be told
+// cheaply: kernels such as BatchNorm's write running statistics without moving the version
+// counter (their schemas do not mark them as written), and a write may leave the value as it
+// was (a batch mean equal to the running mean) while a later call of the same module, before
+// the backward, moves it. The entry copy is needed anyway; putting it in place is a few pointer
+// swaps per buffer.
+//
+// Around the recomputation each buffer's TensorImpl is pointed at a fresh copy of its entry
+// value, with a version counter of its own, and pointed back at its live storage and counter
+// afterwards. Neither moves the live version counter: a tensor that autograd saved outside the
+// region (the same BatchNorm called outside it, a double-backward graph) passes its version
+// check, and tensors that alias the live storage are not touched. The modes are set to the
+// forward's and restored.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorImpl.h>
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
@@ -32,9 +42,6 @@ class ModuleStateSnapshot {
   explicit ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
                                const std::shared_ptr<torch::nn::Module>& also = nullptr);
 
-  // Drops the copies of the buffers that the forward did not write.
-  void forward_done();
-
   bool empty() const { return modes_.empty() && buffers_.empty(); }
 
   // Puts the entry state in place while alive; restores the live state after.
@@ -46,9 +53,15 @@ class ModuleStateSnapshot {
     RecomputeScope& operator=(const RecomputeScope&) = delete;
 
    private:
+    void put_entry_values(const ModuleStateSnapshot& snapshot);
+    void restore();
+    // What the module's TensorImpl held before the recomputation, put back after it.
     struct LiveBuffer {
       at::Tensor buffer;  // the module's tensor (its TensorImpl is shared with the module)
-      at::Tensor live;    // an alias of its live storage
+      at::Storage storage;
+      c10::SmallVector<int64_t, 4> sizes, strides;
+      int64_t storage_offset;
+      c10::VariableVersion version;
     };
     std::vector<LiveBuffer> buffers_;
     std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
@@ -58,7 +71,7 @@ class ModuleStateSnapshot {
   struct BufferEntry {
     at::Tensor buffer;
     at::Tensor at_entry;  // a copy of the value at the region's entry
-    int64_t version;
+    uint32_t version;     // its version at the region's entry
   };
   // Pre-order (parents before children), so that train(bool), which recurses, can be replayed.
   // Inline for small regions: the snapshot lives in the frame and then allocates nothing.

@@ -123,7 +123,6 @@ RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vec
 
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
-  if (auto* state = frame->module_state()) state->forward_done();
   if (preserve_rng) {
     if (auto device = device_initialised_since(frame->forward_state()); !device.empty()) frame->set_rng_problem(device);
   }

@@ -30,21 +30,34 @@ struct SaveList {
   }
 };
 
-// An overload whose outputs selective checkpointing never keeps: ignored (detach, metadata) or
-// aliasing an input (views, in-place and out= ops).
-bool never_kept(const c10::OperatorHandle& op) { return detail::is_sac_ignored(op) || detail::returns_alias(op); }
+// An overload whose outputs alias an input without writing it (aten::view, aten::t, ...).
+bool is_view(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
+  for (const c10::Argument& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && ret.alias_info()->isWrite()) return false;
+  }
+  return detail::returns_alias(op);
+}
 
-// Naming only such overloads would silently save nothing.
+// Whether naming the overload can mean anything. Not for ignored ops (detach, metadata), nor
+// for in-place and out= ops, whose kept result would not write into the recomputed input. Views
+// may be named, as in PyTorch: they are recomputed, which gives the values keeping them would
+// give and keeps no base alive.
+bool may_be_named(const c10::OperatorHandle& op) {
+  return !detail::is_sac_ignored(op) && (!detail::returns_alias(op) || is_view(op));
+}
+
+// Naming only overloads that may not be named would silently save nothing.
 void check_keepable(const std::string& name, const detail::OpRef& ref) {
   bool keepable = false;
   if (ref.overload) {
-    keepable = !never_kept(*ref.overload);
+    keepable = may_be_named(*ref.overload);
   } else {
     auto& dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName& op : dispatcher.getAllOpNames()) {
       if (op.name != ref.name) continue;
       auto handle = dispatcher.findSchema(op);
-      if (handle && !never_kept(*handle)) {
+      if (handle && may_be_named(*handle)) {
         keepable = true;
         break;
       }
@@ -52,9 +65,9 @@ void check_keepable(const std::string& name, const detail::OpRef& ref) {
   }
   if (!keepable) {
     throw std::invalid_argument("recompose: selective checkpoint: \"" + name +
-                                "\" can never be saved: selective checkpointing always recomputes views, in-place "
-                                "and out= ops and ignores detach and metadata ops (aten::size, ...); name the op "
-                                "that computes the values instead");
+                                "\" can never be saved: selective checkpointing always recomputes in-place and out= "
+                                "ops and ignores detach and metadata ops (aten::size, ...); name the op that "
+                                "computes the values instead");
   }
 }
 

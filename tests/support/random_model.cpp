@@ -49,13 +49,18 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
       {"sac_random", "selective policies may keep outputs of random ops (randn_like, bernoulli)"},
       {"nested_sac", "selective regions nested in selective regions"},
       {"nested_must_swap", "MUST_SWAP in selective regions nested with other selective regions"},
+      {"bn_twice", "a top-level block called twice per step (its BatchNorms run in two invocations of its region)"},
+      {"bn_shared", "one BatchNorm1d shared by blocks (a child of each): called in several regions"},
+      {"bn_outside", "the shared BatchNorm also called by the model outside any region, before or after a block"},
+      {"bn_idle", "the shared BatchNorm called on an all-zero batch (ReLU of -|x|): its running mean stays as it was"},
   };
   return list;
 }
 
 const std::vector<std::string>& Features::known() {
-  static const std::vector<std::string> list = {"bn", "eval_switch", "sac_random", "nested_sac", "nested_must_swap",
-                                                "autocast"};
+  static const std::vector<std::string> list = {"bn",        "eval_switch", "sac_random", "nested_sac",
+                                                "nested_must_swap", "autocast", "bn_twice",  "bn_shared",
+                                                "bn_outside", "bn_idle"};
   return list;
 }
 
@@ -248,6 +253,8 @@ std::string OpDesc::str() const {
     case OpKind::Bernoulli: return "bern";
     case OpKind::Sub: return "sub" + std::to_string(arg);
     case OpKind::Functional: return "ckpt" + std::to_string(arg) + "{" + region.str() + "}";
+    case OpKind::SharedBn: return "sbn";
+    case OpKind::SharedBnIdle: return "sbn0";
   }
   return "?";
 }
@@ -277,7 +284,9 @@ std::string CaseDesc::str() const {
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::string name = "B";
     name += std::to_string(i);
-    s << " " << blocks[i].str(name);
+    const int outside = i < outside_bn.size() ? outside_bn[i] : 0;
+    s << (outside == 1 ? " sbn" : "") << " " << blocks[i].str(name) << (i < twice.size() && twice[i] ? "x2" : "")
+      << (outside == 2 ? " sbn" : "");
   }
   return s.str();
 }
@@ -289,6 +298,11 @@ namespace {
 struct Gen {
   std::mt19937_64 rng;
   const Features& f;
+  // The draws of the features added for issue 23 (bn_twice, bn_shared, bn_outside, bn_idle): a
+  // stream of their own, so that the cases drawn before them stay the same cases.
+  std::mt19937_64 extra;
+  bool extra_coin(double p) { return std::uniform_real_distribution<double>(0, 1)(extra) < p; }
+  int uni_extra(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(extra); }
   bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
   int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
   template <class T>
@@ -419,6 +433,16 @@ struct Gen {
         }
         if (op.kind == OpKind::Dropout) op.arg = p;
       }
+      // Any simple op may become a call of the shared BatchNorm (idle or not).
+      const bool shared = extra_coin(0.06);
+      const bool idle = extra_coin(0.4);
+      if (shared && op.kind != OpKind::Sub && op.kind != OpKind::Functional) {
+        if (idle && f("bn_idle")) {
+          op = OpDesc{OpKind::SharedBnIdle, 0, {}};
+        } else if (f("bn_shared")) {
+          op = OpDesc{OpKind::SharedBn, 0, {}};
+        }
+      }
       if (segment_left > 0) --segment_left;
       b.ops.push_back(std::move(op));
     }
@@ -464,8 +488,16 @@ void walk_all(CaseDesc& c, const std::function<void(RegionDesc&, const std::vect
 
 }  // namespace
 
+// True if the block or one of its sub-blocks calls the shared BatchNorm.
+bool uses_shared_bn(const BlockDesc& b) {
+  for (const auto& op : b.ops) {
+    if (op.kind == OpKind::SharedBn || op.kind == OpKind::SharedBnIdle) return true;
+  }
+  return std::any_of(b.children.begin(), b.children.end(), uses_shared_bn);
+}
+
 CaseDesc generate(uint64_t seed, const Features& f) {
-  Gen g{std::mt19937_64(mix(seed + 0x5eed)), f};
+  Gen g{std::mt19937_64(mix(seed + 0x5eed)), f, std::mt19937_64(mix(seed + 0xb4e23))};
   CaseDesc c;
   c.seed = seed;
   c.batch = g.uni(4, 8);
@@ -491,6 +523,14 @@ CaseDesc generate(uint64_t seed, const Features& f) {
   c.prefetch = g.uni(0, 2);
   const int n = g.uni(1, std::max(1, f.max_blocks));
   for (int i = 0; i < n; ++i) c.blocks.push_back(g.block(0));
+  for (int i = 0; i < n; ++i) {
+    const bool twice = g.extra_coin(0.2);
+    const int outside = g.uni_extra(0, 6);
+    c.twice.push_back(f("bn_twice") && twice);
+    c.outside_bn.push_back(f("bn_outside") && outside <= 2 ? outside : 0);
+  }
+  c.shared_bn = std::any_of(c.blocks.begin(), c.blocks.end(), uses_shared_bn) ||
+                std::any_of(c.outside_bn.begin(), c.outside_bn.end(), [](int o) { return o != 0; });
 
   // A second backward over a selective region is an error by design ("backward an extra time").
   if (c.retain) {
@@ -525,15 +565,23 @@ CaseDesc generate(uint64_t seed, const Features& f) {
 
 namespace {
 std::shared_ptr<RandBlockImpl> make_block(const BlockDesc& d, int64_t width, bool checkpointed,
-                                          const std::shared_ptr<recompose::SwapManager>& manager) {
-  auto b = std::make_shared<RandBlockImpl>(d, width, checkpointed, manager);
+                                          const std::shared_ptr<recompose::SwapManager>& manager,
+                                          const std::shared_ptr<torch::nn::BatchNorm1dImpl>& shared_bn) {
+  auto b = std::make_shared<RandBlockImpl>(d, width, checkpointed, manager, shared_bn);
   if (checkpointed && d.region.kind != RegionDesc::Kind::None) recompose::apply_checkpoint(b, d.region.make(manager));
   return b;
 }
 }  // namespace
 
-RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt, std::shared_ptr<recompose::SwapManager> m)
+RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt, std::shared_ptr<recompose::SwapManager> m,
+                             std::shared_ptr<torch::nn::BatchNorm1dImpl> sbn)
     : desc(d), width(w), checkpointed(ckpt), manager(std::move(m)) {
+  // A child of every block that calls it (as a user shares a module): part of the module state
+  // of these blocks' regions.
+  const bool calls_shared = std::any_of(desc.ops.begin(), desc.ops.end(), [](const OpDesc& op) {
+    return op.kind == OpKind::SharedBn || op.kind == OpKind::SharedBnIdle;
+  });
+  if (calls_shared) shared_bn = register_module("shared_bn", sbn);
   op_modules.resize(desc.ops.size());
   for (size_t i = 0; i < desc.ops.size(); ++i) {
     const std::string name = "op" + std::to_string(i);
@@ -557,7 +605,7 @@ RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt, std::shar
   }
   for (size_t j = 0; j < desc.children.size(); ++j) {
     children.push_back(
-        register_module("sub" + std::to_string(j), make_block(desc.children[j], width, checkpointed, manager)));
+        register_module("sub" + std::to_string(j), make_block(desc.children[j], width, checkpointed, manager, sbn)));
   }
 }
 
@@ -626,6 +674,17 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
       case OpKind::Bernoulli:
         cur = cur * torch::bernoulli(torch::full_like(cur, 0.75, torch::kFloat));
         break;
+      case OpKind::SharedBn: {
+        const auto sizes = cur.sizes().vec();
+        cur = shared_bn->forward(cur.reshape({-1, W})).reshape(sizes);
+        break;
+      }
+      case OpKind::SharedBnIdle: {
+        // An all-zero batch: batch mean 0, so a running mean at 0 is written and stays 0.
+        const auto sizes = cur.sizes().vec();
+        cur = cur + shared_bn->forward(torch::relu(-cur.abs()).reshape({-1, W})).reshape(sizes);
+        break;
+      }
       case OpKind::Sub: cur = children[static_cast<size_t>(op.arg)]->forward(cur); break;
       case OpKind::Functional: {
         const size_t b = i + 1, e = std::min(end, i + 1 + static_cast<size_t>(op.arg));
@@ -649,21 +708,32 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
   return cur;
 }
 
-RandModelImpl::RandModelImpl(const CaseDesc& desc, bool checkpointed, std::shared_ptr<recompose::SwapManager> manager) {
+RandModelImpl::RandModelImpl(const CaseDesc& desc, bool checkpointed, std::shared_ptr<recompose::SwapManager> manager)
+    : twice(desc.twice), outside_bn(desc.outside_bn) {
+  if (desc.shared_bn) shared_bn = register_module("shared_bn", torch::nn::BatchNorm1d(desc.width).ptr());
   for (size_t j = 0; j < desc.blocks.size(); ++j) {
     std::string name = "b";
     name += std::to_string(j);
-    blocks.push_back(register_module(name, make_block(desc.blocks[j], desc.width, checkpointed, manager)));
+    blocks.push_back(register_module(name, make_block(desc.blocks[j], desc.width, checkpointed, manager, shared_bn)));
   }
   // Never checkpointed: the loss always depends on a parameter, whatever the blocks hold.
   head = register_module("head", torch::nn::Linear(desc.width, desc.width));
 }
 
 torch::Tensor RandModelImpl::forward(torch::Tensor x, recompose::SwapManager* groups) {
-  for (auto& b : blocks) {
-    std::optional<recompose::SwapGroupScope> group;
-    if (groups) group.emplace(*groups);
-    x = b->forward(x);
+  auto outside = [&](const torch::Tensor& t) {  // outside any region
+    const auto sizes = t.sizes().vec();
+    return shared_bn->forward(t.reshape({-1, t.size(-1)})).reshape(sizes);
+  };
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const int where = j < outside_bn.size() ? outside_bn[j] : 0;
+    if (where == 1) x = outside(x);
+    for (int call = 0; call < (j < twice.size() && twice[j] ? 2 : 1); ++call) {
+      std::optional<recompose::SwapGroupScope> group;
+      if (groups) group.emplace(*groups);
+      x = blocks[j]->forward(x);
+    }
+    if (where == 2) x = outside(x);
   }
   return head->forward(x);
 }

@@ -55,6 +55,8 @@ struct RegionDesc {
 enum class OpKind {
   Linear, LinearReluInplace, LayerNorm, BatchNorm, Gelu, Relu, Tanh, Dropout, Softmax, Attention, Bmm,
   InplaceMul, SliceInplace, ViewRoundTrip, SliceCat, Residual, RandNoise, Bernoulli, Sub, Functional,
+  SharedBn,      // the case's shared BatchNorm (CaseDesc::shared_bn)
+  SharedBnIdle,  // cur + shared BatchNorm of an all-zero batch: its running mean stays where it was
 };
 
 struct OpDesc {
@@ -87,6 +89,11 @@ struct CaseDesc {
   bool x_grad = false;  // the input requires grad
   bool nograd = false;  // an eval forward without grad after the steps
   int64_t prefetch = 1;  // SwapOptions::prefetch_groups of the case's manager
+  // Per top-level block: called twice per step; the shared BatchNorm called outside any region
+  // just before it (1) or just after it (2), or not (0).
+  std::vector<bool> twice;
+  std::vector<int> outside_bn;
+  bool shared_bn = false;  // one BatchNorm1d shared by the blocks that use it and by the model
   std::string str() const;
 };
 
@@ -95,8 +102,11 @@ CaseDesc generate(uint64_t seed, const Features& features);
 
 // An annotated block: its forward interprets the op list; sub-blocks are registered children.
 struct RandBlockImpl : torch::nn::Module {
+  // `shared_bn`: the case's shared BatchNorm (null if it has none); registered as a child of the
+  // blocks that use it, so that it belongs to their regions' module state.
   RandBlockImpl(const BlockDesc& desc, int64_t width, bool checkpointed,
-                std::shared_ptr<recompose::SwapManager> manager);
+                std::shared_ptr<recompose::SwapManager> manager,
+                std::shared_ptr<torch::nn::BatchNorm1dImpl> shared_bn = nullptr);
   torch::Tensor forward(torch::Tensor x);
   // Ops [begin, end) of the list on `cur`; `res` is what Residual adds.
   torch::Tensor run(torch::Tensor cur, torch::Tensor res, size_t begin, size_t end);
@@ -107,12 +117,16 @@ struct RandBlockImpl : torch::nn::Module {
   std::shared_ptr<recompose::SwapManager> manager;
   std::vector<std::shared_ptr<torch::nn::Module>> op_modules;  // per op (null if none)
   std::vector<std::shared_ptr<RandBlockImpl>> children;
+  std::shared_ptr<torch::nn::BatchNorm1dImpl> shared_bn;
 };
 
 struct RandModelImpl : torch::nn::Module {
   RandModelImpl(const CaseDesc& desc, bool checkpointed, std::shared_ptr<recompose::SwapManager> manager);
   torch::Tensor forward(torch::Tensor x, recompose::SwapManager* groups);
   std::vector<std::shared_ptr<RandBlockImpl>> blocks;
+  std::vector<bool> twice;
+  std::vector<int> outside_bn;
+  std::shared_ptr<torch::nn::BatchNorm1dImpl> shared_bn;  // null if the case has none
   torch::nn::Linear head{nullptr};
 };
 
