@@ -91,7 +91,7 @@ struct PlannerOptions {
 };
 
 // profile_memory(model, step) then solve_plan(profile, budget): the two calls in one, with the
-// errors of both. The plan is not applied.
+// errors of both. The plan is not applied; the model is left as profile_memory leaves it: as it was.
 Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
                  const PlannerOptions& options = {});
 

@@ -1,4 +1,5 @@
 // profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h).
+#include "model_state_guard.h"
 #include "planner_targets.h"
 #include "step_timeline.h"
 
@@ -154,20 +155,6 @@ struct Recorder {
   }
 };
 
-// Puts a generator back to where it was, so that profiling draws nothing from it.
-struct GeneratorRestore {
-  at::Generator gen;
-  at::Tensor state;
-  explicit GeneratorRestore(at::Generator g) : gen(std::move(g)) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state = gen.get_state();
-  }
-  void restore() {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state);
-  }
-};
-
 // Hooks and checkpointing the profile attached; removed on every exit.
 struct Instrumentation {
   std::vector<hooks::HookHandle> handles;
@@ -234,8 +221,8 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     rec->modules[i].name = targets[i].name;
     rec->modules[i].type = targets[i].module->name();
   }
-  std::vector<GeneratorRestore> generators{GeneratorRestore(at::detail::getDefaultCPUGenerator())};
-  if (device.is_cuda()) generators.emplace_back(at::globalContext().defaultGenerator(device));
+  // Each run starts from the model as the caller left it, and so does the training that follows.
+  detail::ModelStateGuard model_state(model, device);
 
   MemoryProfile profile;
   profile.device = device.str();
@@ -251,9 +238,6 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
             hooks::HookOptions(owner).set_always_call(true)));
       }
     };
-    auto restore_generators = [&] {
-      for (auto& g : generators) g.restore();
-    };
 
     // Run 1: no checkpointing. What each module saves, its forward time, the step's time.
     attach_timing_hooks();
@@ -267,7 +251,7 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
       profile.bytes_held = meter.peak_bytes_held();
       rec->meter = nullptr;
     }
-    restore_generators();
+    model_state.restore();
     if (profile.bytes_held == 0) {
       throw CheckpointError("profile_memory: the step saved nothing for backward (is grad mode on, and does the "
                             "step run a forward of the model whose result needs gradients?)");
@@ -295,9 +279,9 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     attach_timing_hooks();
     step();
     rec->timeline.resolve();
-    restore_generators();
     rec->watched.clear();
   }
+  model_state.restore();  // after the instrumentation is off
 
   int64_t module_bytes = 0;
   for (const auto& m : rec->modules) module_bytes += m.saved_bytes;
