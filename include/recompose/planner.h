@@ -23,8 +23,12 @@
 // counts the largest module's saved bytes once: an offloaded module holds them until its call
 // ends and its copies start); time = the profiled step + per module its recomputation (its
 // forward for full; interception, replay and the recomputed ops for selective) or its copies
-// at the measured bandwidth (offload, swap). Estimates come from one profiled step: on a noisy
-// machine, profile after a warm-up step.
+// at the measured bandwidth (offload, swap). Estimates come from one profiled step, where each
+// module is measured once; twin modules (same type, input bytes and ops with the same output
+// bytes: identical blocks) are repeats of one measurement, and each twin is estimated at the
+// least time its group measured (per forward, replay and op), so twins get the same estimates and
+// a cold first block or a stalled call does not move the plan. Other modules keep their own
+// measurement: on a noisy machine, profile after a warm-up step.
 #pragma once
 
 #include <recompose/memory_plan.h>

@@ -1,6 +1,8 @@
 // solve_plan(): per module, candidate configurations as (bytes, time) points; the Pareto
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
+#include "twin_modules.h"
+
 #include <recompose/planner.h>
 
 #include <algorithm>
@@ -257,8 +259,9 @@ int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options
   return final_frontier(families(profile, options)).front().bytes;
 }
 
-Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveOptions& options) {
+Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
   const auto fams = families(profile, options);
   const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
