@@ -88,4 +88,24 @@ TEST_CASE("planner: the H100 profile and plans under docs/benchmarks still load 
   CHECK(plans == 5);
 }
 
+TEST_CASE("planner: a damaged plan file is a clear error naming what is wrong") {
+  const std::string good = Plan::load(kSource / "tests/data/plan-v1.json").to_json();
+  auto damaged = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
+  CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"bytes\": 156672", "\"bytes\": 1.5")),
+                       doctest::Contains("bytes must be an integer"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"bytes\": 156672", "\"bytez\": 156672")),
+                       doctest::Contains("missing member 'bytes'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"version\": 1", "\"version\": 2")),
+                       doctest::Contains("plan format version 2"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"choice\": \"offload\"", "\"choice\": \"later\"")),
+                       doctest::Contains("unknown choice 'later'"), std::invalid_argument);
+  CHECK_THROWS_AS(Plan::from_json(good.substr(0, good.size() / 2)), std::invalid_argument);
+  CHECK_THROWS_AS(MemoryProfile::from_json(good), std::invalid_argument);  // a plan is no profile
+}
+
 }  // TEST_SUITE

@@ -2,6 +2,7 @@
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
 #include "twin_modules.h"
+#include "units.h"
 
 #include <recompose/planner.h>
 
@@ -246,13 +247,6 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   return plan;
 }
 
-std::string mib(int64_t bytes) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0),
-                static_cast<long long>(bytes));
-  return buffer;
-}
-
 }  // namespace
 
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
@@ -266,8 +260,8 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
   const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
   if (frontier.front().bytes > limit) {
-    throw std::invalid_argument("solve_plan: a budget of " + mib(limit) + " is below the least any plan holds, " +
-                                mib(frontier.front().bytes) + " (" +
+    throw std::invalid_argument("solve_plan: a budget of " + detail::format_mib(limit, /*exact=*/true) + " is below the least any plan holds, " +
+                                detail::format_mib(frontier.front().bytes, /*exact=*/true) + " (" +
                                 (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
                                 " of every module)");
   }
