@@ -1,6 +1,7 @@
 // solve_plan(): per module, candidate configurations as (bytes, time) points; the Pareto
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
+#include "selective/transformer_save_list.h"
 #include "twin_modules.h"
 #include "units.h"
 
@@ -48,14 +49,11 @@ double bandwidth_for(const MemoryProfile& profile, const SolveOptions& options) 
 
 bool keepable(const OpProfile& o) { return !o.mutated && !o.inplace && !o.view; }
 
-// The ops a transformer policy keeps (recompose::transformer_policy's list): its configurations
-// are candidates too, so that a plan is never estimated slower than that fixed policy.
-bool compute_intensive(const std::string& op) {
-  for (const char* name : {"aten::mm.", "aten::addmm.", "aten::bmm.", "aten::linear.", "aten::_scaled_mm.",
-                           "aten::_scaled_dot_product_"}) {
-    if (op.starts_with(name)) return true;
-  }
-  return op == "aten::max.default";
+// What transformer_policy keeps (its own list): its configurations are candidates too, so that a
+// plan is never estimated slower than that fixed policy.
+bool kept_by_transformer_policy(const std::string& op) {
+  return std::ranges::find(detail::transformer_save_list(), std::string_view(op)) !=
+         detail::transformer_save_list().end();
 }
 
 void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, ModuleOptions& mo) {
@@ -116,7 +114,7 @@ void add_candidates(const ModuleProfile& m, double bandwidth, bool offload, Modu
     std::vector<bool> t(n, false);
     for (size_t k = 0; k < n; ++k) {
       const OpProfile& o = m.ops[k];
-      t[k] = keepable(o) && compute_intensive(o.op) &&
+      t[k] = keepable(o) && kept_by_transformer_policy(o.op) &&
              !(every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1);
     }
     add_selective(std::move(t));
@@ -286,11 +284,6 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return plan;
-}
-
-Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
-                 const PlannerOptions& options) {
-  return solve_plan(profile_memory(model, step, options.profile()), budget, options.solve());
 }
 
 }  // namespace recompose
