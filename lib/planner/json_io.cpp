@@ -31,28 +31,28 @@ Json parse(std::string_view text) {
   }
 }
 
-int64_t integer(const Json& object, const char* key) {
+void read(const Json& object, const char* key, int64_t& out) {
   const Json& v = member(object, key);
   if (!v.is_number_integer()) wrong_type(key, "an integer");
-  return v.get<int64_t>();
+  out = v.get<int64_t>();
 }
 
-double number(const Json& object, const char* key) {
+void read(const Json& object, const char* key, double& out) {
   const Json& v = member(object, key);
   if (!v.is_number()) wrong_type(key, "a number");
-  return v.get<double>();
+  out = v.get<double>();
 }
 
-bool boolean(const Json& object, const char* key) {
+void read(const Json& object, const char* key, bool& out) {
   const Json& v = member(object, key);
   if (!v.is_boolean()) wrong_type(key, "true or false");
-  return v.get<bool>();
+  out = v.get<bool>();
 }
 
-std::string string(const Json& object, const char* key) {
+void read(const Json& object, const char* key, std::string& out) {
   const Json& v = member(object, key);
   if (!v.is_string()) wrong_type(key, "a string");
-  return v.get<std::string>();
+  out = v.get<std::string>();
 }
 
 const Json& array(const Json& object, const char* key) {

@@ -17,13 +17,22 @@ using Json = nlohmann::ordered_json;
 // Parses `text`. Throws std::invalid_argument ("JSON: ..." with where it failed) if it is no JSON.
 Json parse(std::string_view text);
 
-// Members of an object, typed. Each throws std::invalid_argument naming the member if `object` is
-// not an object, the member is missing, or it has another type (integer: an exact integer).
-int64_t integer(const Json& object, const char* key);
-double number(const Json& object, const char* key);
-bool boolean(const Json& object, const char* key);
-std::string string(const Json& object, const char* key);
+// Member `key` of `object` into `out`, typed. Throws std::invalid_argument naming the member if
+// `object` is not an object, the member is missing, or it has another type (an integer must be
+// an exact integer).
+void read(const Json& object, const char* key, int64_t& out);
+void read(const Json& object, const char* key, double& out);
+void read(const Json& object, const char* key, bool& out);
+void read(const Json& object, const char* key, std::string& out);
 const Json& array(const Json& object, const char* key);
+
+// read() for each pair: read_members(o, "calls", m.calls, "name", m.name).
+inline void read_members(const Json&) {}
+template <class T, class... Rest>
+void read_members(const Json& object, const char* key, T& out, Rest&... rest) {
+  read(object, key, out);
+  read_members(object, rest...);
+}
 
 // A number JSON can hold: the formats only hold finite values, and non-finite ones are written as 0.
 double finite(double value);

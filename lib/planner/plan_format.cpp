@@ -23,7 +23,9 @@ detail::json::Json ops_json(const std::vector<PlannedOp>& ops) {
 std::vector<PlannedOp> ops_from(const detail::json::Json& module, const char* key) {
   std::vector<PlannedOp> out;
   for (const auto& o : detail::json::array(module, key)) {
-    out.push_back({detail::json::string(o, "op"), detail::json::integer(o, "call_index")});
+    PlannedOp op;
+    detail::json::read_members(o, "op", op.op, "call_index", op.call_index);
+    out.push_back(std::move(op));
   }
   return out;
 }
@@ -101,24 +103,21 @@ Plan Plan::from_json(std::string_view text) {
   if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.plan") {
     throw std::invalid_argument("Plan::from_json: not a recompose plan (no \"format\": \"recompose.plan\")");
   }
-  if (json::integer(v, "version") != kPlanFormatVersion) {
+  int64_t version = 0;
+  json::read(v, "version", version);
+  if (version != kPlanFormatVersion) {
     throw std::invalid_argument("Plan::from_json: plan format version " + v["version"].dump() +
                                 ", this recompose reads version " + std::to_string(kPlanFormatVersion));
   }
   Plan p;
-  p.budget_bytes = json::integer(v, "budget_bytes");
-  p.bytes = json::integer(v, "bytes");
-  p.step_seconds = json::number(v, "step_seconds");
-  p.none_bytes = json::integer(v, "none_bytes");
-  p.none_step_seconds = json::number(v, "none_step_seconds");
-  p.solve_seconds = json::number(v, "solve_seconds");
+  json::read_members(v, "budget_bytes", p.budget_bytes, "bytes", p.bytes, "step_seconds", p.step_seconds,
+                     "none_bytes", p.none_bytes, "none_step_seconds", p.none_step_seconds, "solve_seconds",
+                     p.solve_seconds);
   for (const auto& m : json::array(v, "modules")) {
     ModulePlan mp;
-    mp.name = json::string(m, "name");
-    mp.type = json::string(m, "type");
-    mp.choice = choice_from(json::string(m, "choice"));
-    mp.bytes = json::integer(m, "bytes");
-    mp.seconds = json::number(m, "seconds");
+    std::string choice;
+    json::read_members(m, "name", mp.name, "type", mp.type, "choice", choice, "bytes", mp.bytes, "seconds", mp.seconds);
+    mp.choice = choice_from(choice);
     mp.save = ops_from(m, "save");
     mp.swap = ops_from(m, "swap");
     p.modules.push_back(std::move(mp));

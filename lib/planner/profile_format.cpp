@@ -92,37 +92,27 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
   if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.profile") {
     throw std::invalid_argument("MemoryProfile::from_json: not a recompose profile (no \"format\": \"recompose.profile\")");
   }
-  if (json::integer(v, "version") != kProfileFormatVersion) {
+  int64_t version = 0;
+  json::read(v, "version", version);
+  if (version != kProfileFormatVersion) {
     throw std::invalid_argument("MemoryProfile::from_json: profile format version " + v["version"].dump() +
                                 ", this recompose reads version " + std::to_string(kProfileFormatVersion));
   }
   MemoryProfile p;
-  p.device = json::string(v, "device");
-  p.bytes_held = json::integer(v, "bytes_held");
-  p.other_bytes = json::integer(v, "other_bytes");
-  p.step_seconds = json::number(v, "step_seconds");
-  p.copy_bandwidth = json::number(v, "copy_bandwidth");
-  p.profile_seconds = json::number(v, "profile_seconds");
+  json::read_members(v, "device", p.device, "bytes_held", p.bytes_held, "other_bytes", p.other_bytes,
+                     "step_seconds", p.step_seconds, "copy_bandwidth", p.copy_bandwidth, "profile_seconds",
+                     p.profile_seconds);
   for (const auto& m : json::array(v, "modules")) {
     ModuleProfile mp;
-    mp.name = json::string(m, "name");
-    mp.type = json::string(m, "type");
-    mp.calls = json::integer(m, "calls");
-    mp.input_bytes = json::integer(m, "input_bytes");
-    mp.saved_bytes = json::integer(m, "saved_bytes");
-    mp.forward_seconds = json::number(m, "forward_seconds");
-    mp.selective_forward_seconds = json::number(m, "selective_forward_seconds");
-    mp.replay_seconds = json::number(m, "replay_seconds");
+    json::read_members(m, "name", mp.name, "type", mp.type, "calls", mp.calls, "input_bytes", mp.input_bytes,
+                       "saved_bytes", mp.saved_bytes, "forward_seconds", mp.forward_seconds,
+                       "selective_forward_seconds", mp.selective_forward_seconds, "replay_seconds",
+                       mp.replay_seconds);
     for (const auto& o : json::array(m, "ops")) {
       OpProfile op;
-      op.op = json::string(o, "op");
-      op.call_index = json::integer(o, "call_index");
-      op.output_bytes = json::integer(o, "output_bytes");
-      op.seconds = json::number(o, "seconds");
-      op.random = json::boolean(o, "random");
-      op.inplace = json::boolean(o, "inplace");
-      op.view = json::boolean(o, "view");
-      op.mutated = json::boolean(o, "mutated");
+      json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes", op.output_bytes, "seconds",
+                         op.seconds, "random", op.random, "inplace", op.inplace, "view", op.view, "mutated",
+                         op.mutated);
       mp.ops.push_back(std::move(op));
     }
     p.modules.push_back(std::move(mp));
