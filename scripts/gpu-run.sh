@@ -17,7 +17,7 @@
 # $OUT/gpu-run-<phase>-<time>.txt.
 #
 # Offline, header-only dependencies travel with the checkout: run `bash scripts/gpu-run.sh
-# --prepare` here (online, after scripts/setup.sh) to copy doctest and range-v3 into .carry/include
+# --prepare` here (online, after scripts/setup.sh) to copy doctest, range-v3 and nlohmann into .carry/include
 # (git-ignored), and carry .carry to the machine.
 #
 # Environment: RECOMPOSE_VENV (default /opt/torch/.venv), RECOMPOSE_TORCH_DIR (default the venv's
@@ -34,7 +34,7 @@ if [ "${1:-}" = "--prepare" ]; then
   done
   [ -n "$found" ] || die "doctest/doctest.h not found here: run scripts/setup.sh first (it installs doctest-dev)"
   mkdir -p .carry/include
-  rm -rf .carry/include/doctest
+  rm -rf .carry/include/doctest .carry/include/nlohmann
   cp -r "$found/doctest" .carry/include/
   # range-v3 (header-only, used inside lib/): its four include folders.
   ranges=""
@@ -46,7 +46,12 @@ if [ "${1:-}" = "--prepare" ]; then
     rm -rf ".carry/include/$sub"
     cp -r "$ranges/$sub" .carry/include/
   done
-  echo "gpu-run: copied doctest ($found) and range-v3 ($ranges) into .carry/include; carry .carry to the GPU machine"
+  # nlohmann/json (the planner's JSON files), header-only too.
+  for d in /usr/include /usr/local/include; do
+    [ -f "$d/nlohmann/json.hpp" ] && cp -r "$d/nlohmann" .carry/include/ && break
+  done
+  [ -f .carry/include/nlohmann/json.hpp ] || die "nlohmann/json.hpp not found here: run scripts/setup.sh first (it installs nlohmann-json3-dev)"
+  echo "gpu-run: copied doctest ($found), range-v3 ($ranges) and nlohmann into .carry/include; carry .carry to the GPU machine"
   exit 0
 fi
 

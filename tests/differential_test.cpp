@@ -54,6 +54,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -118,8 +119,43 @@ int64_t g_offloaded = 0;
 
 torch::Tensor cpu_rng_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
 
-// Trains the case's model for its steps, plain (checkpointed = false) or with recompose.
-Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::Tensor>& inputs) {
+// The planner's share of a case: at the start of step `at_step` (after that step's seed), the
+// plain model is profiled, a plan solved for a budget between the least any plan holds and no
+// checkpointing, and applied for the steps that follow.
+struct PlanSpec {
+  int at_step = 0;
+  double budget = 0.5;       // where between the least and 1.05 of the bytes held
+  bool offload = false;      // OffloadMode::Always (on CPU: apply_offload and MUST_SWAP run)
+  bool optimizer_step = false;  // the profiled step also steps a stateless SGD
+  bool plan_memory = false;  // plan_memory (profiling again) instead of solve_plan on the profile
+  std::string str() const {
+    return "plan{at_step=" + std::to_string(at_step) + " budget=" + std::to_string(budget) +
+           (offload ? " offload" : "") + (optimizer_step ? " sgd_step" : "") + (plan_memory ? " plan_memory" : "") + "}";
+  }
+};
+
+PlanSpec plan_spec(uint64_t seed, int steps) {
+  std::mt19937_64 rng(seed * 7919 + 17);
+  PlanSpec p;
+  p.at_step = static_cast<int>(rng() % static_cast<uint64_t>(steps));
+  p.budget = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  p.offload = rng() % 3 == 0;
+  p.optimizer_step = rng() % 2 == 0;
+  p.plan_memory = rng() % 2 == 0;
+  return p;
+}
+
+// Modules the planned cases' plans checkpointed or offloaded: shows that the plans did something.
+int64_t g_planned_modules = 0;
+
+// Profiles the plain `model` with a step like the case's, solves and applies the plan.
+void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::RandModelImpl& model,
+                            const torch::Tensor& x, const std::shared_ptr<recompose::SwapManager>& manager);
+
+// Trains the case's model for its steps, plain (checkpointed = false) or with recompose; with
+// `plan`, plain until the plan is made and applied.
+Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::Tensor>& inputs,
+                const PlanSpec* plan = nullptr) {
   Record rec;
   try {
     at::autocast::clear_cache();  // nothing left over from an earlier case
@@ -147,6 +183,7 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
       if (c.x_grad) x.requires_grad_(true);
       model->train(!c.eval);
       torch::manual_seed(static_cast<uint64_t>(c.seed) * 1000003ULL + static_cast<uint64_t>(step) + 1);
+      if (plan && plan->at_step == step) profile_and_apply_plan(c, *plan, *model, inputs[0], manager);
       opt->zero_grad();
       torch::Tensor loss;
       {
@@ -185,6 +222,32 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
   // Whatever happened, leave no autocast state behind for the next run.
   at::autocast::clear_cache();
   return rec;
+}
+
+void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::RandModelImpl& model,
+                            const torch::Tensor& x, const std::shared_ptr<recompose::SwapManager>& manager) {
+  torch::optim::SGD stateless(model.parameters(), torch::optim::SGDOptions(0.1));
+  auto step = [&] {
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(c.autocast);
+      loss = model.forward(x.clone(), nullptr).to(torch::kFloat).pow(2).mean();
+    }
+    loss.backward();
+    if (spec.optimizer_step) stateless.step();
+  };
+  const auto profile = recompose::profile_memory(model, step);
+  const auto options = recompose::SolveOptions().offload(spec.offload ? recompose::OffloadMode::Always
+                                                                      : recompose::OffloadMode::Auto);
+  const int64_t least = recompose::min_plan_bytes(profile, options);
+  const auto budget = recompose::Budget::bytes(
+      least + static_cast<int64_t>(spec.budget * std::max(0.0, 1.05 * static_cast<double>(profile.bytes_held) -
+                                                                    static_cast<double>(least))));
+  const recompose::Plan plan =
+      spec.plan_memory ? recompose::plan_memory(model, step, budget, recompose::PlannerOptions().solve(options))
+                       : recompose::solve_plan(profile, budget, options);
+  recompose::apply_plan(model, plan, recompose::ApplyPlanOptions().swap_manager(manager));
+  for (const auto& m : plan.modules) g_planned_modules += m.choice != recompose::ModuleChoice::None ? 1 : 0;
 }
 
 std::string one_line(std::string s) {
@@ -372,6 +435,53 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
   g_device = c10::Device(c10::kCPU);
 }
 
+// The planner on random models: each case trains twice from the same start, once plain and once
+// profiled (profile_memory, and plan_memory in half the cases) at some step and trained under the
+// plan from there on. Both must agree bitwise, the eval output after training included: profiling
+// leaves the model as it found it, and a plan changes nothing that training computes.
+// RECOMPOSE_DIFF_PLAN_CASES=N cases (default 300), from RECOMPOSE_DIFF_SEED; RECOMPOSE_DIFF_ONLY
+// and RECOMPOSE_DIFF_FEATURES as above (retain_graph is left out: plans may hold selective regions).
+void run_planned_differential(int64_t default_cases) {
+  Features features = Features::parse(env_str("RECOMPOSE_DIFF_FEATURES"));
+  features.on["retain"] = false;
+  int64_t cases = env_int("RECOMPOSE_DIFF_PLAN_CASES", default_cases);
+  int64_t first = env_int("RECOMPOSE_DIFF_SEED", 1);
+  if (const int64_t only = env_int("RECOMPOSE_DIFF_ONLY", -1); only >= 0) first = only, cases = 1;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  int64_t failed = 0;
+  g_planned_modules = 0;
+  for (int64_t seed = first; seed < first + cases; ++seed) {
+    CaseDesc c = rt::diff::generate(static_cast<uint64_t>(seed), features);
+    c.nograd = true;  // the eval output after training is compared too
+    const PlanSpec spec = plan_spec(static_cast<uint64_t>(seed), c.steps);
+    std::vector<torch::Tensor> inputs;
+    torch::manual_seed(static_cast<uint64_t>(seed) + 99991);
+    for (int s = 0; s < c.steps; ++s) {
+      inputs.push_back(c.seq ? torch::randn({c.batch, c.seq, c.width}) : torch::randn({c.batch, c.width}));
+    }
+    const Record plain = run_case(c, false, inputs);
+    if (!plain.error.empty()) continue;  // an invalid model: the plain differential reports it
+    const Record planned = run_case(c, false, inputs, &spec);
+    const auto diffs = compare(plain, planned);
+    if (diffs.empty()) continue;
+    if (++failed <= 20) {
+      std::printf("[planned differential] FAIL %s %s\n", spec.str().c_str(), c.str().c_str());
+      for (size_t i = 0; i < diffs.size() && i < 4; ++i) std::printf("    %s\n", diffs[i].c_str());
+    }
+  }
+  at::set_num_threads(threads);
+  std::printf("[planned differential] %lld cases (seeds %lld..%lld): %lld failed (%lld modules checkpointed or "
+              "offloaded by the plans)\n",
+              static_cast<long long>(cases), static_cast<long long>(first), static_cast<long long>(first + cases - 1),
+              static_cast<long long>(failed), static_cast<long long>(g_planned_modules));
+  std::fflush(stdout);
+  const std::string verdict = std::to_string(failed) + " of " + std::to_string(cases) +
+                              " planned cases differ from plain training; rerun one with RECOMPOSE_DIFF_ONLY=<seed>";
+  CHECK_MESSAGE(failed == 0, doctest::String(verdict.c_str()));
+  CHECK(g_planned_modules > 0);
+}
+
 bool cuda_here() {
   static const bool yes = torch::cuda::is_available();
   return yes;
@@ -383,6 +493,10 @@ TEST_SUITE("differential") {
 
 TEST_CASE("differential: random models train bitwise the same with and without recompose") {
   run_differential(c10::Device(c10::kCPU), env_int("RECOMPOSE_DIFF_CASES", 500));
+}
+
+TEST_CASE("differential: random models profiled, planned and trained under the plan train bitwise as never profiled") {
+  run_planned_differential(300);
 }
 
 }  // TEST_SUITE

@@ -6,10 +6,12 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using recompose::Budget;
@@ -389,4 +391,79 @@ TEST_CASE("planner: on a device the least plan checkpoints every module with its
     loss.backward();
   }
   CHECK(recompose::remove_plan(*net, plan) == kLayers);
+}
+
+namespace {
+
+// Two identical blocks; `delay_ms` stands for what one profiled call of one block may pick up
+// besides its work (a cold cache, a preempted thread): a sleep in its forward.
+struct TwinBlockImpl : torch::nn::Module {
+  explicit TwinBlockImpl(int64_t w) { fc = register_module("fc", torch::nn::Linear(w, w)); }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    return torch::tanh(fc(torch::relu(x)));  // saves relu's and tanh's outputs, not its input
+  }
+  torch::nn::Linear fc{nullptr};
+  int delay_ms = 0;
+};
+TORCH_MODULE(TwinBlock);
+
+struct TwinNetImpl : torch::nn::Module {
+  TwinNetImpl() {
+    a = register_module("a", TwinBlock(64));
+    b = register_module("b", TwinBlock(64));
+  }
+  torch::Tensor forward(torch::Tensor x) { return b(a(x)); }
+  TwinBlock a{nullptr}, b{nullptr};
+};
+TORCH_MODULE(TwinNet);
+
+}  // namespace
+
+TEST_CASE("planner: twin modules get the same estimates, and the same model profiled twice the same plan") {
+  torch::manual_seed(1);
+  TwinNet net;
+  const auto x = torch::randn({256, 64});
+  auto step = [&] { net(x).pow(2).mean().backward(); };
+  // Profiled twice; each time a different twin is slowed down.
+  net->a->delay_ms = 30;
+  const auto first = recompose::profile_memory(*net, step);
+  net->a->delay_ms = 0;
+  net->b->delay_ms = 30;
+  const auto second = recompose::profile_memory(*net, step);
+  net->b->delay_ms = 0;
+  REQUIRE(first.modules.size() == 2);
+  REQUIRE(first.modules[0].saved_bytes == second.modules[0].saved_bytes);
+  // Each block: none (holds relu's and tanh's outputs) or full (holds its input); the budget
+  // fits one full and one none, so which twin to recompute is the plan's one decision.
+  const auto& m = first.modules[0];
+  const auto budget = Budget::bytes(first.other_bytes + m.saved_bytes + m.input_bytes);
+  const Plan plan_first = recompose::solve_plan(first, budget);
+  const Plan plan_second = recompose::solve_plan(second, budget);
+  for (const Plan* plan : {&plan_first, &plan_second}) {
+    REQUIRE(plan->modules.size() == 2);
+    CHECK((plan->modules[0].choice == ModuleChoice::None) != (plan->modules[1].choice == ModuleChoice::None));
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    CHECK(plan_first.modules[i].choice == plan_second.modules[i].choice);
+    CHECK((plan_first.modules[i].save == plan_second.modules[i].save));
+    CHECK((plan_first.modules[i].swap == plan_second.modules[i].swap));
+  }
+  // Twins are estimated alike: full checkpointing of either costs the same.
+  const Plan least = recompose::solve_plan(first, Budget::bytes(recompose::min_plan_bytes(first)));
+  REQUIRE(least.modules[0].choice == ModuleChoice::Full);
+  CHECK(least.modules[0].seconds == least.modules[1].seconds);
+  // ...at the faster twin's time: the 30 ms one call picked up is not in the estimate.
+  CHECK(least.modules[0].seconds == std::min(first.modules[0].forward_seconds, first.modules[1].forward_seconds));
+  CHECK(first.modules[0].forward_seconds > 0.03);
+  // Blocks that differ are no twins: their own times stay.
+  const auto different = [&] {
+    auto p = first;
+    p.modules[1].input_bytes += 4;
+    return p;
+  }();
+  const Plan apart = recompose::solve_plan(different, Budget::bytes(recompose::min_plan_bytes(different)));
+  CHECK(apart.modules[0].seconds != apart.modules[1].seconds);
 }

@@ -16,9 +16,18 @@
 // after each op ran, records the op, the bytes of its outputs and the time since the previous op
 // (which includes the views and in-place ops the policy does not see, and autograd's bookkeeping:
 // what recomputing the op costs). The backward of the second run times the replay of each module
-// (selective checkpointing's fixed cost). Gradients of both runs accumulate into the parameters'
-// .grad as `step` leaves them; the CPU generator and the model's device generator are put back to
-// their state before each run, so profiling draws no random numbers for the training that follows.
+// (selective checkpointing's fixed cost).
+//
+// The model is left exactly as it was found, and each run starts from it: after each run (and when
+// `step` throws) the parameters' and buffers' values (BatchNorm's running statistics and counter
+// included) are written back, bitwise, into the same tensors; each parameter's .grad is what it
+// was (none stays none; a defined one is the same tensor with the same values); every module's
+// train/eval mode, the CPU generator and the model's device generator are put back; the hooks and
+// checkpointing the profiler attached are removed (a user's own stay). So the training that
+// follows is bitwise the training of a model never profiled. `step` may step an optimizer: the
+// parameters are put back, but the optimizer's own state (momentum, Adam's moments and step
+// count) is outside the model and keeps two more steps: profile with a step that does not step a
+// stateful optimizer. Profiling holds one copy of the parameters, buffers and gradients.
 #pragma once
 
 #include <torch/arg.h>
@@ -98,11 +107,11 @@ struct ProfileOptions {
 };
 
 // Profiles one training step of `model`: `step` must run a forward and a backward through it
-// (and should not step an optimizer: it runs twice). Errors: std::invalid_argument if `step` is
+// (it runs twice; a stateful optimizer stepped in it keeps its own state of both runs). Errors: std::invalid_argument if `step` is
 // empty, a path of ProfileOptions::modules names no module (or one that is not annotated, or
 // one nested in another), or no module of the tree is annotated; CheckpointError if a profiled
 // module is already checkpointed (or offloaded), or if the step saved nothing for backward
-// (grad mode off?). Exceptions thrown by `step` go through; the model is left as it was.
+// (grad mode off?). Exceptions thrown by `step` go through; the model is left as it was, in every case.
 MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
                              const ProfileOptions& options = {});
 

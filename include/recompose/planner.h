@@ -28,8 +28,12 @@
 // counts the largest module's saved bytes once: an offloaded module holds them until its call
 // ends and its copies start); time = the profiled step + per module its recomputation (its
 // forward for full; interception, replay and the recomputed ops for selective) or its copies
-// at the measured bandwidth (offload, swap). Estimates come from one profiled step: on a noisy
-// machine, profile after a warm-up step.
+// at the measured bandwidth (offload, swap). Estimates come from one profiled step, where each
+// module is measured once; twin modules (same type, input bytes and ops with the same output
+// bytes: identical blocks) are repeats of one measurement, and each twin is estimated at the
+// least time its group measured (per forward, replay and op), so twins get the same estimates and
+// a cold first block or a stalled call does not move the plan. Other modules keep their own
+// measurement: on a noisy machine, profile after a warm-up step.
 #pragma once
 
 #include <recompose/copy_link.h>
@@ -112,7 +116,7 @@ struct PlannerOptions {
 };
 
 // profile_memory(model, step) then solve_plan(profile, budget): the two calls in one, with the
-// errors of both. The plan is not applied.
+// errors of both. The plan is not applied; the model is left as profile_memory leaves it: as it was.
 Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
                  const PlannerOptions& options = {});
 

@@ -1,5 +1,6 @@
 // Plan as a table and as JSON.
-#include "json.h"
+#include "json_io.h"
+#include "units.h"
 
 #include <recompose/memory_plan.h>
 
@@ -13,24 +14,19 @@ namespace {
 
 constexpr int kPlanFormatVersion = 1;
 
-std::string mib(int64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buffer;
+detail::json::Json ops_json(const std::vector<PlannedOp>& ops) {
+  auto out = detail::json::Json::array();
+  for (const auto& o : ops) out.push_back({{"op", o.op}, {"call_index", o.call_index}});
+  return out;
 }
 
-std::string ops_json(const std::vector<PlannedOp>& ops) {
-  std::string s = "[";
-  for (size_t i = 0; i < ops.size(); ++i) {
-    s += (i ? ", " : "") + std::string("{\"op\": ") + detail::json::quote(ops[i].op) +
-         ", \"call_index\": " + std::to_string(ops[i].call_index) + "}";
-  }
-  return s + "]";
-}
-
-std::vector<PlannedOp> ops_from(const detail::json::Value& v, std::string_view what) {
+std::vector<PlannedOp> ops_from(const detail::json::Json& module, const char* key) {
   std::vector<PlannedOp> out;
-  for (const auto& o : v.array(what)) out.push_back({o.at("op").string("op"), o.at("call_index").integer("call_index")});
+  for (const auto& o : detail::json::array(module, key)) {
+    PlannedOp op;
+    detail::json::read_members(o, "op", op.op, "call_index", op.call_index);
+    out.push_back(std::move(op));
+  }
   return out;
 }
 
@@ -64,71 +60,72 @@ std::string Plan::to_table() const {
   for (const auto& m : modules) {
     std::snprintf(line, sizeof line, "| %-16s | %-9s | %4zu | %4zu | %10s | %12.2f |\n",
                   m.name.empty() ? "(root)" : m.name.c_str(), std::string(module_choice_name(m.choice)).c_str(),
-                  m.save.size(), m.swap.size(), mib(m.bytes).c_str(), m.seconds * 1e3);
+                  m.save.size(), m.swap.size(), detail::format_mib(m.bytes).c_str(), m.seconds * 1e3);
     s << line;
   }
   const double none = static_cast<double>(none_bytes > 0 ? none_bytes : 1);
   std::snprintf(line, sizeof line,
                 "estimated: %s held for backward (%.2fx of no checkpointing, budget %s), step %.2f ms (%.3fx); "
                 "solved in %.3f ms\n",
-                mib(bytes).c_str(), static_cast<double>(bytes) / none, mib(budget_bytes).c_str(), step_seconds * 1e3,
+                detail::format_mib(bytes).c_str(), static_cast<double>(bytes) / none, detail::format_mib(budget_bytes).c_str(), step_seconds * 1e3,
                 none_step_seconds > 0 ? step_seconds / none_step_seconds : 0.0, solve_seconds * 1e3);
   s << line;
   if (peak_bytes > 0) {
-    std::snprintf(line, sizeof line, "simulated peak device memory of the step: %s\n", mib(peak_bytes).c_str());
+    std::snprintf(line, sizeof line, "simulated peak device memory of the step: %s\n", detail::format_mib(peak_bytes).c_str());
     s << line;
   }
   return s.str();
 }
 
 std::string Plan::to_json() const {
-  using detail::json::number;
-  using detail::json::quote;
-  std::ostringstream s;
-  s << "{\n  \"format\": \"recompose.plan\",\n  \"version\": " << kPlanFormatVersion << ",\n"
-    << "  \"budget_bytes\": " << budget_bytes << ",\n  \"bytes\": " << bytes << ",\n"
-    << "  \"step_seconds\": " << number(step_seconds) << ",\n  \"none_bytes\": " << none_bytes << ",\n"
-    << "  \"none_step_seconds\": " << number(none_step_seconds) << ",\n"
-    << "  \"solve_seconds\": " << number(solve_seconds) << ",\n  \"peak_bytes\": " << peak_bytes << ",\n"
-    << "  \"modules\": [";
-  for (size_t i = 0; i < modules.size(); ++i) {
-    const auto& m = modules[i];
-    s << (i ? "," : "") << "\n    {\"name\": " << quote(m.name) << ", \"type\": " << quote(m.type)
-      << ", \"choice\": " << quote(module_choice_name(m.choice)) << ", \"bytes\": " << m.bytes
-      << ", \"seconds\": " << number(m.seconds) << ",\n     \"save\": " << ops_json(m.save)
-      << ",\n     \"swap\": " << ops_json(m.swap) << "}";
+  using detail::json::finite;
+  auto module_list = detail::json::Json::array();
+  for (const auto& m : modules) {
+    module_list.push_back({{"name", m.name},
+                           {"type", m.type},
+                           {"choice", std::string(module_choice_name(m.choice))},
+                           {"bytes", m.bytes},
+                           {"seconds", finite(m.seconds)},
+                           {"save", ops_json(m.save)},
+                           {"swap", ops_json(m.swap)}});
   }
-  s << "\n  ]\n}\n";
-  return s.str();
+  const detail::json::Json document = {{"format", "recompose.plan"},
+                                       {"version", kPlanFormatVersion},
+                                       {"budget_bytes", budget_bytes},
+                                       {"bytes", bytes},
+                                       {"step_seconds", finite(step_seconds)},
+                                       {"none_bytes", none_bytes},
+                                       {"none_step_seconds", finite(none_step_seconds)},
+                                       {"solve_seconds", finite(solve_seconds)},
+                                       {"peak_bytes", peak_bytes},
+                                       {"modules", std::move(module_list)}};
+  return detail::json::dump(document);
 }
 
 Plan Plan::from_json(std::string_view text) {
-  const auto v = detail::json::parse(text);
-  if (v.kind != detail::json::Value::Kind::Object || !v.find("format") ||
-      v.at("format").string("format") != "recompose.plan") {
+  namespace json = detail::json;
+  const auto v = json::parse(text);
+  if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.plan") {
     throw std::invalid_argument("Plan::from_json: not a recompose plan (no \"format\": \"recompose.plan\")");
   }
-  if (v.at("version").integer("version") != kPlanFormatVersion) {
-    throw std::invalid_argument("Plan::from_json: plan format version " + v.at("version").text +
+  int64_t version = 0;
+  json::read(v, "version", version);
+  if (version != kPlanFormatVersion) {
+    throw std::invalid_argument("Plan::from_json: plan format version " + v["version"].dump() +
                                 ", this recompose reads version " + std::to_string(kPlanFormatVersion));
   }
   Plan p;
-  p.budget_bytes = v.at("budget_bytes").integer("budget_bytes");
-  p.bytes = v.at("bytes").integer("bytes");
-  p.step_seconds = v.at("step_seconds").number("step_seconds");
-  p.none_bytes = v.at("none_bytes").integer("none_bytes");
-  p.none_step_seconds = v.at("none_step_seconds").number("none_step_seconds");
-  p.solve_seconds = v.at("solve_seconds").number("solve_seconds");
-  if (const auto* peak = v.find("peak_bytes")) p.peak_bytes = peak->integer("peak_bytes");  // absent before issue 27
-  for (const auto& m : v.at("modules").array("modules")) {
+  json::read_members(v, "budget_bytes", p.budget_bytes, "bytes", p.bytes, "step_seconds", p.step_seconds,
+                     "none_bytes", p.none_bytes, "none_step_seconds", p.none_step_seconds, "solve_seconds",
+                     p.solve_seconds);
+  if (v.contains("peak_bytes")) json::read(v, "peak_bytes", p.peak_bytes);  // absent before issue 27
+  for (const auto& m : json::array(v, "modules")) {
     ModulePlan mp;
-    mp.name = m.at("name").string("name");
-    mp.type = m.at("type").string("type");
-    mp.choice = choice_from(m.at("choice").string("choice"));
-    mp.bytes = m.at("bytes").integer("bytes");
-    mp.seconds = m.at("seconds").number("seconds");
-    mp.save = ops_from(m.at("save"), "save");
-    mp.swap = ops_from(m.at("swap"), "swap");
+    std::string choice;
+    json::read_members(m, "name", mp.name, "type", mp.type, "choice", choice, "bytes", mp.bytes, "seconds", mp.seconds);
+    mp.choice = choice_from(choice);
+    mp.save = ops_from(m, "save");
+    mp.swap = ops_from(m, "swap");
     p.modules.push_back(std::move(mp));
   }
   return p;

@@ -1,5 +1,9 @@
-// profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h).
+// profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h), each
+// from the model as the caller left it: run_plain (bytes saved, forward and step times, what the
+// device held beside the activations), then run_intercepted (ops, their outputs and times,
+// replay times).
 #include "device_peak.h"
+#include "model_state_guard.h"
 #include "planner_targets.h"
 #include "step_timeline.h"
 
@@ -155,20 +159,6 @@ struct Recorder {
   }
 };
 
-// Puts a generator back to where it was, so that profiling draws nothing from it.
-struct GeneratorRestore {
-  at::Generator gen;
-  at::Tensor state;
-  explicit GeneratorRestore(at::Generator g) : gen(std::move(g)) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state = gen.get_state();
-  }
-  void restore() {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state);
-  }
-};
-
 // Hooks and checkpointing the profile attached; removed on every exit.
 struct Instrumentation {
   std::vector<hooks::HookHandle> handles;
@@ -207,13 +197,9 @@ double measure_copy_bandwidth(const torch::Device& device) {
   return static_cast<double>(n) / std::max({d2h, h2d, 1e-9});
 }
 
-}  // namespace
-
-MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
-                             const ProfileOptions& options) {
-  if (!step) throw std::invalid_argument("profile_memory: the step function is empty");
-  const auto t_begin = Clock::now();
-  const auto targets = detail::planner_targets(model, options.modules());
+// The modules to profile; none may carry a recompose API already.
+std::vector<detail::PlannerTarget> profiled_modules(torch::nn::Module& model, const ProfileOptions& options) {
+  auto targets = detail::planner_targets(model, options.modules());
   for (const auto& t : targets) {
     for (const auto& api : hooks::applied_apis(*t.module)) {
       if (api.starts_with("recompose.")) {
@@ -222,12 +208,15 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
       }
     }
   }
-  torch::Device device(torch::kCPU);
-  for (const auto& p : model.parameters()) {
-    device = p.device();
-    break;
-  }
+  return targets;
+}
 
+torch::Device device_of(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
+}
+
+std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>& targets, const torch::Device& device) {
   auto rec = std::make_shared<Recorder>(device);
   rec->modules.resize(targets.size());
   rec->op_index.resize(targets.size());
@@ -235,74 +224,93 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     rec->modules[i].name = targets[i].name;
     rec->modules[i].type = targets[i].module->name();
   }
-  std::vector<GeneratorRestore> generators{GeneratorRestore(at::detail::getDefaultCPUGenerator())};
-  if (device.is_cuda()) generators.emplace_back(at::globalContext().defaultGenerator(device));
+  return rec;
+}
 
+void attach_timing_hooks(Instrumentation& inst, const std::vector<detail::PlannerTarget>& targets,
+                         const std::shared_ptr<Recorder>& rec) {
+  const auto owner = hooks::HookOptions().set_owner("recompose.planner.profile");
+  for (size_t i = 0; i < targets.size(); ++i) {
+    inst.handles.push_back(hooks::register_forward_pre_hook(
+        *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->enter(i, call); }, owner));
+    inst.handles.push_back(hooks::register_forward_hook(
+        *targets[i].module, [rec, i](hooks::ForwardCall&) { rec->leave(i); },
+        hooks::HookOptions(owner).set_always_call(true)));
+  }
+}
+
+// Run 1: no checkpointing. What each module saves, its forward time, the step's time.
+void run_plain(const std::function<void()>& step, const std::vector<detail::PlannerTarget>& targets,
+               const std::shared_ptr<Recorder>& rec, const torch::Device& device, MemoryProfile& profile) {
+  Instrumentation inst;
+  attach_timing_hooks(inst, targets, rec);
+  SavedTensorMeter meter;
+  rec->meter = &meter;
+  detail::reset_device_peak(device);
+  const auto t0 = rec->timeline.mark();
+  step();
+  rec->timeline.add(t0, rec->timeline.mark(), [&profile]() -> double& { return profile.step_seconds; });
+  rec->timeline.resolve();
+  profile.bytes_held = meter.peak_bytes_held();
+  // What the device held beside the activations at the step's peak (a peak budget's base).
+  profile.resident_bytes = std::max<int64_t>(0, detail::device_peak_bytes(device) - profile.bytes_held);
+  rec->meter = nullptr;
+}
+
+void check_plain_run(const MemoryProfile& profile, const Recorder& rec) {
+  if (profile.bytes_held == 0) {
+    throw CheckpointError("profile_memory: the step saved nothing for backward (is grad mode on, and does the "
+                          "step run a forward of the model whose result needs gradients?)");
+  }
+  for (const auto& m : rec.modules) {
+    if (m.calls == 0) {
+      throw CheckpointError("profile_memory: the step never called module '" + m.name + "' (" + m.type + ")");
+    }
+  }
+}
+
+// Run 2: every module checkpointed, every op kept (nothing recomputed, nothing changes): the ops,
+// their outputs and times; backward times each module's replay. Timing hooks go after
+// apply_checkpoint's so that the region's setup is not the first op's time.
+void run_intercepted(const std::function<void()>& step, const std::vector<detail::PlannerTarget>& targets,
+                     const std::shared_ptr<Recorder>& rec) {
+  Instrumentation inst;
+  rec->run = 2;
+  SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
+                                 const torch::jit::Stack&) { return rec->record(ctx, op); });
+  // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an error.
+  auto contexts = [keep_all] { return create_selective_checkpoint_contexts(keep_all, true); };
+  for (const auto& t : targets) {
+    apply_checkpoint(*t.module, CheckpointOptions().context_fn(contexts));
+    inst.checkpointed.push_back(t.module.get());
+  }
+  attach_timing_hooks(inst, targets, rec);
+  step();
+  rec->timeline.resolve();
+  rec->watched.clear();
+}
+
+}  // namespace
+
+MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
+                             const ProfileOptions& options) {
+  if (!step) throw std::invalid_argument("profile_memory: the step function is empty");
+  const auto t_begin = Clock::now();
+  const auto targets = profiled_modules(model, options);
+  const torch::Device device = device_of(model);
+  const auto rec = make_recorder(targets, device);
   MemoryProfile profile;
   profile.device = device.str();
   {
-    Instrumentation inst;
-    auto attach_timing_hooks = [&] {
-      for (size_t i = 0; i < targets.size(); ++i) {
-        const auto owner = hooks::HookOptions().set_owner("recompose.planner.profile");
-        inst.handles.push_back(hooks::register_forward_pre_hook(
-            *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->enter(i, call); }, owner));
-        inst.handles.push_back(hooks::register_forward_hook(
-            *targets[i].module, [rec, i](hooks::ForwardCall&) { rec->leave(i); },
-            hooks::HookOptions(owner).set_always_call(true)));
-      }
-    };
-    auto restore_generators = [&] {
-      for (auto& g : generators) g.restore();
-    };
-
-    // Run 1: no checkpointing. What each module saves, its forward time, the step's time.
-    attach_timing_hooks();
-    {
-      SavedTensorMeter meter;
-      rec->meter = &meter;
-      detail::reset_device_peak(device);
-      const auto t0 = rec->timeline.mark();
-      step();
-      rec->timeline.add(t0, rec->timeline.mark(), [&profile]() -> double& { return profile.step_seconds; });
-      rec->timeline.resolve();
-      profile.bytes_held = meter.peak_bytes_held();
-      // What the device held beside the activations at the step's peak (a peak budget's base).
-      profile.resident_bytes = std::max<int64_t>(0, detail::device_peak_bytes(device) - profile.bytes_held);
-      rec->meter = nullptr;
-    }
-    restore_generators();
-    if (profile.bytes_held == 0) {
-      throw CheckpointError("profile_memory: the step saved nothing for backward (is grad mode on, and does the "
-                            "step run a forward of the model whose result needs gradients?)");
-    }
-    for (const auto& m : rec->modules) {
-      if (m.calls == 0) {
-        throw CheckpointError("profile_memory: the step never called module '" + m.name + "' (" + m.type + ")");
-      }
-    }
-
-    // Run 2: every module checkpointed, every op kept (nothing recomputed, nothing changes): the
-    // ops, their outputs and times; backward times each module's replay. Timing hooks go after
-    // apply_checkpoint's so that the region's setup is not the first op's time.
-    for (auto& h : inst.handles) h.remove();
-    inst.handles.clear();
-    rec->run = 2;
-    SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                                   const torch::jit::Stack&) { return rec->record(ctx, op); });
-    // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an error.
-    auto contexts = [keep_all] { return create_selective_checkpoint_contexts(keep_all, true); };
-    for (const auto& t : targets) {
-      apply_checkpoint(*t.module, CheckpointOptions().context_fn(contexts));
-      inst.checkpointed.push_back(t.module.get());
-    }
-    attach_timing_hooks();
-    step();
-    rec->timeline.resolve();
-    restore_generators();
-    rec->watched.clear();
+    // Each run starts from the model as the caller left it, and so does the training that follows
+    // (restored here after each run, by the guard on an exception; each run removes its hooks first).
+    detail::ModelStateGuard model_state(model, device);
+    run_plain(step, targets, rec, device, profile);
+    model_state.restore();
+    check_plain_run(profile, *rec);
+    run_intercepted(step, targets, rec);
+    model_state.restore();
   }
-
   int64_t module_bytes = 0;
   for (const auto& m : rec->modules) module_bytes += m.saved_bytes;
   profile.other_bytes = std::max<int64_t>(0, profile.bytes_held - module_bytes);

@@ -2,6 +2,9 @@
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
 #include "copy_window_model.h"
+#include "selective/transformer_save_list.h"
+#include "twin_modules.h"
+#include "units.h"
 
 #include <recompose/planner.h>
 
@@ -59,14 +62,11 @@ std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptio
 
 bool keepable(const OpProfile& o) { return !o.mutated && !o.inplace && !o.view; }
 
-// The ops a transformer policy keeps (recompose::transformer_policy's list): its configurations
-// are candidates too, so that a plan is never estimated slower than that fixed policy.
-bool compute_intensive(const std::string& op) {
-  for (const char* name : {"aten::mm.", "aten::addmm.", "aten::bmm.", "aten::linear.", "aten::_scaled_mm.",
-                           "aten::_scaled_dot_product_"}) {
-    if (op.starts_with(name)) return true;
-  }
-  return op == "aten::max.default";
+// What transformer_policy keeps (its own list): its configurations are candidates too, so that a
+// plan is never estimated slower than that fixed policy.
+bool kept_by_transformer_policy(const std::string& op) {
+  return std::ranges::find(detail::transformer_save_list(), std::string_view(op)) !=
+         detail::transformer_save_list().end();
 }
 
 // Module `index`'s candidates; `windows` (null: no offload) prices copies by what their windows
@@ -156,7 +156,7 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
     std::vector<bool> t(n, false);
     for (size_t k = 0; k < n; ++k) {
       const OpProfile& o = m.ops[k];
-      t[k] = keepable(o) && compute_intensive(o.op) &&
+      t[k] = keepable(o) && kept_by_transformer_policy(o.op) &&
              !(every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1);
     }
     add_selective(std::move(t));
@@ -291,35 +291,29 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   return plan;
 }
 
-std::string mib(int64_t bytes) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.2f MiB (%lld bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0),
-                static_cast<long long>(bytes));
-  return buffer;
-}
-
 }  // namespace
 
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
   return final_frontier(families(profile, options)).front().bytes;
 }
 
-Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveOptions& options) {
+Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
   const auto fams = families(profile, options);
   const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
   // Plans without copies simulate the same on any link.
   const LinkModel link = link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
   if (budget.is_peak() && frontier.front().bytes > limit) {
-    throw std::invalid_argument("solve_plan: a peak of " + mib(limit + profile.resident_bytes) +
-                                " leaves " + mib(limit) + " for activations beside the profile's resident " +
-                                mib(profile.resident_bytes) + " (weights, gradients, optimizer state, temporaries), "
-                                "below the least any plan holds, " + mib(frontier.front().bytes));
+    throw std::invalid_argument("solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
+                                " leaves " + detail::format_mib(limit) + " for activations beside the profile's resident " +
+                                detail::format_mib(profile.resident_bytes) + " (weights, gradients, optimizer state, temporaries), "
+                                "below the least any plan holds, " + detail::format_mib(frontier.front().bytes));
   }
   if (frontier.front().bytes > limit) {
-    throw std::invalid_argument("solve_plan: a budget of " + mib(limit) + " is below the least any plan holds, " +
-                                mib(frontier.front().bytes) + " (" +
+    throw std::invalid_argument("solve_plan: a budget of " + detail::format_mib(limit, /*exact=*/true) + " is below the least any plan holds, " +
+                                detail::format_mib(frontier.front().bytes, /*exact=*/true) + " (" +
                                 (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
                                 " of every module)");
   }
@@ -355,17 +349,12 @@ Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveO
       least = std::min(least, plan.peak_bytes);
     }
     if (plan.peak_bytes > peak) {
-      throw std::invalid_argument("solve_plan: a peak of " + mib(peak) + " is below the least simulated peak of " +
-                                  "any plan, " + mib(least) + " (resident " + mib(profile.resident_bytes) + ")");
+      throw std::invalid_argument("solve_plan: a peak of " + detail::format_mib(peak) + " is below the least simulated peak of " +
+                                  "any plan, " + detail::format_mib(least) + " (resident " + detail::format_mib(profile.resident_bytes) + ")");
     }
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return plan;
-}
-
-Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
-                 const PlannerOptions& options) {
-  return solve_plan(profile_memory(model, step, options.profile()), budget, options.solve());
 }
 
 }  // namespace recompose

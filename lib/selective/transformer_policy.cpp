@@ -1,6 +1,7 @@
 // transformer_policy(): torchtitan's op-level SAC policy for transformer blocks.
 
 #include "op_names.h"
+#include "transformer_save_list.h"
 
 #include <recompose/selective_checkpoint.h>
 
@@ -13,7 +14,7 @@ namespace {
 
 // Compute-intensive ops whose outputs are worth keeping. Each is one overload, as in torchtitan's
 // _save_list (aten::max.default is the full reduction, not the cheap elementwise max.other).
-constexpr const char* kSaveList[] = {
+constexpr std::string_view kSaveList[] = {
     "aten::mm.default",
     "aten::addmm.default",
     "aten::bmm.default",
@@ -35,9 +36,11 @@ struct TransformerSaveList {
 
 }  // namespace
 
+std::span<const std::string_view> detail::transformer_save_list() { return kSaveList; }
+
 SelectivePolicy transformer_policy(TransformerPolicyOptions options) {
   auto list = std::make_shared<TransformerSaveList>();
-  for (const char* name : kSaveList) {
+  for (std::string_view name : kSaveList) {
     if (auto op = detail::find_overload(name)) list->save.push_back(*op);  // absent in this build: left out
   }
   list->mm = detail::find_overload("aten::mm.default");
