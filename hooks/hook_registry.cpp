@@ -49,7 +49,7 @@ std::string_view suppressed_owner_for(const torch::nn::Module& module) {
 }
 
 bool is_suppressed(const HookRecord& h, std::string_view owner) {
-  return !owner.empty() && h.options.owner == owner;
+  return !owner.empty() && h.options.owner() == owner;
 }
 
 HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions options, bool is_pre) {
@@ -61,7 +61,7 @@ HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions opt
         ": its forward() is not annotated. Add RECOMPOSE_FORWARD(<every parameter, in order>); as "
         "the first statement of " + type + "::forward (see recompose/hooks/forward_annotation.h)");
   }
-  if (is_pre && options.always_call) {
+  if (is_pre && options.always_call()) {
     throw std::invalid_argument("recompose: always_call applies to forward (post) hooks only");
   }
   auto record = std::make_shared<HookRecord>();
@@ -78,7 +78,7 @@ HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions opt
   const bool had_hooks = entry.has_hooks();
   auto& list = is_pre ? entry.pre : entry.post;
   auto next = std::make_shared<HookList>(*list);
-  if (record->options.prepend) {
+  if (record->options.prepend()) {
     next->insert(next->begin(), record);
   } else {
     next->push_back(record);
@@ -160,7 +160,7 @@ void HookRunner::run_post_after_error(std::exception_ptr error) noexcept {
   const HookList& post = *plan_.post;
   for (; post_done_ < post.size();) {
     const auto& h = post[post_done_++];
-    if (!h->options.always_call || h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
+    if (!h->options.always_call() || h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
     try {
       h->fn(call_);
     } catch (...) {

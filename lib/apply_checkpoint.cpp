@@ -26,7 +26,7 @@ torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointO
   }
   auto state = hooks::attach_state(module, kCheckpointApi, std::make_shared<CheckpointState>());
   state->options = options;
-  const auto owner = hooks::HookOptions().set_owner(kCheckpointApi);
+  const auto owner = hooks::HookOptions().owner(kCheckpointApi);
   try {
     // The state is captured weakly: the module owns its hooks and state, a strong reference
     // would keep it alive forever.
@@ -49,7 +49,7 @@ torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointO
       std::shared_ptr<void>& slot = call.slot(kCheckpointApi);
       if (!slot) return;
       detail::RegionRun::from_handle(std::move(slot)).end(call.error());
-    }, hooks::HookOptions(owner).set_always_call(true).set_prepend(true));
+    }, hooks::HookOptions(owner).always_call(true).prepend(true));
   } catch (...) {
     state->pre.remove();
     state->post.remove();

@@ -101,12 +101,35 @@ TEST_CASE("hooks run in registration order; prepend puts a hook first") {
   std::vector<int> order;
   register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(1); });
   register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(2); });
-  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().set_prepend(true));
+  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().prepend(true));
   register_forward_hook(*block, [&](ForwardCall&) { order.push_back(11); });
-  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().set_prepend(true));
+  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().prepend(true));
   block(torch::randn({1, 4}));
   CHECK(order == std::vector<int>{0, 1, 2, 10, 11});
   CHECK(hook_count(*block) == 5);
+}
+
+TEST_CASE("HookOptions is a builder, as every options struct of recompose") {
+  const HookOptions options = HookOptions().owner("my_api").always_call(true);
+  CHECK(options.owner() == "my_api");
+  CHECK(options.always_call());
+  CHECK_FALSE(options.prepend());
+  // A copy changed further keeps the original as it was.
+  const HookOptions first = HookOptions(options).always_call(false).prepend(true);
+  CHECK(first.prepend());
+  CHECK_FALSE(first.always_call());
+  CHECK(options.always_call());
+  // The owner given here is the one StoredCall::invoke switches off.
+  rt::TinyBlock block(4);
+  int mine = 0;
+  std::shared_ptr<StoredCall> stored;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    ++mine;
+    stored = c.store();
+  }, HookOptions().owner("my_api"));
+  block(torch::randn({1, 4}));
+  stored->invoke({}, "my_api");
+  CHECK(mine == 1);
 }
 
 TEST_CASE("hooks fire however the module is called") {
@@ -155,7 +178,7 @@ TEST_CASE("always_call post-hooks run when the body throws, then the exception g
     } catch (const std::runtime_error& e) {
       message = e.what();
     }
-  }, HookOptions().set_always_call(true));
+  }, HookOptions().always_call(true));
   CHECK_THROWS_WITH_AS(m(torch::ones({1}), true), "body failed", std::runtime_error);
   CHECK(plain == 0);
   CHECK(always == 1);
@@ -176,7 +199,7 @@ TEST_CASE("exceptions in hooks: a throwing pre-hook stops the call; always_call 
     ++always;
     CHECK(c.error() != nullptr);
     throw std::runtime_error("dropped");  // the original exception must win
-  }, HookOptions().set_always_call(true));
+  }, HookOptions().always_call(true));
   register_forward_hook(*block, [&](ForwardCall&) { ++after; });
   CHECK_THROWS_WITH_AS(block(torch::randn({1, 4})), "pre failed", std::logic_error);
   CHECK(always == 1);
@@ -188,7 +211,7 @@ TEST_CASE("a throwing post-hook: later always_call hooks run, the exception goes
   rt::TinyBlock block(4);
   int always = 0;
   register_forward_hook(*block, [&](ForwardCall&) { throw std::runtime_error("post failed"); });
-  register_forward_hook(*block, [&](ForwardCall&) { ++always; }, HookOptions().set_always_call(true));
+  register_forward_hook(*block, [&](ForwardCall&) { ++always; }, HookOptions().always_call(true));
   CHECK_THROWS_WITH(block(torch::randn({1, 4})), "post failed");
   CHECK(always == 1);
   // The layer is still usable afterwards (no stale body marker).
@@ -259,7 +282,7 @@ TEST_CASE("registering on a module whose forward is not annotated fails, naming 
   }
   CHECK_THROWS_AS(register_forward_pre_hook(*plain, [](ForwardCall&) {}), std::invalid_argument);
   CHECK_THROWS_AS(register_forward_pre_hook(*rt::TinyBlock(4), [](ForwardCall&) {},
-                                            HookOptions().set_always_call(true)),
+                                            HookOptions().always_call(true)),
                   std::invalid_argument);
 }
 
@@ -297,8 +320,8 @@ TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {
   register_forward_pre_hook(*block, [&](ForwardCall& c) {
     ++mine;
     if (!stored) stored = c.store();
-  }, HookOptions().set_owner("me"));
-  register_forward_pre_hook(*block, [&](ForwardCall&) { ++theirs; }, HookOptions().set_owner("them"));
+  }, HookOptions().owner("me"));
+  register_forward_pre_hook(*block, [&](ForwardCall&) { ++theirs; }, HookOptions().owner("them"));
   torch::Tensor x = torch::randn({2, 4});
   torch::Tensor y = block(x);
   REQUIRE(stored);
@@ -331,7 +354,7 @@ TEST_CASE("re-invocation with every argument kind, stored with and without tenso
     full = c.store(true);
     bare = c.store(false);
     leaves = c.input_leaves();
-  }, HookOptions().set_owner("me"));
+  }, HookOptions().owner("me"));
   torch::Tensor x = torch::randn({3}), b = torch::randn({3}), e1 = torch::randn({3}), e2 = torch::randn({3}),
                 s = torch::randn({3});
   torch::Tensor y = m(x, b, std::vector<torch::Tensor>{e1, e2}, std::make_tuple(s, 0.5),
@@ -365,7 +388,7 @@ TEST_CASE("a stored call keeps its module alive") {
   {
     rt::TinyBlock block(4);
     weak = block.ptr();
-    register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().set_owner("me"));
+    register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().owner("me"));
     block(x);
   }
   CHECK_FALSE(weak.expired());
@@ -504,7 +527,7 @@ TORCH_MODULE(BatchUser);
 TEST_CASE("custom argument types through the ArgTraits customisation point") {
   BatchUser m;
   std::shared_ptr<StoredCall> stored;
-  register_forward_pre_hook(*m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().set_owner("me"));
+  register_forward_pre_hook(*m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().owner("me"));
   torch::Tensor t = torch::arange(3.0);
   torch::Tensor y = m(Batch{t, 2});
   REQUIRE(stored);
@@ -553,13 +576,13 @@ TEST_CASE("nested re-invocations, several levels deep, keep each module's owner 
       inside[i] = true;
       stored[i]->invoke({}, "ck");
       inside[i] = false;
-    }, HookOptions().set_owner("ck"));
+    }, HookOptions().owner("ck"));
     register_forward_hook(*links[i], [&, i](ForwardCall&) {
       if (inside[i]) ++own_hooks_inside[i];
-    }, HookOptions().set_owner("ck"));
+    }, HookOptions().owner("ck"));
     register_forward_hook(*links[i], [&, i](ForwardCall&) {
       if (inside[i]) ++others_inside[i];
-    }, HookOptions().set_owner("other"));
+    }, HookOptions().owner("other"));
   }
   torch::Tensor x = torch::zeros({2});
   torch::Tensor y = links[0]->forward(x);

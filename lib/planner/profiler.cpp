@@ -243,12 +243,12 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     Instrumentation inst;
     auto attach_timing_hooks = [&] {
       for (size_t i = 0; i < targets.size(); ++i) {
-        const auto owner = hooks::HookOptions().set_owner("recompose.planner.profile");
+        const auto owner = hooks::HookOptions().owner("recompose.planner.profile");
         inst.handles.push_back(hooks::register_forward_pre_hook(
             *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->enter(i, call); }, owner));
         inst.handles.push_back(hooks::register_forward_hook(
             *targets[i].module, [rec, i](hooks::ForwardCall&) { rec->leave(i); },
-            hooks::HookOptions(owner).set_always_call(true)));
+            hooks::HookOptions(owner).always_call(true)));
       }
     };
     auto restore_generators = [&] {

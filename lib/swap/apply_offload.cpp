@@ -47,7 +47,7 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
   auto state = hooks::attach_state(module, kOffloadApi, std::make_shared<OffloadState>());
   state->options = options;
   state->manager = options.manager() ? options.manager() : SwapManager::default_manager();
-  const auto owner = hooks::HookOptions().set_owner(kOffloadApi);
+  const auto owner = hooks::HookOptions().owner(kOffloadApi);
   try {
     std::weak_ptr<OffloadState> weak = state;  // the module owns its hooks; no cycle
     // Prepended pre-hook and appended post-hook: the offload encloses every other hook of the
@@ -65,7 +65,7 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
                                                                   c->batch);
       st->counters->calls += 1;
       call.slot(kOffloadApi) = c;
-    }, hooks::HookOptions(owner).set_prepend(true));
+    }, hooks::HookOptions(owner).prepend(true));
     state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {
       auto c = std::static_pointer_cast<CallOffload>(call.slot(kOffloadApi));
       if (!c) return;
@@ -77,7 +77,7 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
       } else {
         c->batch->launch();
       }
-    }, hooks::HookOptions(owner).set_always_call(true));
+    }, hooks::HookOptions(owner).always_call(true));
   } catch (...) {
     state->pre.remove();
     state->post.remove();
