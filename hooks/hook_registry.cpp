@@ -1,6 +1,7 @@
 // Registration and removal of forward hooks, and the per-call decision of which hooks run.
 #include "module_registry.h"
 
+#include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/forward_annotation.h>
 #include <recompose/hooks/forward_hooks.h>
 
@@ -56,10 +57,8 @@ HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions opt
   if (!hook) throw std::invalid_argument("recompose: cannot register an empty hook function");
   if (!has_annotated_forward(module)) {
     const std::string type = c10::demangle(typeid(module).name());
-    throw std::invalid_argument(
-        "recompose: cannot register a forward hook on " + type +
-        ": its forward() is not annotated. Add RECOMPOSE_FORWARD(<every parameter, in order>); as "
-        "the first statement of " + type + "::forward (see recompose/hooks/forward_annotation.h)");
+    throw std::invalid_argument("recompose: cannot register a forward hook on " + type +
+                                ": its forward() is not annotated. " + how_to_annotate(module, {}));
   }
   if (is_pre && options.always_call()) {
     throw std::invalid_argument("recompose: always_call applies to forward (post) hooks only");

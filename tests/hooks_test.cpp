@@ -2,6 +2,7 @@
 // module-tree invariance and thread safety.
 #include "support/test_modules.h"
 
+#include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/hooks/module_lifetime.h>
 #include <recompose/hooks/module_state.h>
@@ -311,6 +312,122 @@ TEST_CASE("attachable typed state, like composable contract") {
   // State belongs to the instance, not the type.
   rt::TinyBlock other(4);
   CHECK(applied_apis(*other).empty());
+}
+
+namespace {
+struct CounterState {
+  int pre_calls = 0;
+  int post_calls = 0;
+};
+const ComposableApi<CounterState> kCounterApi("test.counter", "test::apply_counter");
+std::shared_ptr<CounterState> apply_counter(torch::nn::Module& module) {
+  return kCounterApi.apply(module, std::make_shared<CounterState>(),
+                           [](ApiHooks& hooks, std::weak_ptr<CounterState> state) {
+    hooks.pre([state](ForwardCall&) { if (auto s = state.lock()) ++s->pre_calls; });
+    hooks.post([state](ForwardCall&) { if (auto s = state.lock()) ++s->post_calls; },
+               HookOptions().always_call(true).owner("ignored: the API owns its hooks"));
+  });
+}
+}  // namespace
+
+TEST_CASE("ComposableApi: apply once, find the state, remove everything it attached") {
+  rt::TinyBlock block(4);
+  CHECK_FALSE(kCounterApi.is_applied(*block));
+  CHECK(kCounterApi.state(*block) == nullptr);
+  auto state = apply_counter(*block);
+  CHECK(kCounterApi.is_applied(*block));
+  CHECK(kCounterApi.state(*block) == state);
+  CHECK(applied_apis(*block) == std::vector<std::string>{"test.counter"});
+  CHECK(hook_count(*block) == 2);
+  block(torch::randn({1, 4}));
+  CHECK(state->pre_calls == 1);
+  CHECK(state->post_calls == 1);
+  // Applied twice: refused, and the first application is untouched.
+  CHECK_THROWS_AS(apply_counter(*block), CompositionError);
+  CHECK(hook_count(*block) == 2);
+  CHECK(kCounterApi.state(*block) == state);
+  CHECK(kCounterApi.remove(*block));
+  CHECK_FALSE(kCounterApi.remove(*block));
+  CHECK_FALSE(kCounterApi.is_applied(*block));
+  CHECK(hook_count(*block) == 0);
+  CHECK(applied_apis(*block).empty());
+  block(torch::randn({1, 4}));
+  CHECK(state->pre_calls == 1);
+  // Applied again after removal: a fresh state.
+  auto again = apply_counter(*block);
+  CHECK(again != state);
+  CHECK(kCounterApi.remove(*block));
+}
+
+TEST_CASE("ComposableApi: the hooks are owned by the API, so its re-invocation switches them off") {
+  rt::TinyBlock block(4);
+  auto state = apply_counter(*block);
+  std::shared_ptr<StoredCall> stored;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); });
+  block(torch::randn({1, 4}));
+  CHECK(state->pre_calls == 1);
+  stored->invoke({}, "test.counter");
+  CHECK(state->pre_calls == 1);  // off during the API's own re-invocation
+  stored->invoke({}, "someone.else");
+  CHECK(state->pre_calls == 2);
+}
+
+TEST_CASE("ComposableApi: an install that throws leaves the module as it was") {
+  rt::TinyBlock block(4);
+  CHECK_THROWS_WITH_AS(
+      kCounterApi.apply(*block, std::make_shared<CounterState>(), [](ApiHooks& hooks, std::weak_ptr<CounterState>) {
+        hooks.pre([](ForwardCall&) {});
+        hooks.pre([](ForwardCall&) {}, HookOptions().always_call(true));  // always_call on a pre-hook: refused
+      }),
+      doctest::Contains("always_call"), std::invalid_argument);
+  CHECK(hook_count(*block) == 0);
+  CHECK_FALSE(kCounterApi.is_applied(*block));
+  CHECK(applied_apis(*block).empty());
+  apply_counter(*block);  // and it can be applied afterwards
+  CHECK(kCounterApi.remove(*block));
+}
+
+TEST_CASE("ComposableApi: a module that cannot be hooked is refused with what to do instead") {
+  rt::Plain plain;
+  try {
+    apply_counter(*plain);
+    FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("test::apply_counter") != std::string::npos);
+    CHECK(msg.find("rt::PlainImpl") != std::string::npos);
+    CHECK(msg.find("RECOMPOSE_FORWARD") != std::string::npos);
+  }
+  CHECK(applied_apis(*plain).empty());
+  // LibTorch's own modules: their source is not the user's to annotate, so it is not pointed at.
+  torch::nn::Linear linear(2, 2);
+  CHECK(is_libtorch_module(*linear));
+  CHECK_FALSE(is_libtorch_module(*plain));
+  CHECK(module_type_name(*linear) == "torch::nn::LinearImpl");
+  try {
+    apply_counter(*linear);
+    FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("one of LibTorch's own modules") != std::string::npos);
+    CHECK(msg.find("LinearImpl::forward") == std::string::npos);
+  }
+  const ComposableApi<CounterState> advised("test.advised", "test::apply_advised",
+                                            [](const torch::nn::Module& m) { return "Use X for " + m.name() + "."; });
+  CHECK_THROWS_WITH_AS(advised.apply(*linear, std::make_shared<CounterState>(), [](ApiHooks&, std::weak_ptr<CounterState>) {}),
+                       doctest::Contains("Use X for torch::nn::LinearImpl."), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(register_forward_hook(*linear, [](ForwardCall&) {}),
+                       doctest::Contains("one of LibTorch's own modules"), std::invalid_argument);
+}
+
+TEST_CASE("ComposableApi: state_or_throw names the caller and the function to apply first") {
+  rt::TinyBlock block(4);
+  CHECK_THROWS_WITH_AS(kCounterApi.state_or_throw(*block, "test::counter_stats"),
+                       doctest::Contains("test::counter_stats: test::apply_counter is not applied"),
+                       recompose::CheckpointError);
+  auto state = apply_counter(*block);
+  CHECK(kCounterApi.state_or_throw(*block, "test::counter_stats") == state);
+  CHECK(kCounterApi.remove(*block));
 }
 
 TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {

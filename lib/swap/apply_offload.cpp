@@ -6,8 +6,7 @@
 #include "swap/swap_core.h"
 
 #include <recompose/apply_offload.h>
-#include <recompose/hooks/forward_hooks.h>
-#include <recompose/hooks/module_state.h>
+#include <recompose/hooks/composable_api.h>
 
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -18,9 +17,12 @@ struct OffloadState {
   OffloadOptions options;
   std::shared_ptr<SwapManager> manager;
   std::shared_ptr<detail::OffloadCounters> counters = std::make_shared<detail::OffloadCounters>();
-  hooks::HookHandle pre;
-  hooks::HookHandle post;
 };
+
+const hooks::ComposableApi<OffloadState>& offload_api() {
+  static const hooks::ComposableApi<OffloadState> api(kOffloadApi, "recompose::apply_offload");
+  return api;
+}
 
 // What one call keeps from its pre-hook to its post-hook.
 struct CallOffload {
@@ -40,20 +42,14 @@ bool offload_applies() {
 }  // namespace
 
 torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions& options) {
-  if (!hooks::has_annotated_forward(module)) {
-    // Let the hook layer produce its message (names the type and the annotation).
-    hooks::register_forward_pre_hook(module, [](hooks::ForwardCall&) {});
-  }
-  auto state = hooks::attach_state(module, kOffloadApi, std::make_shared<OffloadState>());
+  auto state = std::make_shared<OffloadState>();
   state->options = options;
   state->manager = options.manager() ? options.manager() : SwapManager::default_manager();
-  const auto owner = hooks::HookOptions().owner(kOffloadApi);
-  try {
-    std::weak_ptr<OffloadState> weak = state;  // the module owns its hooks; no cycle
+  offload_api().apply(module, std::move(state), [](hooks::ApiHooks& hooks, std::weak_ptr<OffloadState> weak) {
     // Prepended pre-hook and appended post-hook: the offload encloses every other hook of the
     // module, a checkpointed region in particular (whose inputs it then offloads), whichever was
     // applied first.
-    state->pre = hooks::register_forward_pre_hook(module, [weak](hooks::ForwardCall& call) {
+    hooks.pre([weak](hooks::ForwardCall& call) {
       auto st = weak.lock();
       if (!st || !offload_applies()) return;
       detail::launch_closed_batches();  // the previous calls' tensors leave as this one starts
@@ -65,8 +61,8 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
                                                                   c->batch);
       st->counters->calls += 1;
       call.slot(kOffloadApi) = c;
-    }, hooks::HookOptions(owner).prepend(true));
-    state->post = hooks::register_forward_hook(module, [](hooks::ForwardCall& call) {
+    }, hooks::HookOptions().prepend(true));
+    hooks.post([](hooks::ForwardCall& call) {
       auto c = std::static_pointer_cast<CallOffload>(call.slot(kOffloadApi));
       if (!c) return;
       call.slot(kOffloadApi).reset();
@@ -77,46 +73,21 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
       } else {
         c->batch->launch();
       }
-    }, hooks::HookOptions(owner).always_call(true));
-  } catch (...) {
-    state->pre.remove();
-    state->post.remove();
-    hooks::detach_state(module, kOffloadApi);
-    throw;
-  }
+    }, hooks::HookOptions().always_call(true));
+  });
   return module;
 }
 
-bool remove_offload(torch::nn::Module& module) {
-  auto state = hooks::find_state<OffloadState>(module, kOffloadApi);
-  if (!state) return false;
-  state->pre.remove();
-  state->post.remove();
-  hooks::detach_state(module, kOffloadApi);
-  return true;
-}
+bool remove_offload(torch::nn::Module& module) { return offload_api().remove(module); }
 
-bool is_offloaded(const torch::nn::Module& module) {
-  return hooks::find_state<OffloadState>(module, kOffloadApi) != nullptr;
-}
-
-namespace {
-std::shared_ptr<OffloadState> offload_state_or_throw(const torch::nn::Module& module, const char* function) {
-  auto state = hooks::find_state<OffloadState>(module, kOffloadApi);
-  if (!state) {
-    throw CheckpointError(std::string("recompose::") + function + ": module " + module.name() +
-                          " is not offloaded; call recompose::apply_offload on it first");
-  }
-  return state;
-}
-}  // namespace
+bool is_offloaded(const torch::nn::Module& module) { return offload_api().is_applied(module); }
 
 OffloadStats offload_stats(const torch::nn::Module& module) {
-  return offload_state_or_throw(module, "offload_stats")->counters->snapshot();
+  return offload_api().state_or_throw(module, "recompose::offload_stats")->counters->snapshot();
 }
 
 void reset_offload_stats(torch::nn::Module& module) {
-  offload_state_or_throw(module, "reset_offload_stats")->counters->reset();
+  offload_api().state_or_throw(module, "recompose::reset_offload_stats")->counters->reset();
 }
 
 }  // namespace recompose
