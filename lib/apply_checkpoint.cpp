@@ -6,6 +6,9 @@
 #include <recompose/region_run.h>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <string>
 
 namespace recompose {
 namespace {
@@ -14,8 +17,23 @@ struct CheckpointState {
   CheckpointOptions options;
 };
 
+// LibTorch's own modules cannot carry RECOMPOSE_FORWARD: name what checkpoints them instead
+// (docs/guide/modules-you-cannot-annotate.md).
+std::string builtin_module_advice(const torch::nn::Module& module) {
+  const std::string guide = " (see docs/guide/modules-you-cannot-annotate.md)";
+  if (dynamic_cast<const torch::nn::SequentialImpl*>(&module) != nullptr) {
+    return "Checkpoint it with recompose::checkpoint_sequential(seq, segments, input), which checkpoints every "
+           "segment but the last, or run it through recompose::checkpoint(fn, ...) with "
+           "CheckpointOptions().state_modules({seq.ptr()})" + guide;
+  }
+  return "Run it through the functional checkpoint, naming it in state_modules so that its buffers and "
+         "train/eval mode are preserved: recompose::checkpoint(recompose::CheckpointOptions().state_modules({"
+         "layer.ptr()}), [&](const torch::Tensor& x) { return layer->forward(x); }, x)" + guide;
+}
+
 const hooks::ComposableApi<CheckpointState>& checkpoint_api() {
-  static const hooks::ComposableApi<CheckpointState> api(kCheckpointApi, "recompose::apply_checkpoint");
+  static const hooks::ComposableApi<CheckpointState> api(kCheckpointApi, "recompose::apply_checkpoint",
+                                                         builtin_module_advice);
   return api;
 }
 

@@ -10,6 +10,8 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <string>
+
 namespace recompose {
 namespace {
 
@@ -19,8 +21,16 @@ struct OffloadState {
   std::shared_ptr<detail::OffloadCounters> counters = std::make_shared<detail::OffloadCounters>();
 };
 
+// LibTorch's own modules cannot carry RECOMPOSE_FORWARD: the scopes of recompose/swap.h do the
+// same around their call.
+std::string builtin_module_advice(const torch::nn::Module&) {
+  return "Offload what its call saves with the scopes apply_offload uses, around the call: { "
+         "recompose::AsyncSaveOnCpu offload(manager); recompose::SwapGroupScope group(*manager); "
+         "y = layer->forward(x); } (see docs/guide/modules-you-cannot-annotate.md)";
+}
+
 const hooks::ComposableApi<OffloadState>& offload_api() {
-  static const hooks::ComposableApi<OffloadState> api(kOffloadApi, "recompose::apply_offload");
+  static const hooks::ComposableApi<OffloadState> api(kOffloadApi, "recompose::apply_offload", builtin_module_advice);
   return api;
 }
 
