@@ -7,6 +7,8 @@
 #include <c10/util/Type.h>
 
 #include <stdexcept>
+#include <unordered_set>
+#include <vector>
 
 namespace recompose::hooks {
 
@@ -42,6 +44,27 @@ void require_annotated_forward(const torch::nn::Module& module, std::string_view
   if (has_annotated_forward(module)) return;
   throw std::invalid_argument(std::string(api_function) + " cannot be applied to " + module_type_name(module) +
                               ": its forward() is not annotated. " + detail::how_to_annotate(module, advice));
+}
+
+int64_t apply_to_matching(torch::nn::Module& root, const std::function<bool(const torch::nn::Module&)>& match,
+                          const std::function<void(torch::nn::Module&)>& apply,
+                          const std::function<void(torch::nn::Module&)>& undo) {
+  // modules(include_self=false): the root needs no shared_ptr of its own to be walked.
+  std::vector<torch::nn::Module*> candidates{&root};
+  for (const auto& m : root.modules(/*include_self=*/false)) candidates.push_back(m.get());
+  std::unordered_set<const torch::nn::Module*> seen;
+  std::vector<torch::nn::Module*> done;
+  try {
+    for (torch::nn::Module* m : candidates) {
+      if (!seen.insert(m).second || !match(*m)) continue;
+      apply(*m);
+      done.push_back(m);
+    }
+  } catch (...) {
+    for (auto it = done.rbegin(); it != done.rend(); ++it) undo(**it);
+    throw;
+  }
+  return static_cast<int64_t>(done.size());
 }
 
 void ApiHooks::pre(ForwardHook hook, HookOptions options) {

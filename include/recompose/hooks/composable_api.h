@@ -22,10 +22,14 @@
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/hooks/module_state.h>
 
+#include <c10/util/Type.h>
+
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -65,6 +69,36 @@ class ApiHooks {
   std::string owner_;
   std::vector<HookHandle> handles_;
 };
+
+// True if `module` is an M: M is a module type (BlockImpl) or its holder (Block, made by
+// TORCH_MODULE(Block)).
+template <class M>
+bool is_module_of_type(const torch::nn::Module& module) {
+  if constexpr (requires { typename M::ContainedType; }) {
+    return dynamic_cast<const typename M::ContainedType*>(&module) != nullptr;
+  } else {
+    return dynamic_cast<const M*>(&module) != nullptr;
+  }
+}
+
+// The demangled name of the module type M (of the module a holder holds).
+template <class M>
+std::string type_name_of() {
+  if constexpr (requires { typename M::ContainedType; }) {
+    return c10::demangle(typeid(typename M::ContainedType).name());
+  } else {
+    return c10::demangle(typeid(M).name());
+  }
+}
+
+// Calls apply(m) on every module of `root`'s tree, `root` included, that `match` accepts: every
+// registered submodule at any depth, whatever C++ access the member holding it has (private
+// members, Sequential and ModuleList entries). A module reachable twice is applied once. All or
+// nothing: if apply throws, undo(m) is called on the modules already done, in reverse order,
+// then the exception goes on. Returns how many modules were applied.
+int64_t apply_to_matching(torch::nn::Module& root, const std::function<bool(const torch::nn::Module&)>& match,
+                          const std::function<void(torch::nn::Module&)>& apply,
+                          const std::function<void(torch::nn::Module&)>& undo);
 
 namespace detail {
 // What the registry holds for an applied API: its state and its hooks.
