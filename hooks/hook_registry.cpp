@@ -1,6 +1,7 @@
 // Registration and removal of forward hooks, and the per-call decision of which hooks run.
 #include "module_registry.h"
 
+#include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/forward_annotation.h>
 #include <recompose/hooks/forward_hooks.h>
 
@@ -49,19 +50,17 @@ std::string_view suppressed_owner_for(const torch::nn::Module& module) {
 }
 
 bool is_suppressed(const HookRecord& h, std::string_view owner) {
-  return !owner.empty() && h.options.owner == owner;
+  return !owner.empty() && h.options.owner() == owner;
 }
 
 HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions options, bool is_pre) {
   if (!hook) throw std::invalid_argument("recompose: cannot register an empty hook function");
   if (!has_annotated_forward(module)) {
     const std::string type = c10::demangle(typeid(module).name());
-    throw std::invalid_argument(
-        "recompose: cannot register a forward hook on " + type +
-        ": its forward() is not annotated. Add RECOMPOSE_FORWARD(<every parameter, in order>); as "
-        "the first statement of " + type + "::forward (see recompose/hooks/forward_annotation.h)");
+    throw std::invalid_argument("recompose: cannot register a forward hook on " + type +
+                                ": its forward() is not annotated. " + how_to_annotate(module, {}));
   }
-  if (is_pre && options.always_call) {
+  if (is_pre && options.always_call()) {
     throw std::invalid_argument("recompose: always_call applies to forward (post) hooks only");
   }
   auto record = std::make_shared<HookRecord>();
@@ -78,7 +77,7 @@ HookHandle add_hook(torch::nn::Module& module, ForwardHook hook, HookOptions opt
   const bool had_hooks = entry.has_hooks();
   auto& list = is_pre ? entry.pre : entry.post;
   auto next = std::make_shared<HookList>(*list);
-  if (record->options.prepend) {
+  if (record->options.prepend()) {
     next->insert(next->begin(), record);
   } else {
     next->push_back(record);
@@ -160,7 +159,7 @@ void HookRunner::run_post_after_error(std::exception_ptr error) noexcept {
   const HookList& post = *plan_.post;
   for (; post_done_ < post.size();) {
     const auto& h = post[post_done_++];
-    if (!h->options.always_call || h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
+    if (!h->options.always_call() || h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
     try {
       h->fn(call_);
     } catch (...) {

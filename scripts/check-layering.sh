@@ -21,7 +21,7 @@ def layer_of(path):
             'include/recompose/region_run.h', 'include/recompose/checkpoint_state.h',
             'include/recompose/saved_tensor_meter.h', 'include/recompose/graph_exec_group.h'): return (2, 'engine')
     if p.startswith('lib/plugin/'): return (3, 'plugin')
-    if p.startswith('lib/selective/') or p == 'include/recompose/selective_checkpoint.h': return (4, 'selective')
+    if p.startswith('lib/selective/') or p in ('include/recompose/selective_checkpoint.h', 'include/recompose/policy_report.h'): return (4, 'selective')
     if p.startswith('lib/swap/') or p in ('include/recompose/swap.h', 'include/recompose/apply_offload.h',
             'include/recompose/copy_link.h'): return (4, 'swap')
     if p.startswith('lib/') and p.count('/') == 1: return (5, 'frontend')

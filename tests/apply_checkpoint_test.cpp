@@ -84,7 +84,7 @@ TEST_CASE("apply_checkpoint: other owners' hooks run during recomputation and ca
   std::vector<bool> recomputing;
   recompose::hooks::register_forward_pre_hook(*block, [&](recompose::hooks::ForwardCall&) {
     recomputing.push_back(recompose::is_recomputing());
-  }, recompose::hooks::HookOptions().set_owner("trainer"));
+  }, recompose::hooks::HookOptions().owner("trainer"));
   recompose::apply_checkpoint(block);
   ckpt(torch::randn({2, 16})).sum().backward();
   CHECK(recomputing == std::vector<bool>{false, true});

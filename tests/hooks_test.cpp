@@ -2,6 +2,7 @@
 // module-tree invariance and thread safety.
 #include "support/test_modules.h"
 
+#include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/hooks/module_lifetime.h>
 #include <recompose/hooks/module_state.h>
@@ -101,12 +102,35 @@ TEST_CASE("hooks run in registration order; prepend puts a hook first") {
   std::vector<int> order;
   register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(1); });
   register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(2); });
-  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().set_prepend(true));
+  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().prepend(true));
   register_forward_hook(*block, [&](ForwardCall&) { order.push_back(11); });
-  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().set_prepend(true));
+  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().prepend(true));
   block(torch::randn({1, 4}));
   CHECK(order == std::vector<int>{0, 1, 2, 10, 11});
   CHECK(hook_count(*block) == 5);
+}
+
+TEST_CASE("HookOptions is a builder, as every options struct of recompose") {
+  const HookOptions options = HookOptions().owner("my_api").always_call(true);
+  CHECK(options.owner() == "my_api");
+  CHECK(options.always_call());
+  CHECK_FALSE(options.prepend());
+  // A copy changed further keeps the original as it was.
+  const HookOptions first = HookOptions(options).always_call(false).prepend(true);
+  CHECK(first.prepend());
+  CHECK_FALSE(first.always_call());
+  CHECK(options.always_call());
+  // The owner given here is the one StoredCall::invoke switches off.
+  rt::TinyBlock block(4);
+  int mine = 0;
+  std::shared_ptr<StoredCall> stored;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) {
+    ++mine;
+    stored = c.store();
+  }, HookOptions().owner("my_api"));
+  block(torch::randn({1, 4}));
+  stored->invoke({}, "my_api");
+  CHECK(mine == 1);
 }
 
 TEST_CASE("hooks fire however the module is called") {
@@ -155,7 +179,7 @@ TEST_CASE("always_call post-hooks run when the body throws, then the exception g
     } catch (const std::runtime_error& e) {
       message = e.what();
     }
-  }, HookOptions().set_always_call(true));
+  }, HookOptions().always_call(true));
   CHECK_THROWS_WITH_AS(m(torch::ones({1}), true), "body failed", std::runtime_error);
   CHECK(plain == 0);
   CHECK(always == 1);
@@ -176,7 +200,7 @@ TEST_CASE("exceptions in hooks: a throwing pre-hook stops the call; always_call 
     ++always;
     CHECK(c.error() != nullptr);
     throw std::runtime_error("dropped");  // the original exception must win
-  }, HookOptions().set_always_call(true));
+  }, HookOptions().always_call(true));
   register_forward_hook(*block, [&](ForwardCall&) { ++after; });
   CHECK_THROWS_WITH_AS(block(torch::randn({1, 4})), "pre failed", std::logic_error);
   CHECK(always == 1);
@@ -188,7 +212,7 @@ TEST_CASE("a throwing post-hook: later always_call hooks run, the exception goes
   rt::TinyBlock block(4);
   int always = 0;
   register_forward_hook(*block, [&](ForwardCall&) { throw std::runtime_error("post failed"); });
-  register_forward_hook(*block, [&](ForwardCall&) { ++always; }, HookOptions().set_always_call(true));
+  register_forward_hook(*block, [&](ForwardCall&) { ++always; }, HookOptions().always_call(true));
   CHECK_THROWS_WITH(block(torch::randn({1, 4})), "post failed");
   CHECK(always == 1);
   // The layer is still usable afterwards (no stale body marker).
@@ -259,7 +283,7 @@ TEST_CASE("registering on a module whose forward is not annotated fails, naming 
   }
   CHECK_THROWS_AS(register_forward_pre_hook(*plain, [](ForwardCall&) {}), std::invalid_argument);
   CHECK_THROWS_AS(register_forward_pre_hook(*rt::TinyBlock(4), [](ForwardCall&) {},
-                                            HookOptions().set_always_call(true)),
+                                            HookOptions().always_call(true)),
                   std::invalid_argument);
 }
 
@@ -290,6 +314,122 @@ TEST_CASE("attachable typed state, like composable contract") {
   CHECK(applied_apis(*other).empty());
 }
 
+namespace {
+struct CounterState {
+  int pre_calls = 0;
+  int post_calls = 0;
+};
+const ComposableApi<CounterState> kCounterApi("test.counter", "test::apply_counter");
+std::shared_ptr<CounterState> apply_counter(torch::nn::Module& module) {
+  return kCounterApi.apply(module, std::make_shared<CounterState>(),
+                           [](ApiHooks& hooks, std::weak_ptr<CounterState> state) {
+    hooks.pre([state](ForwardCall&) { if (auto s = state.lock()) ++s->pre_calls; });
+    hooks.post([state](ForwardCall&) { if (auto s = state.lock()) ++s->post_calls; },
+               HookOptions().always_call(true).owner("ignored: the API owns its hooks"));
+  });
+}
+}  // namespace
+
+TEST_CASE("ComposableApi: apply once, find the state, remove everything it attached") {
+  rt::TinyBlock block(4);
+  CHECK_FALSE(kCounterApi.is_applied(*block));
+  CHECK(kCounterApi.state(*block) == nullptr);
+  auto state = apply_counter(*block);
+  CHECK(kCounterApi.is_applied(*block));
+  CHECK(kCounterApi.state(*block) == state);
+  CHECK(applied_apis(*block) == std::vector<std::string>{"test.counter"});
+  CHECK(hook_count(*block) == 2);
+  block(torch::randn({1, 4}));
+  CHECK(state->pre_calls == 1);
+  CHECK(state->post_calls == 1);
+  // Applied twice: refused, and the first application is untouched.
+  CHECK_THROWS_AS(apply_counter(*block), CompositionError);
+  CHECK(hook_count(*block) == 2);
+  CHECK(kCounterApi.state(*block) == state);
+  CHECK(kCounterApi.remove(*block));
+  CHECK_FALSE(kCounterApi.remove(*block));
+  CHECK_FALSE(kCounterApi.is_applied(*block));
+  CHECK(hook_count(*block) == 0);
+  CHECK(applied_apis(*block).empty());
+  block(torch::randn({1, 4}));
+  CHECK(state->pre_calls == 1);
+  // Applied again after removal: a fresh state.
+  auto again = apply_counter(*block);
+  CHECK(again != state);
+  CHECK(kCounterApi.remove(*block));
+}
+
+TEST_CASE("ComposableApi: the hooks are owned by the API, so its re-invocation switches them off") {
+  rt::TinyBlock block(4);
+  auto state = apply_counter(*block);
+  std::shared_ptr<StoredCall> stored;
+  register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); });
+  block(torch::randn({1, 4}));
+  CHECK(state->pre_calls == 1);
+  stored->invoke({}, "test.counter");
+  CHECK(state->pre_calls == 1);  // off during the API's own re-invocation
+  stored->invoke({}, "someone.else");
+  CHECK(state->pre_calls == 2);
+}
+
+TEST_CASE("ComposableApi: an install that throws leaves the module as it was") {
+  rt::TinyBlock block(4);
+  CHECK_THROWS_WITH_AS(
+      kCounterApi.apply(*block, std::make_shared<CounterState>(), [](ApiHooks& hooks, std::weak_ptr<CounterState>) {
+        hooks.pre([](ForwardCall&) {});
+        hooks.pre([](ForwardCall&) {}, HookOptions().always_call(true));  // always_call on a pre-hook: refused
+      }),
+      doctest::Contains("always_call"), std::invalid_argument);
+  CHECK(hook_count(*block) == 0);
+  CHECK_FALSE(kCounterApi.is_applied(*block));
+  CHECK(applied_apis(*block).empty());
+  apply_counter(*block);  // and it can be applied afterwards
+  CHECK(kCounterApi.remove(*block));
+}
+
+TEST_CASE("ComposableApi: a module that cannot be hooked is refused with what to do instead") {
+  rt::Plain plain;
+  try {
+    apply_counter(*plain);
+    FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("test::apply_counter") != std::string::npos);
+    CHECK(msg.find("rt::PlainImpl") != std::string::npos);
+    CHECK(msg.find("RECOMPOSE_FORWARD") != std::string::npos);
+  }
+  CHECK(applied_apis(*plain).empty());
+  // LibTorch's own modules: their source is not the user's to annotate, so it is not pointed at.
+  torch::nn::Linear linear(2, 2);
+  CHECK(is_libtorch_module(*linear));
+  CHECK_FALSE(is_libtorch_module(*plain));
+  CHECK(module_type_name(*linear) == "torch::nn::LinearImpl");
+  try {
+    apply_counter(*linear);
+    FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("one of LibTorch's own modules") != std::string::npos);
+    CHECK(msg.find("LinearImpl::forward") == std::string::npos);
+  }
+  const ComposableApi<CounterState> advised("test.advised", "test::apply_advised",
+                                            [](const torch::nn::Module& m) { return "Use X for " + m.name() + "."; });
+  CHECK_THROWS_WITH_AS(advised.apply(*linear, std::make_shared<CounterState>(), [](ApiHooks&, std::weak_ptr<CounterState>) {}),
+                       doctest::Contains("Use X for torch::nn::LinearImpl."), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(register_forward_hook(*linear, [](ForwardCall&) {}),
+                       doctest::Contains("one of LibTorch's own modules"), std::invalid_argument);
+}
+
+TEST_CASE("ComposableApi: state_or_throw names the caller and the function to apply first") {
+  rt::TinyBlock block(4);
+  CHECK_THROWS_WITH_AS(kCounterApi.state_or_throw(*block, "test::counter_stats"),
+                       doctest::Contains("test::counter_stats: test::apply_counter is not applied"),
+                       recompose::CheckpointError);
+  auto state = apply_counter(*block);
+  CHECK(kCounterApi.state_or_throw(*block, "test::counter_stats") == state);
+  CHECK(kCounterApi.remove(*block));
+}
+
 TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {
   rt::TinyBlock block(4);
   int mine = 0, theirs = 0;
@@ -297,8 +437,8 @@ TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {
   register_forward_pre_hook(*block, [&](ForwardCall& c) {
     ++mine;
     if (!stored) stored = c.store();
-  }, HookOptions().set_owner("me"));
-  register_forward_pre_hook(*block, [&](ForwardCall&) { ++theirs; }, HookOptions().set_owner("them"));
+  }, HookOptions().owner("me"));
+  register_forward_pre_hook(*block, [&](ForwardCall&) { ++theirs; }, HookOptions().owner("them"));
   torch::Tensor x = torch::randn({2, 4});
   torch::Tensor y = block(x);
   REQUIRE(stored);
@@ -331,7 +471,7 @@ TEST_CASE("re-invocation with every argument kind, stored with and without tenso
     full = c.store(true);
     bare = c.store(false);
     leaves = c.input_leaves();
-  }, HookOptions().set_owner("me"));
+  }, HookOptions().owner("me"));
   torch::Tensor x = torch::randn({3}), b = torch::randn({3}), e1 = torch::randn({3}), e2 = torch::randn({3}),
                 s = torch::randn({3});
   torch::Tensor y = m(x, b, std::vector<torch::Tensor>{e1, e2}, std::make_tuple(s, 0.5),
@@ -365,7 +505,7 @@ TEST_CASE("a stored call keeps its module alive") {
   {
     rt::TinyBlock block(4);
     weak = block.ptr();
-    register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().set_owner("me"));
+    register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().owner("me"));
     block(x);
   }
   CHECK_FALSE(weak.expired());
@@ -504,7 +644,7 @@ TORCH_MODULE(BatchUser);
 TEST_CASE("custom argument types through the ArgTraits customisation point") {
   BatchUser m;
   std::shared_ptr<StoredCall> stored;
-  register_forward_pre_hook(*m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().set_owner("me"));
+  register_forward_pre_hook(*m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().owner("me"));
   torch::Tensor t = torch::arange(3.0);
   torch::Tensor y = m(Batch{t, 2});
   REQUIRE(stored);
@@ -553,13 +693,13 @@ TEST_CASE("nested re-invocations, several levels deep, keep each module's owner 
       inside[i] = true;
       stored[i]->invoke({}, "ck");
       inside[i] = false;
-    }, HookOptions().set_owner("ck"));
+    }, HookOptions().owner("ck"));
     register_forward_hook(*links[i], [&, i](ForwardCall&) {
       if (inside[i]) ++own_hooks_inside[i];
-    }, HookOptions().set_owner("ck"));
+    }, HookOptions().owner("ck"));
     register_forward_hook(*links[i], [&, i](ForwardCall&) {
       if (inside[i]) ++others_inside[i];
-    }, HookOptions().set_owner("other"));
+    }, HookOptions().owner("other"));
   }
   torch::Tensor x = torch::zeros({2});
   torch::Tensor y = links[0]->forward(x);

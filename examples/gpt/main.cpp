@@ -76,8 +76,11 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   if (options.compare) {
     auto outcome = gpt::compare_policies(config, data, train_options);
     gpt::write_csv(options.out / "compare.csv", outcome.results);
-    gpt::write_loss_plot(options.out / "compare.svg", outcome.results, "Training loss under each policy");
-    std::printf("wrote %s and %s\n", (options.out / "compare.csv").c_str(), (options.out / "compare.svg").c_str());
+    gpt::write_cost_plot(options.out / "compare.svg", outcome.results, device);
+    gpt::write_loss_plot(options.out / "compare_loss.svg", outcome.results, "Training loss under each policy");
+    std::printf("wrote %s, %s (cost against saving per policy) and %s (loss curves)\n",
+                (options.out / "compare.csv").c_str(), (options.out / "compare.svg").c_str(),
+                (options.out / "compare_loss.svg").c_str());
     return outcome.losses_match ? 0 : 1;
   }
 

@@ -63,9 +63,9 @@ struct Range {
   }
 };
 
-}  // namespace
-
-void write_svg(const std::filesystem::path& path, const Chart& chart) {
+// Draws `chart` in the panel whose left edge is at x0.
+void draw_chart(std::ostringstream& svg, const Chart& chart, double x0) {
+  const double left = x0 + kLeft;  // the plot area's left edge in the file
   Range xr, yr;
   for (const auto& s : chart.series) {
     for (double v : s.x) xr.add(v);
@@ -73,14 +73,10 @@ void write_svg(const std::filesystem::path& path, const Chart& chart) {
   }
   const double x_step = xr.snap(6), y_step = yr.snap(5);
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
-  auto px = [&](double x) { return kLeft + (x - xr.lo) / (xr.hi - xr.lo) * plot_w; };
+  auto px = [&](double x) { return left + (x - xr.lo) / (xr.hi - xr.lo) * plot_w; };
   auto py = [&](double y) { return kTop + (yr.hi - y) / (yr.hi - yr.lo) * plot_h; };
 
-  std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
-      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << kLeft + plot_w / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">"
+  svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">"
       << escape(chart.title) << "</text>\n";
   // Grid lines and tick labels.
   for (double x = xr.lo; x <= xr.hi + x_step / 2; x += x_step) {
@@ -90,17 +86,17 @@ void write_svg(const std::filesystem::path& path, const Chart& chart) {
         << "</text>\n";
   }
   for (double y = yr.lo; y <= yr.hi + y_step / 2; y += y_step) {
-    svg << "<line x1=\"" << kLeft << "\" y1=\"" << py(y) << "\" x2=\"" << kLeft + plot_w << "\" y2=\"" << py(y)
+    svg << "<line x1=\"" << left << "\" y1=\"" << py(y) << "\" x2=\"" << left + plot_w << "\" y2=\"" << py(y)
         << "\" stroke=\"#e5e5e5\"/>\n"
-        << "<text x=\"" << kLeft - 8 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << number(y)
+        << "<text x=\"" << left - 8 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << number(y)
         << "</text>\n";
   }
   // Axes and their labels.
-  svg << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << plot_w << "\" height=\"" << plot_h
+  svg << "<rect x=\"" << left << "\" y=\"" << kTop << "\" width=\"" << plot_w << "\" height=\"" << plot_h
       << "\" fill=\"none\" stroke=\"black\"/>\n"
-      << "<text x=\"" << kLeft + plot_w / 2 << "\" y=\"" << kHeight - 14 << "\" text-anchor=\"middle\">"
+      << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << kHeight - 14 << "\" text-anchor=\"middle\">"
       << escape(chart.x_label) << "</text>\n"
-      << "<text transform=\"translate(18," << kTop + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
+      << "<text transform=\"translate(" << x0 + 18 << "," << kTop + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
       << escape(chart.y_label) << "</text>\n";
   // Series, each thinner than the one before: identical curves (policies that must agree) show
   // as nested bands instead of hiding one another.
@@ -127,14 +123,27 @@ void write_svg(const std::filesystem::path& path, const Chart& chart) {
     }
     const double ly = kTop + 12 + 18 * static_cast<double>(i);
     if (s.line) {
-      svg << "<line x1=\"" << kLeft + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\"" << kLeft + plot_w + 34
+      svg << "<line x1=\"" << left + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\"" << left + plot_w + 34
           << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n";
     }
     if (s.markers) {
-      svg << "<circle cx=\"" << kLeft + plot_w + 23 << "\" cy=\"" << ly << "\" r=\"4\" fill=\"" << color << "\"/>\n";
+      svg << "<circle cx=\"" << left + plot_w + 23 << "\" cy=\"" << ly << "\" r=\"4\" fill=\"" << color << "\"/>\n";
     }
-    svg << "<text x=\"" << kLeft + plot_w + 40 << "\" y=\"" << ly + 4 << "\">" << escape(s.name) << "</text>\n";
+    svg << "<text x=\"" << left + plot_w + 40 << "\" y=\"" << ly + 4 << "\">" << escape(s.name) << "</text>\n";
   }
+}
+
+}  // namespace
+
+void write_svg(const std::filesystem::path& path, const Chart& chart) { write_svg(path, std::vector<Chart>{chart}); }
+
+void write_svg(const std::filesystem::path& path, const std::vector<Chart>& panels) {
+  std::ostringstream svg;
+  const double width = kWidth * static_cast<double>(std::max<size_t>(1, panels.size()));
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << kHeight
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  for (size_t i = 0; i < panels.size(); ++i) draw_chart(svg, panels[i], kWidth * static_cast<double>(i));
   svg << "</svg>\n";
 
   std::ofstream out(path);

@@ -22,5 +22,7 @@ struct Chart {
 
 // Throws std::runtime_error when the file cannot be written.
 void write_svg(const std::filesystem::path& path, const Chart& chart);
+// Several charts side by side in one file (panels).
+void write_svg(const std::filesystem::path& path, const std::vector<Chart>& panels);
 
 }  // namespace gpt

@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include "cost_plot.h"
 #include "plot.h"
 #include "progress.h"
 
@@ -20,6 +21,19 @@ void write_csv(const std::filesystem::path& path, const PolicyResults& results) 
     }
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void write_cost_plot(const std::filesystem::path& path, const PolicyResults& results, const torch::Device& device) {
+  if (results.empty()) return;
+  const double base = results.front().second.mean_step_seconds();  // none comes first
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::vector<PolicyCost> costs;
+  for (const auto& [policy, result] : results) {
+    costs.push_back({std::string(policy_name(policy)), result.mean_step_seconds() / base,
+                     static_cast<double>(result.peak_bytes_held()) / kMiB,
+                     static_cast<double>(result.peak_step_memory()) / kMiB});
+  }
+  write_svg(path, cost_charts(costs, device.is_cuda() ? "CUDA" : "CPU"));
 }
 
 void write_loss_plot(const std::filesystem::path& path, const PolicyResults& results, const std::string& title) {

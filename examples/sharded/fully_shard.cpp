@@ -62,7 +62,7 @@ void FullyShard::add_unit(torch::nn::Module& unit, const std::string& name) {
       [weak](ForwardCall&) {
         if (auto f = weak.lock()) f->unshard(recompose::is_recomputing() ? Phase::Recompute : Phase::Forward);
       },
-      HookOptions().set_owner(kHookOwner)));
+      HookOptions().owner(kHookOwner)));
   u.hooks.push_back(recompose::hooks::register_forward_hook(
       unit,
       [weak](ForwardCall& call) {
@@ -83,7 +83,7 @@ void FullyShard::add_unit(torch::nn::Module& unit, const std::string& name) {
         }
         f->reshard();
       },
-      HookOptions().set_always_call(true).set_owner(kHookOwner)));
+      HookOptions().always_call(true).owner(kHookOwner)));
   units_.push_back(std::move(u));
   flats_.push_back(std::move(flat));
 }

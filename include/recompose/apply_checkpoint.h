@@ -13,12 +13,16 @@
 #pragma once
 
 #include <recompose/checkpoint_options.h>
+#include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/module_state.h>
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 namespace recompose {
 
@@ -42,6 +46,30 @@ torch::nn::ModuleHolder<M>& apply_checkpoint(torch::nn::ModuleHolder<M>& module,
                                              const CheckpointOptions& options = {}) {
   apply_checkpoint(static_cast<torch::nn::Module&>(*module), options);
   return module;
+}
+
+namespace detail {
+int64_t apply_checkpoint_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
+                               const std::string& type_name, const CheckpointOptions& options);
+}  // namespace detail
+
+// Checkpoints every module of type M (BlockImpl, or its holder Block) in `model`'s tree, `model`
+// included, wherever it sits: private members, Sequential or ModuleList entries, nested blocks
+// (a block inside a block is a nested region). Returns how many modules it checkpointed.
+//
+//   recompose::apply_checkpoint_to<BlockImpl>(*model);   // model->blocks may well be private
+//
+// All or nothing: if one module cannot be checkpointed, those done are undone and the error goes
+// on. Throws std::invalid_argument if no module of type M is found (the wrong type, e.g. a base
+// class of nothing in the tree: checkpointing nothing silently would hide it), and what
+// apply_checkpoint throws (hooks::CompositionError if one is checkpointed already).
+template <class M>
+int64_t apply_checkpoint_to(torch::nn::Module& model, const CheckpointOptions& options = {}) {
+  return detail::apply_checkpoint_where(model, &hooks::is_module_of_type<M>, hooks::type_name_of<M>(), options);
+}
+template <class M, class Root>
+int64_t apply_checkpoint_to(torch::nn::ModuleHolder<Root>& model, const CheckpointOptions& options = {}) {
+  return apply_checkpoint_to<M>(static_cast<torch::nn::Module&>(*model), options);
 }
 
 // Detaches checkpointing from `module`; regions already recorded still recompute. Returns false

@@ -44,6 +44,7 @@
 #pragma once
 
 #include <recompose/copy_link.h>
+#include <recompose/hooks/composable_api.h>
 #include <recompose/swap.h>
 
 #include <torch/arg.h>
@@ -128,6 +129,27 @@ template <class M>
 torch::nn::ModuleHolder<M>& apply_offload(torch::nn::ModuleHolder<M>& module, const OffloadOptions& options = {}) {
   apply_offload(static_cast<torch::nn::Module&>(*module), options);
   return module;
+}
+
+namespace detail {
+int64_t apply_offload_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
+                            const std::string& type_name, const OffloadOptions& options);
+}  // namespace detail
+
+// Offloads every module of type M (BlockImpl, or its holder Block) in `model`'s tree, `model`
+// included, wherever it sits (private members too), as apply_checkpoint_to does for
+// checkpointing; modules that should prefetch each other share options.manager(). Returns how
+// many. All or nothing; throws std::invalid_argument if no module of type M is found, and what
+// apply_offload throws.
+//
+//   recompose::apply_offload_to<BlockImpl>(*model, recompose::OffloadOptions().manager(manager));
+template <class M>
+int64_t apply_offload_to(torch::nn::Module& model, const OffloadOptions& options = {}) {
+  return detail::apply_offload_where(model, &hooks::is_module_of_type<M>, hooks::type_name_of<M>(), options);
+}
+template <class M, class Root>
+int64_t apply_offload_to(torch::nn::ModuleHolder<Root>& model, const OffloadOptions& options = {}) {
+  return apply_offload_to<M>(static_cast<torch::nn::Module&>(*model), options);
 }
 
 // Detaches offload from `module`; tensors already offloaded still come back in backward.

@@ -229,13 +229,13 @@ std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>
 
 void attach_timing_hooks(Instrumentation& inst, const std::vector<detail::PlannerTarget>& targets,
                          const std::shared_ptr<Recorder>& rec) {
-  const auto owner = hooks::HookOptions().set_owner("recompose.planner.profile");
+  const auto owner = hooks::HookOptions().owner("recompose.planner.profile");
   for (size_t i = 0; i < targets.size(); ++i) {
     inst.handles.push_back(hooks::register_forward_pre_hook(
         *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->enter(i, call); }, owner));
     inst.handles.push_back(hooks::register_forward_hook(
         *targets[i].module, [rec, i](hooks::ForwardCall&) { rec->leave(i); },
-        hooks::HookOptions(owner).set_always_call(true)));
+        hooks::HookOptions(owner).always_call(true)));
   }
 }
 

@@ -7,14 +7,14 @@
 #include "swap/swap_core.h"
 
 #include <recompose/apply_offload.h>
-#include <recompose/hooks/forward_hooks.h>
-#include <recompose/hooks/module_state.h>
+#include <recompose/hooks/composable_api.h>
 
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <chrono>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 namespace recompose {
 namespace {
@@ -23,9 +23,20 @@ struct OffloadState {
   OffloadOptions options;
   std::shared_ptr<SwapManager> manager;
   std::shared_ptr<detail::OffloadCounters> counters = std::make_shared<detail::OffloadCounters>();
-  hooks::HookHandle pre;
-  hooks::HookHandle post;
 };
+
+// LibTorch's own modules cannot carry RECOMPOSE_FORWARD: the scopes of recompose/swap.h do the
+// same around their call.
+std::string builtin_module_advice(const torch::nn::Module&) {
+  return "Offload what its call saves with the scopes apply_offload uses, around the call: { "
+         "recompose::AsyncSaveOnCpu offload(manager); recompose::SwapGroupScope group(*manager); "
+         "y = layer->forward(x); } (see docs/guide/modules-you-cannot-annotate.md)";
+}
+
+const hooks::ComposableApi<OffloadState>& offload_api() {
+  static const hooks::ComposableApi<OffloadState> api(kOffloadApi, "recompose::apply_offload", builtin_module_advice);
+  return api;
+}
 
 // What one call keeps from its pre-hook to its post-hook.
 struct CallOffload {
@@ -61,20 +72,14 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
   if (options.forward_window_seconds() < 0 || options.backward_window_seconds() < 0) {
     throw std::invalid_argument("apply_offload: copy windows cannot be negative (0 measures them)");
   }
-  if (!hooks::has_annotated_forward(module)) {
-    // Let the hook layer produce its message (names the type and the annotation).
-    hooks::register_forward_pre_hook(module, [](hooks::ForwardCall&) {});
-  }
-  auto state = hooks::attach_state(module, kOffloadApi, std::make_shared<OffloadState>());
+  auto state = std::make_shared<OffloadState>();
   state->options = options;
   state->manager = options.manager() ? options.manager() : SwapManager::default_manager();
-  const auto owner = hooks::HookOptions().set_owner(kOffloadApi);
-  try {
-    std::weak_ptr<OffloadState> weak = state;  // the module owns its hooks; no cycle
+  offload_api().apply(module, std::move(state), [](hooks::ApiHooks& hooks, std::weak_ptr<OffloadState> weak) {
     // Prepended pre-hook and appended post-hook: the offload encloses every other hook of the
     // module, a checkpointed region in particular (whose inputs it then offloads), whichever was
     // applied first.
-    state->pre = hooks::register_forward_pre_hook(module, [weak](hooks::ForwardCall& call) {
+    hooks.pre([weak](hooks::ForwardCall& call) {
       auto st = weak.lock();
       if (!st || !offload_applies()) return;
       detail::launch_closed_batches();  // the previous calls' tensors leave as this one starts
@@ -86,8 +91,8 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
                                                                   c->batch);
       st->counters->calls += 1;
       call.slot(kOffloadApi) = c;
-    }, hooks::HookOptions(owner).set_prepend(true));
-    state->post = hooks::register_forward_hook(module, [weak](hooks::ForwardCall& call) {
+    }, hooks::HookOptions().prepend(true));
+    hooks.post([weak](hooks::ForwardCall& call) {
       auto c = std::static_pointer_cast<CallOffload>(call.slot(kOffloadApi));
       if (!c) return;
       call.slot(kOffloadApi).reset();
@@ -102,47 +107,36 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
       } else {
         c->batch->launch();
       }
-    }, hooks::HookOptions(owner).set_always_call(true));
-  } catch (...) {
-    state->pre.remove();
-    state->post.remove();
-    hooks::detach_state(module, kOffloadApi);
-    throw;
-  }
+    }, hooks::HookOptions().always_call(true));
+  });
   return module;
 }
 
-bool remove_offload(torch::nn::Module& module) {
-  auto state = hooks::find_state<OffloadState>(module, kOffloadApi);
-  if (!state) return false;
-  state->pre.remove();
-  state->post.remove();
-  hooks::detach_state(module, kOffloadApi);
-  return true;
-}
-
-bool is_offloaded(const torch::nn::Module& module) {
-  return hooks::find_state<OffloadState>(module, kOffloadApi) != nullptr;
-}
-
-namespace {
-std::shared_ptr<OffloadState> offload_state_or_throw(const torch::nn::Module& module, const char* function) {
-  auto state = hooks::find_state<OffloadState>(module, kOffloadApi);
-  if (!state) {
-    throw CheckpointError(std::string("recompose: ") + function + ": module " + module.name() +
-                          " is not offloaded; call recompose::apply_offload on it first");
+namespace detail {
+int64_t apply_offload_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
+                            const std::string& type_name, const OffloadOptions& options) {
+  const int64_t applied = hooks::apply_to_matching(
+      model, match, [&](torch::nn::Module& m) { apply_offload(m, options); },
+      [](torch::nn::Module& m) { remove_offload(m); });
+  if (applied == 0) {
+    throw std::invalid_argument("recompose::apply_offload_to: no module of type " + type_name + " in " +
+                                model.name() + "'s tree; nothing was offloaded");
   }
-  return state;
+  return applied;
 }
-}  // namespace
+}  // namespace detail
+
+bool remove_offload(torch::nn::Module& module) { return offload_api().remove(module); }
+
+bool is_offloaded(const torch::nn::Module& module) { return offload_api().is_applied(module); }
 
 OffloadStats offload_stats(const torch::nn::Module& module) {
   detail::check_landings();
-  return offload_state_or_throw(module, "offload_stats")->counters->snapshot();
+  return offload_api().state_or_throw(module, "recompose::offload_stats")->counters->snapshot();
 }
 
 void reset_offload_stats(torch::nn::Module& module) {
-  offload_state_or_throw(module, "reset_offload_stats")->counters->reset();
+  offload_api().state_or_throw(module, "recompose::reset_offload_stats")->counters->reset();
 }
 
 }  // namespace recompose

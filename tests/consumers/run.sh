@@ -3,9 +3,10 @@
 #
 #   bash tests/consumers/run.sh [BUILD_DIR]      (scripts/test.sh runs it after the unit tests)
 #
-# 1. install: `meson install` of the existing build (no rebuild) into a temporary staging root;
-#    checks the headers, the versioned libraries, their soname and RUNPATH (ldd finds LibTorch),
-#    recompose.pc and the CMake package.
+# 1. install: `meson install` of the existing build (no rebuild) into a temporary staging root
+#    (DESTDIR), then MOVED elsewhere: every consumer below uses the moved tree, so recompose.pc
+#    and the CMake package must be relocatable. Checks the headers, the versioned libraries,
+#    their soname and RUNPATH (ldd finds LibTorch), recompose.pc and the CMake package.
 # 2. pkg-config:  g++ -std=c++20 consumer.cpp $(pkg-config --cflags --libs recompose)
 # 3. cmake:       find_package(recompose) + target_link_libraries(consumer recompose::recompose)
 # 4. meson-pkgconfig: dependency('recompose') finding the installed recompose.pc
@@ -72,16 +73,19 @@ torch_dir=$(sed -n 's/^torch_dir=//p' "$build/recompose.pc")
 case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
 case $includedir in /*) ;; *) includedir=$prefix/$includedir ;; esac
 stage=$work/stage
-sprefix=$stage$prefix
-slib=$stage$libdir
-sinc=$stage$includedir
+# Where the staged tree is moved to before any consumer uses it.
+moved=$work/moved
+sprefix=$moved$prefix
+slib=$moved$libdir
+sinc=$moved$includedir
 torch_lib=$(cd "$torch_dir" 2>/dev/null && pwd)/lib
 
 # ---------------------------------------------------------------------------------------------
 check_install() {
   meson install -C "$build" --no-rebuild --destdir "$stage" --quiet
-  echo "installed into $stage (prefix $prefix):"
-  (cd "$stage" && find . -type f -o -type l | sort | sed 's/^/  /')
+  mv "$stage" "$moved"
+  echo "installed into $stage (prefix $prefix), then moved to $moved:"
+  (cd "$moved" && find . -type f -o -type l | sort | sed 's/^/  /')
   for h in recompose.h apply_checkpoint.h checkpoint.h selective_checkpoint.h swap.h hooks/forward_annotation.h; do
     [ -f "$sinc/recompose/$h" ] || { echo "missing header $sinc/recompose/$h"; return 1; }
   done
@@ -108,16 +112,21 @@ check_install() {
   [ -f "$slib/pkgconfig/recompose.pc" ] || { echo "missing $slib/pkgconfig/recompose.pc"; return 1; }
   [ -f "$slib/cmake/recompose/recomposeConfig.cmake" ] || { echo "missing recomposeConfig.cmake"; return 1; }
   [ -f "$slib/cmake/recompose/recomposeConfigVersion.cmake" ] || { echo "missing recomposeConfigVersion.cmake"; return 1; }
-  relocate_pc
+  check_pc_relocated
 }
 
-# The staged install is not at its prefix: a copy of recompose.pc says where the prefix is now
-# (what `pkg-config --define-variable=prefix=...` does, for Meson too).
-pcdir=$work/pkgconfig
+# The installed recompose.pc, used where the moved tree has it: no prefix is redefined.
+pcdir=$slib/pkgconfig
 pkg() { PKG_CONFIG_PATH="$pcdir" pkg-config "$@"; }
-relocate_pc() {
-  mkdir -p "$pcdir"
-  sed "s|^prefix=.*|prefix=$sprefix|" "$slib/pkgconfig/recompose.pc" >"$pcdir/recompose.pc"
+check_pc_relocated() {
+  need pkg-config
+  local dir
+  for var in prefix includedir libdir; do
+    dir=$(pkg --variable="$var" recompose)
+    echo "recompose.pc: $var=$dir"
+    [ "$(cd "$dir" 2>/dev/null && pwd -P)" = "$(cd "$moved${!var}" && pwd -P)" ] ||
+      { echo "recompose.pc's $var is not inside the moved install $moved: it is not relocatable"; return 1; }
+  done
 }
 
 consumer_pkg_config() {

@@ -24,6 +24,8 @@
 #include <recompose/hooks/forward_call.h>
 #include <recompose/hooks/module_lifetime.h>  // hooks die with their module; purge_expired()
 
+#include <torch/arg.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,18 +35,16 @@ namespace recompose::hooks {
 
 using ForwardHook = std::function<void(ForwardCall&)>;
 
+// How a hook is registered; a builder like every recompose options struct:
+//   HookOptions().owner("my_api").always_call(true)
 struct HookOptions {
   // Run before the hooks already registered (of the same kind) instead of after them.
-  bool prepend = false;
+  TORCH_ARG(bool, prepend) = false;
   // Post-hooks only: run even when the body or an earlier hook threw; the exception then goes on
   // (an exception thrown by an always_call hook itself in that situation is dropped).
-  bool always_call = false;
+  TORCH_ARG(bool, always_call) = false;
   // Who owns the hook: StoredCall::invoke can switch off one owner's hooks.
-  std::string owner;
-
-  HookOptions& set_prepend(bool v) { prepend = v; return *this; }
-  HookOptions& set_always_call(bool v) { always_call = v; return *this; }
-  HookOptions& set_owner(std::string v) { owner = std::move(v); return *this; }
+  TORCH_ARG(std::string, owner);
 };
 
 namespace detail {
