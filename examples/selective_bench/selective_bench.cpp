@@ -4,12 +4,21 @@
 //     context (recompute / replay);
 //  2. a stack of small transformer blocks, none / full / selective (transformer_policy)
 //     checkpointing: step time (forward + backward) and bytes held for backward, as ratios to
-//     none. Repetitions are interleaved; figures are medians.
+//     none. Repetitions are interleaved; figures are medians;
+//  3. what one selective region's recomputation costs: a GPT-like block with dropout
+//     (transformer_policy), forward and backward timed apart, none against selective: the host
+//     time per op the policy sees in the forward, and the backward's extra time per region (its
+//     recomputation).
 //
 //   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq T]
-//                   [--dim D] [--threads K]
+//                   [--dim D] [--threads K] [--section 1|2|3 (default: all)]
+//
+// glibc malloc is tuned as in the GPT example (examples/common/allocator_tuning.h): with glibc's
+// defaults the page faults of freed and re-faulted activations are charged to whichever
+// configuration holds the most.
 //
 // On CUDA the stack also reports the peak device memory of a step.
+#include "../common/allocator_tuning.h"
 #include "../common/device.h"
 
 #include <recompose/recompose.h>
@@ -241,7 +250,111 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   }
 }
 
-const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads"};
+// ---------------------------------------------------------------------------------------------
+// 3. One selective region's recomputation
+
+// The block of examples/gpt (pre-LayerNorm, biased linears, fused causal attention, dropout).
+struct GptBlockImpl : torch::nn::Module {
+  GptBlockImpl(int64_t dim, int64_t heads, double p) : heads(heads), p(p) {
+    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+    qkv = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
+    proj = register_module("proj", torch::nn::Linear(dim, dim));
+    fc = register_module("fc", torch::nn::Linear(dim, 4 * dim));
+    fc_proj = register_module("fc_proj", torch::nn::Linear(4 * dim, dim));
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
+    auto split = qkv(ln1(x)).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+    auto y = torch::scaled_dot_product_attention(split[0], split[1], split[2], {}, is_training() ? p : 0.0, true);
+    x = x + torch::dropout(proj(y.transpose(1, 2).reshape({b, t, d})), p, is_training());
+    return x + torch::dropout(fc_proj(torch::gelu(fc(ln2(x)))), p, is_training());
+  }
+
+  int64_t heads;
+  double p;
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, fc_proj{nullptr};
+};
+TORCH_MODULE(GptBlock);
+
+void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps, const torch::Device& device) {
+  const int64_t heads = 4;
+  auto make = [&] {
+    torch::manual_seed(0);
+    std::vector<GptBlock> blocks;
+    for (int64_t i = 0; i < layers; ++i) {
+      blocks.emplace_back(dim, heads, 0.1);
+      blocks.back()->to(device);
+    }
+    return blocks;
+  };
+  // Ops the policy sees per region: transformer_policy, counted.
+  auto seen = std::make_shared<int64_t>(0);
+  const auto inner = recompose::transformer_policy();
+  const recompose::SelectivePolicy counted([seen, inner](const recompose::SelectiveCheckpointContext& ctx,
+                                                          const c10::OperatorHandle& op, const torch::jit::Stack& args) {
+    ++*seen;
+    return inner(ctx, op, args);
+  });
+  struct Config {
+    const char* name;
+    std::vector<GptBlock> blocks;
+    std::vector<double> fwd, bwd;
+  };
+  std::vector<Config> configs;
+  configs.push_back({"none", make(), {}, {}});
+  configs.push_back({"selective (transformer_policy)", make(), {}, {}});
+  for (auto& b : configs[1].blocks) recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(counted));
+  torch::manual_seed(1);
+  const torch::Tensor input = torch::randn({batch, seq, dim}).to(device).requires_grad_(true);
+  auto step = [&](Config& c) {
+    for (auto& b : c.blocks) b->zero_grad();
+    torch::manual_seed(2);  // the same dropout masks in every configuration
+    torch::Tensor loss;
+    examples::synchronize(device);
+    c.fwd.push_back(seconds([&] {
+      torch::Tensor x = input;
+      for (auto& b : c.blocks) x = b(x);
+      loss = x.square().mean();
+      examples::synchronize(device);
+    }));
+    c.bwd.push_back(seconds([&] {
+      loss.backward();
+      examples::synchronize(device);
+    }));
+  };
+  for (auto& c : configs) {  // warm-up, and a check that both agree
+    step(c);
+    c.fwd.clear();
+    c.bwd.clear();
+  }
+  *seen = 0;
+  const auto& g0 = configs[0].blocks[0]->qkv->weight.grad();
+  const auto& g1 = configs[1].blocks[0]->qkv->weight.grad();
+  if (!torch::equal(g0, g1)) std::printf("   WARNING: selective gradients differ from none\n");
+  for (int rep = 0; rep < reps; ++rep) {
+    for (auto& c : configs) step(c);
+  }
+  const double ops_per_region = static_cast<double>(*seen) / static_cast<double>(reps * layers);
+  const double fwd0 = median(configs[0].fwd), bwd0 = median(configs[0].bwd);
+  const double fwd1 = median(configs[1].fwd), bwd1 = median(configs[1].bwd);
+  std::printf("\n3. One selective region's recomputation on %s: GPT-like block with dropout 0.1, %lld blocks, batch %lld, "
+              "seq %lld, dim %lld (median of %d, interleaved)\n",
+              device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
+              static_cast<long long>(seq), static_cast<long long>(dim), reps);
+  std::printf("   %-44s %10s %10s\n", "", "none", "selective");
+  std::printf("   %-44s %10.3f %10.3f\n", "forward ms", fwd0 * 1e3, fwd1 * 1e3);
+  std::printf("   %-44s %10.3f %10.3f\n", "backward ms", bwd0 * 1e3, bwd1 * 1e3);
+  std::printf("   %-44s %10.3f %10.3f\n", "step / none", 1.0, (fwd1 + bwd1) / (fwd0 + bwd0));
+  std::printf("   ops the policy sees per region: %.0f; forward cost per such op: %.2f us\n", ops_per_region,
+              (fwd1 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6);
+  std::printf("   recomputation per region (backward selective - none): %.3f ms\n", (bwd1 - bwd0) / static_cast<double>(layers) * 1e3);
+}
+
+const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads", "--section"};
 
 std::string string_arg(int argc, char** argv, const char* name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -269,6 +382,8 @@ void check_flags(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::tune_malloc_for_training();
+  int64_t section = 0;
   int64_t threads = 0, ops = 0, blocks = 0, batch = 0, seq = 0, dim = 0;
   int reps = 0;
   torch::Device device(torch::kCPU);
@@ -282,14 +397,16 @@ int main(int argc, char** argv) {
     batch = arg(argc, argv, "--batch", 4);
     seq = arg(argc, argv, "--seq", 128);
     dim = arg(argc, argv, "--dim", 256);
+    section = arg(argc, argv, "--section", 0);
   } catch (const std::exception& e) {
     std::cerr << "selective_bench: " << e.what() << "\n"
               << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B]\n"
-              << "                       [--seq T] [--dim D] [--threads K]\n";
+              << "                       [--seq T] [--dim D] [--threads K] [--section 1|2|3]\n";
     return 2;
   }
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
-  per_op_overhead(ops, reps, device);
-  transformer_stack(blocks, batch, seq, dim, reps, device);
+  if (section == 0 || section == 1) per_op_overhead(ops, reps, device);
+  if (section == 0 || section == 2) transformer_stack(blocks, batch, seq, dim, reps, device);
+  if (section == 0 || section == 3) region_recompute_cost(blocks, batch, seq, dim, reps, device);
   return 0;
 }
