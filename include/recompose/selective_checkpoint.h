@@ -143,6 +143,41 @@ std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const Selec
 //   int64_t kept = recompose::selective_checkpoint_bytes_kept();
 int64_t selective_checkpoint_bytes_kept();
 
+// Selective replay. In the forward, a selective region records, below autograd, every op that
+// creates a tensor or writes into one, and which of them made each tensor autograd saves. When
+// backward first needs the region, it rebuilds the saved tensors the policy dropped by running
+// again only the ops that produce them (and the ops those need), from the kept outputs and the
+// region's inputs: no module code, no autograd graph, nothing for ops whose outputs nobody saved.
+// Random ops draw with their generators where the forward found them; the generators end where
+// backward found them. A region it cannot replay so recomputes as before (its forward runs again
+// under the recompute context), counted here with the reason: a region that contains another
+// region, debug(true), an op it needs that writes into a tensor from outside the region (e.g.
+// batch norm's running statistics), a random op it needs under preserve_rng_state(false), a
+// parameter modified in place since the forward, views it cannot re-create (another dtype,
+// conjugate bits), a backward inside the region's forward. Gradients are the same either way.
+struct SelectiveReplayStats {
+  int64_t replayed = 0;     // recomputations of selective regions answered by a replay
+  int64_t fallbacks = 0;    // recomputations that ran the region's forward again instead
+  int64_t ops_run = 0;      // ops the replays ran
+  int64_t ops_skipped = 0;  // recorded ops (not kept) the replays did not need
+  int64_t replay_ns = 0;    // host time in the replays, ...
+  int64_t op_ns = 0;        // ... of which in the ops they ran (the host time of the ops recomputed)
+  std::string last_fallback_reason;  // why the last fallback could not replay
+};
+
+// The counters of this process (all regions, all threads) since the start or the last reset.
+//
+//   recompose::reset_selective_replay_stats();
+//   loss.backward();
+//   auto stats = recompose::selective_replay_stats();  // stats.fallbacks == 0: every region replayed
+SelectiveReplayStats selective_replay_stats();
+void reset_selective_replay_stats();
+
+// Turns selective replay on (the default) or off for the whole process: off, every selective
+// region recomputes by running its forward again (counted as fallbacks). For comparisons.
+void set_selective_replay_enabled(bool enabled);
+bool selective_replay_enabled();
+
 struct TransformerPolicyOptions {
   // Recompute every second aten::mm of a region invocation (its 2nd, 4th, ... call) instead of
   // saving all of them (torchtitan's "op" SAC option). Other matrix products are not counted.

@@ -1,6 +1,7 @@
 // Adapter: LibTorch's thread-local dispatch-key sets (c10::impl::LocalDispatchKeySet), behind
-// InternalOpsGuard. The only file of the engine that includes c10/core/impl.
+// InternalOpsGuard and KernelsOnlyGuard. The only file of the engine that includes c10/core/impl.
 #include "engine/internal_ops.h"
+#include "engine/kernels_only.h"
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
@@ -24,7 +25,15 @@ static_assert(sizeof(Guard) <= 16 && alignof(Guard) <= 8, "resize InternalOpsGua
 // The keys through which ops reach a dispatch mode.
 const c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
 
+// Python (the dispatch modes) and every key above it: autograd, ADInplaceOrView, autocast,
+// functorch, tracing. What stays are the keys below Python: backend select and the backends.
+const c10::DispatchKeySet kAboveKernels =
+    c10::DispatchKeySet(c10::DispatchKeySet::FULL) - c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Python);
+
 }  // namespace
+
+KernelsOnlyGuard::KernelsOnlyGuard() { new (guard_) Guard(kAboveKernels); }
+KernelsOnlyGuard::~KernelsOnlyGuard() { std::launder(reinterpret_cast<Guard*>(guard_))->~Guard(); }
 
 InternalOpsGuard::InternalOpsGuard() { new (guard_) Guard(kModeKeys); }
 InternalOpsGuard::~InternalOpsGuard() { std::launder(reinterpret_cast<Guard*>(guard_))->~Guard(); }

@@ -293,7 +293,16 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
       inst.checkpointed.push_back(t.module.get());
     }
     attach_timing_hooks();
-    step();
+    {
+      // The timing hooks time each region's recomputation as its forward run again: selective
+      // replay off for this run (a replay runs no module code, and nothing to replay here).
+      struct ReplayOff {
+        bool was = selective_replay_enabled();
+        ReplayOff() { set_selective_replay_enabled(false); }
+        ~ReplayOff() { set_selective_replay_enabled(was); }
+      } replay_off;
+      step();
+    }
     rec->timeline.resolve();
     restore_generators();
     rec->watched.clear();
