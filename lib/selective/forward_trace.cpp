@@ -6,6 +6,7 @@
 #include <ATen/ops/as_strided.h>
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -258,10 +259,26 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       for (const TensorUse& u : node.uses) mark(u);
     }
     // The last op that will write into each storage: a saved tensor read before it is copied.
+    // The last step that reads each (step n: the saved tensors of position n, then op n): its
+    // tensor is dropped after it, so that the replay holds no more than the recomputation did.
     std::vector<int64_t> last_write(storages_.size(), -1);
+    std::vector<int64_t> last_use(storages_.size(), -1);
     for (std::size_t n = 0; n < n_nodes; ++n) {
       if (!run[n]) continue;
       for (uint32_t w : nodes_[n].writes) last_write[w] = static_cast<int64_t>(n);
+      if (nodes_[n].kept_calls != nullptr) continue;
+      for (const TensorUse& u : nodes_[n].uses) {
+        if (u.storage < TensorUse::kUnsupported) last_use[u.storage] = static_cast<int64_t>(n);
+      }
+    }
+    for (const Saved& s : saved_) {
+      if (needed[s.index] && s.use.storage < TensorUse::kUnsupported) {
+        last_use[s.use.storage] = std::max<int64_t>(last_use[s.use.storage], s.position);
+      }
+    }
+    std::vector<std::vector<uint32_t>> drop_after(n_nodes + 1);
+    for (uint32_t id = 0; id < storages_.size(); ++id) {
+      if (last_use[id] >= 0) drop_after[static_cast<std::size_t>(last_use[id])].push_back(id);
     }
 
     // 2. Run them below autograd and autocast, seen by no dispatch mode, with the generators of
@@ -281,6 +298,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     std::vector<Base> bases(storages_.size());
     auto set_base = [&](uint32_t id, at::Tensor t, bool copy) {
       const Storage& s = storages_[id];
+      if (last_use[id] < 0) return;  // an output nothing reads (a second output of the op...)
       if (copy) t = t.clone();
       if (!s.base.same_shape(t)) {
         throw Fallback{"an op it ran returned a tensor laid out otherwise than in the forward"};
@@ -330,10 +348,14 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       }
     };
     torch::jit::Stack stack;
+    auto drop_unread = [&](std::size_t n) {
+      for (uint32_t id : drop_after[n]) bases[id] = Base{};
+    };
     for (std::size_t n = 0; n < n_nodes; ++n) {
       emit_saved(n);
       if (!run[n]) {
         if (nodes_[n].kept_calls == nullptr) ++outcome.ops_skipped;
+        drop_unread(n);
         continue;
       }
       const Node& node = nodes_[n];
@@ -347,6 +369,8 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
             if (j == k) set_base(id, t, copy);
           });
         }
+        stack.clear();
+        drop_unread(n);
         continue;
       }
       for (const Arg& arg : node.args) {
@@ -388,6 +412,8 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
           }
         });
       }
+      stack.clear();
+      drop_unread(n);
     }
     emit_saved(n_nodes);
     outcome.replayed = true;
