@@ -8,7 +8,9 @@
 //  3. what one selective region's recomputation costs: a GPT-like block with dropout
 //     (transformer_policy), forward and backward timed apart, none against selective: the host
 //     time per op the policy sees in the forward, and the backward's extra time per region (its
-//     recomputation).
+//     recomputation), with the selective replay and with it off (the region's forward run again);
+//     the replay's host time against the host time of the ops it ran (recompose::
+//     selective_replay_stats).
 //
 //   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq T]
 //                   [--dim D] [--threads K] [--section 1|2|3 (default: all)]
@@ -302,16 +304,23 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
   struct Config {
     const char* name;
     std::vector<GptBlock> blocks;
+    bool replay = true;
     std::vector<double> fwd, bwd;
   };
   std::vector<Config> configs;
-  configs.push_back({"none", make(), {}, {}});
-  configs.push_back({"selective (transformer_policy)", make(), {}, {}});
-  for (auto& b : configs[1].blocks) recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(counted));
+  configs.push_back({"none", make(), true, {}, {}});
+  configs.push_back({"replay", make(), true, {}, {}});
+  configs.push_back({"replay off", make(), false, {}, {}});
+  for (size_t i = 1; i < configs.size(); ++i) {
+    for (auto& b : configs[i].blocks) recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(counted));
+  }
   torch::manual_seed(1);
   const torch::Tensor input = torch::randn({batch, seq, dim}).to(device).requires_grad_(true);
+  recompose::SelectiveReplayStats replay_stats;
   auto step = [&](Config& c) {
     for (auto& b : c.blocks) b->zero_grad();
+    recompose::set_selective_replay_enabled(c.replay);
+    recompose::reset_selective_replay_stats();
     torch::manual_seed(2);  // the same dropout masks in every configuration
     torch::Tensor loss;
     examples::synchronize(device);
@@ -325,6 +334,17 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
       loss.backward();
       examples::synchronize(device);
     }));
+    if (c.replay && &c != &configs[0]) {
+      const auto s = recompose::selective_replay_stats();
+      replay_stats.replayed += s.replayed;
+      replay_stats.fallbacks += s.fallbacks;
+      replay_stats.ops_run += s.ops_run;
+      replay_stats.ops_skipped += s.ops_skipped;
+      replay_stats.replay_ns += s.replay_ns;
+      replay_stats.op_ns += s.op_ns;
+      if (s.fallbacks > 0) replay_stats.last_fallback_reason = s.last_fallback_reason;
+    }
+    recompose::set_selective_replay_enabled(true);
   };
   for (auto& c : configs) {  // warm-up, and a check that both agree
     step(c);
@@ -332,26 +352,45 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
     c.bwd.clear();
   }
   *seen = 0;
+  replay_stats = {};
   const auto& g0 = configs[0].blocks[0]->qkv->weight.grad();
-  const auto& g1 = configs[1].blocks[0]->qkv->weight.grad();
-  if (!torch::equal(g0, g1)) std::printf("   WARNING: selective gradients differ from none\n");
+  for (size_t i = 1; i < configs.size(); ++i) {
+    if (!torch::equal(g0, configs[i].blocks[0]->qkv->weight.grad())) {
+      std::printf("   WARNING: selective (%s) gradients differ from none\n", configs[i].name);
+    }
+  }
   for (int rep = 0; rep < reps; ++rep) {
     for (auto& c : configs) step(c);
   }
-  const double ops_per_region = static_cast<double>(*seen) / static_cast<double>(reps * layers);
+  const double ops_per_region = static_cast<double>(*seen) / static_cast<double>(2 * reps * layers);
   const double fwd0 = median(configs[0].fwd), bwd0 = median(configs[0].bwd);
   const double fwd1 = median(configs[1].fwd), bwd1 = median(configs[1].bwd);
+  const double fwd2 = median(configs[2].fwd), bwd2 = median(configs[2].bwd);
   std::printf("\n3. One selective region's recomputation on %s: GPT-like block with dropout 0.1, %lld blocks, batch %lld, "
               "seq %lld, dim %lld (median of %d, interleaved)\n",
               device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
               static_cast<long long>(seq), static_cast<long long>(dim), reps);
-  std::printf("   %-44s %10s %10s\n", "", "none", "selective");
-  std::printf("   %-44s %10.3f %10.3f\n", "forward ms", fwd0 * 1e3, fwd1 * 1e3);
-  std::printf("   %-44s %10.3f %10.3f\n", "backward ms", bwd0 * 1e3, bwd1 * 1e3);
-  std::printf("   %-44s %10.3f %10.3f\n", "step / none", 1.0, (fwd1 + bwd1) / (fwd0 + bwd0));
-  std::printf("   ops the policy sees per region: %.0f; forward cost per such op: %.2f us\n", ops_per_region,
-              (fwd1 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6);
-  std::printf("   recomputation per region (backward selective - none): %.3f ms\n", (bwd1 - bwd0) / static_cast<double>(layers) * 1e3);
+  std::printf("   %-44s %10s %18s %18s\n", "", "none", "selective, replay", "selective, rerun");
+  std::printf("   %-44s %10.3f %18.3f %18.3f\n", "forward ms", fwd0 * 1e3, fwd1 * 1e3, fwd2 * 1e3);
+  std::printf("   %-44s %10.3f %18.3f %18.3f\n", "backward ms", bwd0 * 1e3, bwd1 * 1e3, bwd2 * 1e3);
+  std::printf("   %-44s %10.3f %18.3f %18.3f\n", "step / none", 1.0, (fwd1 + bwd1) / (fwd0 + bwd0),
+              (fwd2 + bwd2) / (fwd0 + bwd0));
+  std::printf("   %-44s %10s %18.2f %18.2f\n", "forward cost per op the policy sees, us", "",
+              (fwd1 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6,
+              (fwd2 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6);
+  std::printf("   %-44s %10s %18.3f %18.3f\n", "recomputation per region (bwd - none), ms", "",
+              (bwd1 - bwd0) / static_cast<double>(layers) * 1e3, (bwd2 - bwd0) / static_cast<double>(layers) * 1e3);
+  std::printf("   ops the policy sees per region: %.0f\n", ops_per_region);
+  const double regions = static_cast<double>(std::max<int64_t>(replay_stats.replayed, 1));
+  std::printf("   replay: %lld regions replayed, %lld fell back%s%s; per region %.1f ops run, %.1f recorded ops skipped\n",
+              static_cast<long long>(replay_stats.replayed), static_cast<long long>(replay_stats.fallbacks),
+              replay_stats.fallbacks > 0 ? ": " : "", replay_stats.last_fallback_reason.c_str(),
+              static_cast<double>(replay_stats.ops_run) / regions, static_cast<double>(replay_stats.ops_skipped) / regions);
+  std::printf("   replay per region %.3f ms, host time of the ops it ran %.3f ms: replay / its ops %.3f; "
+              "rerun (bwd - none) / the replay's ops %.3f\n",
+              static_cast<double>(replay_stats.replay_ns) / regions * 1e-6, static_cast<double>(replay_stats.op_ns) / regions * 1e-6,
+              static_cast<double>(replay_stats.replay_ns) / static_cast<double>(std::max<int64_t>(replay_stats.op_ns, 1)),
+              (bwd2 - bwd0) / static_cast<double>(layers) / (static_cast<double>(replay_stats.op_ns) / regions * 1e-9));
 }
 
 const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads", "--section"};
