@@ -263,22 +263,42 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     // tensor is dropped after it, so that the replay holds no more than the recomputation did.
     std::vector<int64_t> last_write(storages_.size(), -1);
     std::vector<int64_t> last_use(storages_.size(), -1);
+    std::vector<char> viewed(storages_.size(), 0);  // a use in another layout than the storage's tensor
+    auto note_use = [&](const TensorUse& u, int64_t step) {
+      if (u.storage >= TensorUse::kUnsupported) return;
+      const Storage& s = storages_[u.storage];
+      last_use[u.storage] = std::max(last_use[u.storage], step);
+      if (u.geometry == s.base) return;
+      if (u.geometry.dtype != s.base.dtype) throw Fallback{"it needs a view of another dtype than its base"};
+      viewed[u.storage] = 1;
+    };
     for (std::size_t n = 0; n < n_nodes; ++n) {
       if (!run[n]) continue;
       for (uint32_t w : nodes_[n].writes) last_write[w] = static_cast<int64_t>(n);
       if (nodes_[n].kept_calls != nullptr) continue;
-      for (const TensorUse& u : nodes_[n].uses) {
-        if (u.storage < TensorUse::kUnsupported) last_use[u.storage] = static_cast<int64_t>(n);
-      }
+      for (const TensorUse& u : nodes_[n].uses) note_use(u, static_cast<int64_t>(n));
     }
     for (const Saved& s : saved_) {
-      if (needed[s.index] && s.use.storage < TensorUse::kUnsupported) {
-        last_use[s.use.storage] = std::max<int64_t>(last_use[s.use.storage], s.position);
-      }
+      if (needed[s.index]) note_use(s.use, s.position);
     }
     std::vector<std::vector<uint32_t>> drop_after(n_nodes + 1);
     for (uint32_t id = 0; id < storages_.size(); ++id) {
-      if (last_use[id] >= 0) drop_after[static_cast<std::size_t>(last_use[id])].push_back(id);
+      if (last_use[id] < 0) continue;
+      drop_after[static_cast<std::size_t>(last_use[id])].push_back(id);
+      // What can be checked before anything runs is checked here: the replay hands kept outputs
+      // out (and the cache releases them) as it goes, so it should not give up half-way.
+      const Storage& s = storages_[id];
+      if (s.source == Storage::Source::Outside && version_of(s.outside) != s.outside_version) {
+        throw Fallback{"a tensor from outside the region (a parameter?) was modified in place since the forward"};
+      }
+      if (s.source == Storage::Source::Input) {
+        if (s.input >= inputs.size() || !inputs[s.input].defined() || !s.base.same_shape(inputs[s.input])) {
+          throw Fallback{"a region input came back in another layout"};
+        }
+        if (viewed[id] && inputs[s.input].storage().unsafeGetStorageImpl() != s.key) {
+          throw Fallback{"it needs a view of a region input that came back as a copy (offloaded and reloaded)"};
+        }
+      }
     }
 
     // 2. Run them below autograd and autocast, seen by no dispatch mode, with the generators of

@@ -87,7 +87,8 @@ class ForwardTrace {
   void saved(std::size_t index, const at::Tensor& tensor);
 
   // Rebuilds saved tensor i for each needed[i] into out[i] (see SavedTensorReplay::replay).
-  // `replay_kept` hands a kept op's outputs (CacheEntry::replay, with the region's checks).
+  // `replay_kept` hands a kept op's outputs (CacheEntry::replay, with the region's checks), once
+  // per kept op the replay needs, in forward order, after every check that can be made up front.
   using ReplayKept =
       std::function<void(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
   ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,

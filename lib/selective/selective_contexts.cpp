@@ -311,14 +311,26 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       if (slot.kind == OpSlot::Kind::Saved) slot.entry.check_unmodified(op, index, s.allow_cache_entry_mutation);
     });
     const auto start = std::chrono::steady_clock::now();
+    bool handed_out = false;
     auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index, torch::jit::Stack* values) {
       OpSlot& slot = calls.slots[index];
       if (slot.kind != OpSlot::Kind::Saved) throw CheckpointError(extra_backward_error(op.schema().name()));
       slot.entry.replay(op, index, s.allow_cache_entry_mutation, values);
+      // One replay per region, as one recomputation: free the kept outputs as backward goes.
+      slot.kind = OpSlot::Kind::Consumed;
+      slot.entry.release();
+      handed_out = true;
     };
     detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     detail::count_replay(outcome, ns.count());
+    if (!outcome.replayed && handed_out) {
+      // Not reached in practice (what can fail is checked before a kept output is used), but
+      // running the forward again would now find kept outputs gone: say so rather than fall back.
+      throw CheckpointError("recompose selective checkpoint: the replay of a region gave up after using its kept outputs (" +
+                            outcome.fallback_reason + "). Please report this with the model that triggers it; "
+                            "recompose::set_selective_replay_enabled(false) works around it.");
+    }
     if (!outcome.replayed) return false;
     s.replayed = true;
     s.log.release_kept();  // one replay per region, as one recomputation: free the kept outputs now
