@@ -19,8 +19,10 @@
 // ops are intercepted below autograd by a C++ dispatch mode (lib/selective/dispatch_interceptor.cpp).
 // In the forward each op runs, then the policy is asked with its arguments and outputs; the
 // outputs of saved ops are kept (detached, sharing their version counters). The decision is
-// recorded per (op overload, call index). In the recomputation the policy is not asked again:
-// an op recorded as saved returns its kept outputs without running, any other op runs.
+// recorded per (op overload, call index). Backward rebuilds the dropped saved tensors by
+// replaying only the ops that produce them, below autograd (selective replay, below), kept outputs
+// answered from the cache. Where it cannot, the region's forward runs again and the policy is not
+// asked again: an op recorded as saved returns its kept outputs without running, any other op runs.
 // aten::detach and metadata ops (prim::device, aten::size, ...) are not seen by the policy.
 // Ops whose outputs alias their inputs (views such as aten::t, in-place and out= ops) are always
 // recomputed and not shown to the policy: recomputing a view costs nothing, keeping one would
@@ -121,7 +123,8 @@ class SelectivePolicy {
 //    allow_cache_entry_mutation is true; then the modified values are used);
 //  - a second recomputation needs a saved output that the first already handed out
 //    ("Trying to backward an extra time", e.g. backward twice with retain_graph);
-//  - the recomputation runs an op (or more calls of an op) that the forward did not run;
+//  - the recomputation runs an op (or more calls of an op) that the forward did not run (when the
+//    region's forward runs again; a replay runs no module code);
 //  - the policy returned a value that is no CheckpointPolicy (thrown in the forward).
 // Entering the forward context twice, or the recompute context while it is already entered, is
 // a CheckpointError too.
