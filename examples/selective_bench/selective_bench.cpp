@@ -4,12 +4,23 @@
 //     context (recompute / replay);
 //  2. a stack of small transformer blocks, none / full / selective (transformer_policy)
 //     checkpointing: step time (forward + backward) and bytes held for backward, as ratios to
-//     none. Repetitions are interleaved; figures are medians.
+//     none. Repetitions are interleaved; figures are medians;
+//  3. what one selective region's recomputation costs: a GPT-like block with dropout
+//     (transformer_policy), forward and backward timed apart, none against selective: the host
+//     time per op the policy sees in the forward, and the backward's extra time per region (its
+//     recomputation), with the selective replay and with it off (the region's forward run again);
+//     the replay's host time against the host time of the ops it ran (recompose::
+//     selective_replay_stats).
 //
 //   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq T]
-//                   [--dim D] [--threads K]
+//                   [--dim D] [--threads K] [--section 1|2|3 (default: all)]
+//
+// glibc malloc is tuned as in the GPT example (examples/common/allocator_tuning.h): with glibc's
+// defaults the page faults of freed and re-faulted activations are charged to whichever
+// configuration holds the most.
 //
 // On CUDA the stack also reports the peak device memory of a step.
+#include "../common/allocator_tuning.h"
 #include "../common/device.h"
 
 #include <recompose/recompose.h>
@@ -241,7 +252,148 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   }
 }
 
-const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads"};
+// ---------------------------------------------------------------------------------------------
+// 3. One selective region's recomputation
+
+// The block of examples/gpt (pre-LayerNorm, biased linears, fused causal attention, dropout).
+struct GptBlockImpl : torch::nn::Module {
+  GptBlockImpl(int64_t dim, int64_t heads, double p) : heads(heads), p(p) {
+    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
+    qkv = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
+    proj = register_module("proj", torch::nn::Linear(dim, dim));
+    fc = register_module("fc", torch::nn::Linear(dim, 4 * dim));
+    fc_proj = register_module("fc_proj", torch::nn::Linear(4 * dim, dim));
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
+    auto split = qkv(ln1(x)).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+    auto y = torch::scaled_dot_product_attention(split[0], split[1], split[2], {}, is_training() ? p : 0.0, true);
+    x = x + torch::dropout(proj(y.transpose(1, 2).reshape({b, t, d})), p, is_training());
+    return x + torch::dropout(fc_proj(torch::gelu(fc(ln2(x)))), p, is_training());
+  }
+
+  int64_t heads;
+  double p;
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, fc_proj{nullptr};
+};
+TORCH_MODULE(GptBlock);
+
+void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps, const torch::Device& device) {
+  const int64_t heads = 4;
+  auto make = [&] {
+    torch::manual_seed(0);
+    std::vector<GptBlock> blocks;
+    for (int64_t i = 0; i < layers; ++i) {
+      blocks.emplace_back(dim, heads, 0.1);
+      blocks.back()->to(device);
+    }
+    return blocks;
+  };
+  // Ops the policy sees per region: transformer_policy, counted.
+  auto seen = std::make_shared<int64_t>(0);
+  const auto inner = recompose::transformer_policy();
+  const recompose::SelectivePolicy counted([seen, inner](const recompose::SelectiveCheckpointContext& ctx,
+                                                          const c10::OperatorHandle& op, const torch::jit::Stack& args) {
+    ++*seen;
+    return inner(ctx, op, args);
+  });
+  struct Config {
+    const char* name;
+    std::vector<GptBlock> blocks;
+    bool replay = true;
+    std::vector<double> fwd, bwd;
+  };
+  std::vector<Config> configs;
+  configs.push_back({"none", make(), true, {}, {}});
+  configs.push_back({"replay", make(), true, {}, {}});
+  configs.push_back({"replay off", make(), false, {}, {}});
+  for (size_t i = 1; i < configs.size(); ++i) {
+    for (auto& b : configs[i].blocks) recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(counted));
+  }
+  torch::manual_seed(1);
+  const torch::Tensor input = torch::randn({batch, seq, dim}).to(device).requires_grad_(true);
+  recompose::SelectiveReplayStats replay_stats;
+  auto step = [&](Config& c) {
+    for (auto& b : c.blocks) b->zero_grad();
+    recompose::set_selective_replay_enabled(c.replay);
+    recompose::reset_selective_replay_stats();
+    torch::manual_seed(2);  // the same dropout masks in every configuration
+    torch::Tensor loss;
+    examples::synchronize(device);
+    c.fwd.push_back(seconds([&] {
+      torch::Tensor x = input;
+      for (auto& b : c.blocks) x = b(x);
+      loss = x.square().mean();
+      examples::synchronize(device);
+    }));
+    c.bwd.push_back(seconds([&] {
+      loss.backward();
+      examples::synchronize(device);
+    }));
+    if (c.replay && &c != &configs[0]) {
+      const auto s = recompose::selective_replay_stats();
+      replay_stats.replayed += s.replayed;
+      replay_stats.fallbacks += s.fallbacks;
+      replay_stats.ops_run += s.ops_run;
+      replay_stats.ops_skipped += s.ops_skipped;
+      replay_stats.replay_ns += s.replay_ns;
+      replay_stats.op_ns += s.op_ns;
+      if (s.fallbacks > 0) replay_stats.last_fallback_reason = s.last_fallback_reason;
+    }
+    recompose::set_selective_replay_enabled(true);
+  };
+  for (auto& c : configs) {  // warm-up, and a check that both agree
+    step(c);
+    c.fwd.clear();
+    c.bwd.clear();
+  }
+  *seen = 0;
+  replay_stats = {};
+  const auto& g0 = configs[0].blocks[0]->qkv->weight.grad();
+  for (size_t i = 1; i < configs.size(); ++i) {
+    if (!torch::equal(g0, configs[i].blocks[0]->qkv->weight.grad())) {
+      std::printf("   WARNING: selective (%s) gradients differ from none\n", configs[i].name);
+    }
+  }
+  for (int rep = 0; rep < reps; ++rep) {
+    for (auto& c : configs) step(c);
+  }
+  const double ops_per_region = static_cast<double>(*seen) / static_cast<double>(2 * reps * layers);
+  const double fwd0 = median(configs[0].fwd), bwd0 = median(configs[0].bwd);
+  const double fwd1 = median(configs[1].fwd), bwd1 = median(configs[1].bwd);
+  const double fwd2 = median(configs[2].fwd), bwd2 = median(configs[2].bwd);
+  std::printf("\n3. One selective region's recomputation on %s: GPT-like block with dropout 0.1, %lld blocks, batch %lld, "
+              "seq %lld, dim %lld (median of %d, interleaved)\n",
+              device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
+              static_cast<long long>(seq), static_cast<long long>(dim), reps);
+  std::printf("   %-44s %10s %18s %18s\n", "", "none", "selective, replay", "selective, rerun");
+  std::printf("   %-44s %10.3f %18.3f %18.3f\n", "forward ms", fwd0 * 1e3, fwd1 * 1e3, fwd2 * 1e3);
+  std::printf("   %-44s %10.3f %18.3f %18.3f\n", "backward ms", bwd0 * 1e3, bwd1 * 1e3, bwd2 * 1e3);
+  std::printf("   %-44s %10.3f %18.3f %18.3f\n", "step / none", 1.0, (fwd1 + bwd1) / (fwd0 + bwd0),
+              (fwd2 + bwd2) / (fwd0 + bwd0));
+  std::printf("   %-44s %10s %18.2f %18.2f\n", "forward cost per op the policy sees, us", "",
+              (fwd1 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6,
+              (fwd2 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6);
+  std::printf("   %-44s %10s %18.3f %18.3f\n", "recomputation per region (bwd - none), ms", "",
+              (bwd1 - bwd0) / static_cast<double>(layers) * 1e3, (bwd2 - bwd0) / static_cast<double>(layers) * 1e3);
+  std::printf("   ops the policy sees per region: %.0f\n", ops_per_region);
+  const double regions = static_cast<double>(std::max<int64_t>(replay_stats.replayed, 1));
+  std::printf("   replay: %lld regions replayed, %lld fell back%s%s; per region %.1f ops run, %.1f recorded ops skipped\n",
+              static_cast<long long>(replay_stats.replayed), static_cast<long long>(replay_stats.fallbacks),
+              replay_stats.fallbacks > 0 ? ": " : "", replay_stats.last_fallback_reason.c_str(),
+              static_cast<double>(replay_stats.ops_run) / regions, static_cast<double>(replay_stats.ops_skipped) / regions);
+  std::printf("   replay per region %.3f ms, host time of the ops it ran %.3f ms: replay / its ops %.3f; "
+              "rerun (bwd - none) / the replay's ops %.3f\n",
+              static_cast<double>(replay_stats.replay_ns) / regions * 1e-6, static_cast<double>(replay_stats.op_ns) / regions * 1e-6,
+              static_cast<double>(replay_stats.replay_ns) / static_cast<double>(std::max<int64_t>(replay_stats.op_ns, 1)),
+              (bwd2 - bwd0) / static_cast<double>(layers) / (static_cast<double>(replay_stats.op_ns) / regions * 1e-9));
+}
+
+const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads", "--section"};
 
 std::string string_arg(int argc, char** argv, const char* name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -269,6 +421,8 @@ void check_flags(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::tune_malloc_for_training();
+  int64_t section = 0;
   int64_t threads = 0, ops = 0, blocks = 0, batch = 0, seq = 0, dim = 0;
   int reps = 0;
   torch::Device device(torch::kCPU);
@@ -282,14 +436,16 @@ int main(int argc, char** argv) {
     batch = arg(argc, argv, "--batch", 4);
     seq = arg(argc, argv, "--seq", 128);
     dim = arg(argc, argv, "--dim", 256);
+    section = arg(argc, argv, "--section", 0);
   } catch (const std::exception& e) {
     std::cerr << "selective_bench: " << e.what() << "\n"
               << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B]\n"
-              << "                       [--seq T] [--dim D] [--threads K]\n";
+              << "                       [--seq T] [--dim D] [--threads K] [--section 1|2|3]\n";
     return 2;
   }
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
-  per_op_overhead(ops, reps, device);
-  transformer_stack(blocks, batch, seq, dim, reps, device);
+  if (section == 0 || section == 1) per_op_overhead(ops, reps, device);
+  if (section == 0 || section == 2) transformer_stack(blocks, batch, seq, dim, reps, device);
+  if (section == 0 || section == 3) region_recompute_cost(blocks, batch, seq, dim, reps, device);
   return 0;
 }

@@ -19,8 +19,10 @@
 // ops are intercepted below autograd by a C++ dispatch mode (lib/selective/dispatch_interceptor.cpp).
 // In the forward each op runs, then the policy is asked with its arguments and outputs; the
 // outputs of saved ops are kept (detached, sharing their version counters). The decision is
-// recorded per (op overload, call index). In the recomputation the policy is not asked again:
-// an op recorded as saved returns its kept outputs without running, any other op runs.
+// recorded per (op overload, call index). Backward rebuilds the dropped saved tensors by
+// replaying only the ops that produce them, below autograd (selective replay, below), kept outputs
+// answered from the cache. Where it cannot, the region's forward runs again and the policy is not
+// asked again: an op recorded as saved returns its kept outputs without running, any other op runs.
 // aten::detach and metadata ops (prim::device, aten::size, ...) are not seen by the policy.
 // Ops whose outputs alias their inputs (views such as aten::t, in-place and out= ops) are always
 // recomputed and not shown to the policy: recomputing a view costs nothing, keeping one would
@@ -123,7 +125,8 @@ class SelectivePolicy {
 //    allow_cache_entry_mutation is true; then the modified values are used);
 //  - a second recomputation needs a saved output that the first already handed out
 //    ("Trying to backward an extra time", e.g. backward twice with retain_graph);
-//  - the recomputation runs an op (or more calls of an op) that the forward did not run;
+//  - the recomputation runs an op (or more calls of an op) that the forward did not run (when the
+//    region's forward runs again; a replay runs no module code);
 //  - the policy returned a value that is no CheckpointPolicy (thrown in the forward).
 // Entering the forward context twice, or the recompute context while it is already entered, is
 // a CheckpointError too.
@@ -144,6 +147,41 @@ std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const Selec
 //   auto loss = model(x).sum();
 //   int64_t kept = recompose::selective_checkpoint_bytes_kept();
 int64_t selective_checkpoint_bytes_kept();
+
+// Selective replay. In the forward, a selective region records, below autograd, every op that
+// creates a tensor or writes into one, and which of them made each tensor autograd saves. When
+// backward first needs the region, it rebuilds the saved tensors the policy dropped by running
+// again only the ops that produce them (and the ops those need), from the kept outputs and the
+// region's inputs: no module code, no autograd graph, nothing for ops whose outputs nobody saved.
+// Random ops draw with their generators where the forward found them; the generators end where
+// backward found them. A region it cannot replay so recomputes as before (its forward runs again
+// under the recompute context), counted here with the reason: a region that contains another
+// region, debug(true), an op it needs that writes into a tensor from outside the region (e.g.
+// batch norm's running statistics), a random op it needs under preserve_rng_state(false), a
+// parameter modified in place since the forward, views it cannot re-create (another dtype,
+// conjugate bits), a backward inside the region's forward. Gradients are the same either way.
+struct SelectiveReplayStats {
+  int64_t replayed = 0;     // recomputations of selective regions answered by a replay
+  int64_t fallbacks = 0;    // recomputations that ran the region's forward again instead
+  int64_t ops_run = 0;      // ops the replays ran
+  int64_t ops_skipped = 0;  // recorded ops (not kept) the replays did not need
+  int64_t replay_ns = 0;    // host time in the replays, ...
+  int64_t op_ns = 0;        // ... of which in the ops they ran (the host time of the ops recomputed)
+  std::string last_fallback_reason;  // why the last fallback could not replay
+};
+
+// The counters of this process (all regions, all threads) since the start or the last reset.
+//
+//   recompose::reset_selective_replay_stats();
+//   loss.backward();
+//   auto stats = recompose::selective_replay_stats();  // stats.fallbacks == 0: every region replayed
+SelectiveReplayStats selective_replay_stats();
+void reset_selective_replay_stats();
+
+// Turns selective replay on (the default) or off for the whole process: off, every selective
+// region recomputes by running its forward again (counted as fallbacks). For comparisons.
+void set_selective_replay_enabled(bool enabled);
+bool selective_replay_enabled();
 
 struct TransformerPolicyOptions {
   // Recompute every second aten::mm of a region invocation (its 2nd, 4th, ... call) instead of

@@ -1,7 +1,8 @@
 // Adapter: LibTorch's thread-local dispatch-key sets (c10::impl::LocalDispatchKeySet), behind
-// InternalOpsGuard. One of the LibTorch adapters (docs/architecture.md).
+// InternalOpsGuard and KernelsOnlyGuard. One of the LibTorch adapters (docs/architecture.md).
 #include "engine/dispatch_mode_keys.h"
 #include "engine/internal_ops.h"
+#include "engine/kernels_only.h"
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
@@ -22,7 +23,15 @@ namespace {
 using Guard = c10::impl::ExcludeDispatchKeyGuard;
 static_assert(sizeof(Guard) <= 16 && alignof(Guard) <= 8, "resize InternalOpsGuard::guard_");
 
+// Python (the dispatch modes) and every key above it: autograd, ADInplaceOrView, autocast,
+// functorch, tracing. What stays are the keys below Python: backend select and the backends.
+const c10::DispatchKeySet kAboveKernels =
+    c10::DispatchKeySet(c10::DispatchKeySet::FULL) - c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Python);
+
 }  // namespace
+
+KernelsOnlyGuard::KernelsOnlyGuard() { new (guard_) Guard(kAboveKernels); }
+KernelsOnlyGuard::~KernelsOnlyGuard() { std::launder(reinterpret_cast<Guard*>(guard_))->~Guard(); }
 
 InternalOpsGuard::InternalOpsGuard() { new (guard_) Guard(kModeKeys); }
 InternalOpsGuard::~InternalOpsGuard() { std::launder(reinterpret_cast<Guard*>(guard_))->~Guard(); }

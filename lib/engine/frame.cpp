@@ -91,6 +91,7 @@ std::size_t Frame::record_saved(const at::Tensor& tensor) {
   holders_.emplace_back();
   if (check_ != DeterminismCheck::None) metadata_.push_back(TensorMeta::of(tensor));
   sequence_after_last_output_ = is_output_of_newest_node(tensor) ? next_autograd_sequence_nr() : 0;
+  if (replay_ != nullptr) replay_->saved(holders_.size() - 1, tensor);
   return holders_.size() - 1;
 }
 
@@ -149,6 +150,7 @@ void Frame::recompute(int64_t graph_task) {
   // Unpacking the inputs may recompute the enclosing regions first.
   // See Note [ Nestable Checkpoint ], rules 1 and 2.
   std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
+  if (replay_saved(graph_task, inputs)) return;
   if (recompute_ops_) recompute_ops_->clear();
   SavedTensorPolicyBarrier barrier;  // as if no region were active: See Note [ Nestable Checkpoint ], rule 3
   RecomputationPolicy policy(shared_from_this(), graph_task);
@@ -164,6 +166,28 @@ void Frame::recompute(int64_t graph_task) {
     recompute_fn_(inputs);
   } catch (const StopRecomputation&) {
   }
+}
+
+bool Frame::replay_saved(int64_t graph_task, const std::vector<at::Tensor>& inputs) {
+  // Debug mode lists the recomputation's ops in its errors: it runs the forward. A backward
+  // inside the forward (not completed) sees only part of the saved tensors.
+  if (replay_ == nullptr) return false;
+  if (debug_ || contains_region_ || !forward_completed_) {
+    replay_->not_replayed(debug_ ? "debug mode lists the ops of a recomputation: the forward runs again"
+                          : contains_region_ ? "another checkpointed region ran inside its forward"
+                                             : "a backward ran inside its forward");
+    return false;
+  }
+  std::vector<bool> needed(holders_.size());
+  for (std::size_t i = 0; i < holders_.size(); ++i) needed[i] = holders_[i].alive;
+  std::vector<at::Tensor> values;
+  if (!replay_->replay(inputs, forward_state_.cpu_rng != nullptr, needed, values)) return false;
+  Recomputation& r = recomputation(graph_task);
+  for (std::size_t i = 0; i < holders_.size(); ++i) {
+    if (needed[i]) holders_[i].put(graph_task, std::move(values[i]));
+  }
+  r.count = holders_.size();
+  return true;
 }
 
 void Frame::record_recomputed(int64_t graph_task, const at::Tensor& detached) {

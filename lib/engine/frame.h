@@ -13,6 +13,7 @@
 #include "engine/module_state_snapshot.h"
 #include "engine/region_inputs.h"
 #include "engine/rng_state.h"
+#include "engine/saved_tensor_replay.h"
 #include "engine/tensor_meta.h"
 
 #include <recompose/checkpoint_options.h>
@@ -43,7 +44,17 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void set_inputs(SavedRegionInputs inputs) { inputs_ = std::move(inputs); }
   void set_forward_state(ForwardState state) { forward_state_ = std::move(state); }
   const ForwardState& forward_state() const { return forward_state_; }
-  void set_contexts(std::shared_ptr<RegionContexts> contexts) { contexts_ = std::move(contexts); }
+  // The region's contexts; when they can also replay the region's saved tensors
+  // (SavedTensorReplay), the recomputation asks them first.
+  void set_contexts(std::shared_ptr<RegionContexts> contexts) {
+    contexts_ = std::move(contexts);
+    replay_ = dynamic_cast<SavedTensorReplay*>(contexts_.get());
+  }
+  SavedTensorReplay* replay() const { return replay_; }
+  // Another region began inside this one's forward: its saved tensors belong to that region's
+  // frame, and only running this region's forward again rebuilds that frame's inputs as the
+  // nesting rules want them; no replay.
+  void mark_contains_region() { contains_region_ = true; }
   // Snapshots the module state of `roots` and `also` in place (see ModuleStateSnapshot); keeps
   // nothing when there is nothing to restore.
   void snapshot_module_state(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
@@ -72,6 +83,8 @@ class Frame : public std::enable_shared_from_this<Frame> {
 
  private:
   void recompute(int64_t graph_task);
+  // Rebuilds the saved tensors through replay_, if it can; false to run the forward again.
+  bool replay_saved(int64_t graph_task, const std::vector<at::Tensor>& inputs);
   void check_recomputed_tensors_match(int64_t graph_task);
   [[noreturn]] void fail(const std::string& message);
 
@@ -104,6 +117,8 @@ class Frame : public std::enable_shared_from_this<Frame> {
   ForwardState forward_state_;
   std::string rng_problem_;
   std::shared_ptr<RegionContexts> contexts_;
+  SavedTensorReplay* replay_ = nullptr;  // contexts_, when they replay
+  bool contains_region_ = false;
   std::optional<ModuleStateSnapshot> module_state_;  // in place: no allocation of its own
   // Debug mode only (allocated by the constructor when debug is on).
   std::shared_ptr<std::vector<std::string>> forward_ops_;

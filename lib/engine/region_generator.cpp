@@ -88,6 +88,25 @@ class LifoList {
   std::vector<T> items_;
 };
 
+// The frame whose forward runs on this thread (innermost), or nullptr.
+thread_local Frame* t_forward_frame = nullptr;
+
+// Makes `frame` the innermost forward of this thread while alive; tells the enclosing one that
+// a region began inside it.
+class ForwardFrameScope {
+ public:
+  explicit ForwardFrameScope(Frame* frame) : outer_(t_forward_frame) {
+    if (outer_ != nullptr) outer_->mark_contains_region();
+    t_forward_frame = frame;
+  }
+  ~ForwardFrameScope() { t_forward_frame = outer_; }
+  ForwardFrameScope(const ForwardFrameScope&) = delete;
+  ForwardFrameScope& operator=(const ForwardFrameScope&) = delete;
+
+ private:
+  Frame* outer_;
+};
+
 // `options` and `inputs` are references: RegionRun::begin runs the pre-forward step before it
 // returns, and the post-forward step reads only what the pre-forward step copied into locals
 // (copying the options and the inputs into the coroutine frame cost more than the rest of it).
@@ -109,6 +128,7 @@ RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vec
     frame->set_inputs(save_region_inputs(inputs));
   }
   frame->set_contexts(make_contexts(options));
+  if (auto* replay = frame->replay()) replay->region_inputs(inputs);
   LifoList<std::shared_ptr<void>> plugin_tokens;  // held until the post-forward step has run
   for (const auto& plugin : region_plugins()) plugin_tokens.push(plugin->begin_region(options));
 
@@ -116,6 +136,7 @@ RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vec
   SavedTensorPolicyScope scope(policy);
   std::shared_ptr<void> context = frame->contexts() ? frame->contexts()->enter_forward() : nullptr;
   DepthGuard depth(CheckpointDepth::forward());
+  ForwardFrameScope innermost(frame.get());
   std::optional<OpTrace> trace;
   if (debug) trace.emplace(frame->forward_ops());
 

@@ -285,7 +285,16 @@ void run_intercepted(const std::function<void()>& step, const std::vector<detail
     inst.checkpointed.push_back(t.module.get());
   }
   attach_timing_hooks(inst, targets, rec);
-  step();
+  {
+    // The timing hooks time each region's recomputation as its forward run again: selective
+    // replay off for this run (a replay runs no module code, and nothing to replay here).
+    struct ReplayOff {
+      bool was = selective_replay_enabled();
+      ReplayOff() { set_selective_replay_enabled(false); }
+      ~ReplayOff() { set_selective_replay_enabled(was); }
+    } replay_off;
+    step();
+  }
   rec->timeline.resolve();
   rec->watched.clear();
 }

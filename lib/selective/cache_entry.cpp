@@ -127,22 +127,8 @@ CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, Offloader* sw
 
 void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
                         torch::jit::Stack* stack) const {
-  size_t k = 0;
-  for (const c10::IValue& v : values_) {
-    // Check everything before pushing anything: an error leaves the stack as it was.
-    map_tensors(v, [&](const at::Tensor& t) {
-      if (!t.defined()) return t;
-      const uint32_t kept = versions_[k++];
-      if (!allow_mutation && kept != kUntracked && version_of(t) != kept) {
-        throw CheckpointError("recompose: selective checkpoint: the output of " + op.schema().name() +
-                              " (call " + std::to_string(call_index) +
-                              " in the region) that was saved in the forward has been modified in "
-                              "place since. Avoid modifying it in place, or pass "
-                              "allow_cache_entry_mutation = true to use the modified values.");
-      }
-      return t;
-    });
-  }
+  // Check everything before pushing anything: an error leaves the stack as it was.
+  check_unmodified(op, call_index, allow_mutation);
   size_t j = 0;
   for (const c10::IValue& v : values_) {
     torch::jit::push(*stack, map_tensors(v, [&](const at::Tensor& t) {
@@ -157,6 +143,24 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
       at::Tensor reloaded = swapped->get();
       return written_after_capture_ ? reloaded.clone() : alias_of(reloaded);
     }));
+  }
+}
+
+void CacheEntry::check_unmodified(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation) const {
+  size_t k = 0;
+  for (const c10::IValue& v : values_) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      const uint32_t kept = versions_[k++];
+      if (!allow_mutation && kept != kUntracked && version_of(t) != kept) {
+        throw CheckpointError("recompose selective checkpoint: the output of " + op.schema().name() +
+                              " (call " + std::to_string(call_index) +
+                              " in the region) that was saved in the forward has been modified in "
+                              "place since. Avoid modifying it in place, or pass "
+                              "allow_cache_entry_mutation = true to use the modified values.");
+      }
+      return t;
+    });
   }
 }
 

@@ -39,6 +39,10 @@ class CacheEntry {
   void replay(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
               torch::jit::Stack* stack) const;
 
+  // The check of replay() alone: throws CheckpointError naming `op` if a kept tensor was
+  // modified in place since capture() and !allow_mutation.
+  void check_unmodified(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation) const;
+
   // Replaces the kept tensors by copies (and records their versions anew): called before an op
   // of the same forward writes into their storage through another TensorImpl, whose version
   // counter the replay check would not see (e.g. aten::_unsafe_view followed by add_).

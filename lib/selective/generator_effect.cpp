@@ -104,4 +104,32 @@ bool GeneratorEffect::replay() const {
   return true;
 }
 
+void GeneratorEffect::rewind() const {
+  for (const State& s : states_) {
+    at::Generator gen = s.generator;
+    set_state(gen, s.before);
+  }
+}
+
+void GeneratorEffect::collect(std::vector<at::Generator>& gens) const {
+  for (const State& s : states_) add_generator(gens, s.generator);
+}
+
+GeneratorStash::GeneratorStash(std::vector<at::Generator> generators) {
+  states_.reserve(generators.size());
+  for (at::Generator& gen : generators) {
+    at::Tensor state = state_of(gen);
+    states_.emplace_back(std::move(gen), std::move(state));
+  }
+}
+
+GeneratorStash::~GeneratorStash() {
+  for (auto& [gen, state] : states_) {
+    try {
+      set_state(gen, state);
+    } catch (...) {  // a destructor: set_state of a state it read itself does not throw
+    }
+  }
+}
+
 }  // namespace recompose::detail

@@ -9,6 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <utility>
 #include <vector>
 
 namespace recompose::detail {
@@ -33,6 +34,12 @@ class GeneratorEffect {
   // as a recomputation would, rather than rewinding them into the forward's past.
   bool replay() const;
 
+  // Selective replay, in place of nothing: puts every generator back where the forward found it,
+  // so that running the op again draws what it drew.
+  void rewind() const;
+  // Adds the generators this effect covers to `gens`, each once.
+  void collect(std::vector<at::Generator>& gens) const;
+
  private:
   struct State {
     at::Generator generator;
@@ -40,6 +47,19 @@ class GeneratorEffect {
     at::Tensor after;
   };
   std::vector<State> states_;
+};
+
+// Keeps the states of `generators` while alive and puts them back when it goes (also when an
+// exception unwinds): a replay's rewinds leave the generators as backward found them.
+class GeneratorStash {
+ public:
+  explicit GeneratorStash(std::vector<at::Generator> generators);
+  ~GeneratorStash();
+  GeneratorStash(const GeneratorStash&) = delete;
+  GeneratorStash& operator=(const GeneratorStash&) = delete;
+
+ private:
+  std::vector<std::pair<at::Generator, at::Tensor>> states_;
 };
 
 }  // namespace recompose::detail

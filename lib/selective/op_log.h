@@ -28,6 +28,8 @@ struct OpCalls {
   std::vector<OpSlot> slots;  // one per forward call, in order
   size_t replayed = 0;        // calls seen by the current recomputation
   std::optional<bool> random;  // is_random_op(), asked once per op
+  std::optional<bool> writes;  // an argument is written (in place, out=), asked once per aliasing op
+  std::optional<bool> hidden_writes;  // writes_undeclared(), asked once per op
 };
 
 class OpLog {
@@ -42,6 +44,16 @@ class OpLog {
   // A new recomputation matches calls from the first one again.
   void restart_replay() {
     for (auto& [op, calls] : ops_) calls.replayed = 0;
+  }
+  // Drops every kept output (after a selective replay, which uses them once).
+  void release_kept() {
+    for (auto& [op, calls] : ops_) {
+      for (OpSlot& slot : calls.slots) {
+        if (slot.kind != OpSlot::Kind::Saved) continue;
+        slot.entry.release();
+        slot.kind = OpSlot::Kind::Consumed;
+      }
+    }
   }
 
  private:

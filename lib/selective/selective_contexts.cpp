@@ -1,10 +1,17 @@
 // create_selective_checkpoint_contexts: the forward context caches the outputs of saved ops,
 // the recompute context replays them (upstream's _CachingTorchDispatchMode and
 // _CachedTorchDispatchMode). Both are OpInterceptors sharing one OpLog per region invocation.
+// The forward context also records a ForwardTrace, from which the contexts, as the region's
+// SavedTensorReplay, rebuild the dropped saved tensors without running the forward again
+// (docs/architecture.md, "Selective replay"); the recompute context serves the regions that
+// cannot be replayed so.
 
 #include "dispatch_interceptor.h"
 #include "engine/internal_ops.h"
+#include "engine/saved_tensor_replay.h"
+#include "forward_trace.h"
 #include "generator_effect.h"
+#include "replay_stats.h"
 
 #include "ignored_ops.h"
 #include "op_log.h"
@@ -14,6 +21,7 @@
 #include <recompose/selective_checkpoint.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +51,9 @@ struct SacState {
   std::unordered_multimap<const c10::StorageImpl*, std::pair<OpCalls*, size_t>> kept_storages;
   std::atomic<bool> forward_entered{false};
   std::atomic<bool> recompute_active{false};
+  detail::ForwardTrace trace;
+  bool replayed = false;       // a replay answered a recomputation (and released the kept outputs)
+  std::string first_kept_op;   // the first op whose outputs the forward kept, if any
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
   // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
@@ -70,6 +81,20 @@ void check_decision(CheckpointPolicy p, const c10::OperatorHandle& op, int64_t c
                         "MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE or MUST_SWAP.");
 }
 
+std::string extra_backward_error(const std::string& op_name) {
+  return "recompose selective checkpoint: Trying to backward an extra time. You are only allowed to "
+         "backward once on any region computed under selective activation checkpoint (the output "
+         "of " + op_name + " saved in the forward was already used by an earlier "
+         "recomputation, e.g. a backward with retain_graph).";
+}
+
+bool writes_argument(const c10::OperatorHandle& op) {
+  for (const c10::Argument& arg : op.schema().arguments()) {
+    if (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+
 bool keeps_output(CheckpointPolicy p) {
   // MUST_SWAP keeps the output too, offloaded to host memory (CacheEntry::capture).
   return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE || p == CheckpointPolicy::MUST_SWAP;
@@ -80,15 +105,33 @@ class CachingInterceptor final : public detail::OpInterceptor {
   explicit CachingInterceptor(SacState& s) : s_(s) {}
 
   void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (detail::is_sac_ignored(op) || detail::is_autocast_cacheable_cast(op, *stack)) {
+    if (detail::is_sac_ignored(op)) {
       detail::run_below(op, stack);
+      return;
+    }
+    if (detail::is_autocast_cacheable_cast(op, *stack)) {  // in the trace, never in the op log
+      s_.trace.begin(op, *stack);
+      detail::run_below(op, stack);
+      s_.trace.end(*stack, nullptr, 0, nullptr);
       return;
     }
     if (!s_.kept_storages.empty()) protect_kept_outputs(op, *stack);
     OpCalls& calls = s_.log.calls_of(op);
     const auto call_index = static_cast<int64_t>(calls.slots.size());
+    if (!calls.random) calls.random = detail::is_random_op(op);
     if (detail::returns_alias(op)) {
-      detail::run_below(op, stack);
+      if (!calls.writes) calls.writes = writes_argument(op);
+      if (*calls.writes) {
+        // In place or out=: a new version of the storage it writes into (bernoulli_ of dropout
+        // on CPU: with its generators' state).
+        s_.trace.begin(op, *stack);
+        std::unique_ptr<detail::GeneratorEffect> rng;
+        if (*calls.random) rng = std::make_unique<detail::GeneratorEffect>(detail::GeneratorEffect::before(op, *stack));
+        detail::run_below(op, stack);
+        s_.trace.end(*stack, nullptr, 0, std::move(rng));
+      } else {
+        detail::run_below(op, stack);  // a view: the trace names tensors by storage and layout
+      }
       calls.slots.emplace_back();
       return;
     }
@@ -97,7 +140,8 @@ class CachingInterceptor final : public detail::OpInterceptor {
     if (stack->size() < n_args) internal_stack_error(op);
     // The policy sees the arguments after the op ran (upstream passes the outputs too).
     torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
-    if (!calls.random) calls.random = detail::is_random_op(op);
+    if (!calls.hidden_writes) calls.hidden_writes = detail::writes_undeclared(op);
+    s_.trace.begin(op, *stack, *calls.hidden_writes);
     std::optional<detail::GeneratorEffect> rng;
     if (*calls.random) rng = detail::GeneratorEffect::before(op, *stack);
     detail::run_below(op, stack);
@@ -119,6 +163,10 @@ class CachingInterceptor final : public detail::OpInterceptor {
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
       }
+      if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
+      s_.trace.end(*stack, &calls, static_cast<uint32_t>(calls.slots.size() - 1), nullptr);
+    } else {
+      s_.trace.end(*stack, nullptr, 0, rng ? std::make_unique<detail::GeneratorEffect>(std::move(*rng)) : nullptr);
     }
   }
 
@@ -190,11 +238,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
         detail::run_below(op, stack);
         return;
       case OpSlot::Kind::Consumed:
-        throw CheckpointError(
-            "recompose: selective checkpoint: Trying to backward an extra time. You are only allowed to "
-            "backward once on any region computed under selective activation checkpoint (the output "
-            "of " + op.schema().name() + " saved in the forward was already used by an earlier "
-            "recomputation, e.g. a backward with retain_graph).");
+        throw CheckpointError(extra_backward_error(op.schema().name()));
       case OpSlot::Kind::Saved: {
         const size_t n_args = op.schema().arguments().size();
         if (stack->size() < n_args) internal_stack_error(op);
@@ -239,9 +283,59 @@ struct Entered {
   detail::InterceptorScope scope;  // declared last: uninstalled first
 };
 
-class SelectiveContexts final : public RegionContexts {
+class SelectiveContexts final : public RegionContexts, public detail::SavedTensorReplay {
  public:
   explicit SelectiveContexts(std::shared_ptr<SacState> s) : state_(std::move(s)) {}
+
+  void region_inputs(const std::vector<at::Tensor>& inputs) override { state_->trace.add_inputs(inputs); }
+  void saved(std::size_t index, const at::Tensor& tensor) override { state_->trace.saved(index, tensor); }
+  void not_replayed(const char* why) override {
+    detail::ReplayOutcome outcome;
+    outcome.fallback_reason = why;
+    detail::count_replay(outcome, 0);
+  }
+
+  bool replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
+              std::vector<at::Tensor>& out) override {
+    SacState& s = *state_;
+    if (!selective_replay_enabled()) {
+      not_replayed("selective replay is off (recompose::set_selective_replay_enabled(false))");
+      return false;
+    }
+    // As a recomputation would: the first kept output it reaches was handed out already.
+    if (s.replayed && !s.first_kept_op.empty()) throw CheckpointError(extra_backward_error(s.first_kept_op));
+    // As a recomputation would, which replays every kept output: one modified in place since the
+    // forward is an error even where the replay does not need it.
+    s.trace.for_each_kept([&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index) {
+      const OpSlot& slot = calls.slots[index];
+      if (slot.kind == OpSlot::Kind::Saved) slot.entry.check_unmodified(op, index, s.allow_cache_entry_mutation);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    bool handed_out = false;
+    auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index, torch::jit::Stack* values) {
+      OpSlot& slot = calls.slots[index];
+      if (slot.kind != OpSlot::Kind::Saved) throw CheckpointError(extra_backward_error(op.schema().name()));
+      slot.entry.replay(op, index, s.allow_cache_entry_mutation, values);
+      // One replay per region, as one recomputation: free the kept outputs as backward goes.
+      slot.kind = OpSlot::Kind::Consumed;
+      slot.entry.release();
+      handed_out = true;
+    };
+    detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+    detail::count_replay(outcome, ns.count());
+    if (!outcome.replayed && handed_out) {
+      // Not reached in practice (what can fail is checked before a kept output is used), but
+      // running the forward again would now find kept outputs gone: say so rather than fall back.
+      throw CheckpointError("recompose selective checkpoint: the replay of a region gave up after using its kept outputs (" +
+                            outcome.fallback_reason + "). Please report this with the model that triggers it; "
+                            "recompose::set_selective_replay_enabled(false) works around it.");
+    }
+    if (!outcome.replayed) return false;
+    s.replayed = true;
+    s.log.release_kept();  // one replay per region, as one recomputation: free the kept outputs now
+    return true;
+  }
 
   std::shared_ptr<void> enter_forward() override {
     if (state_->forward_entered.exchange(true)) {

@@ -1,0 +1,155 @@
+// ForwardTrace: what a selective region's forward did below autograd, recorded so that backward
+// can rebuild exactly the saved tensors it dropped, by running only their producing ops again
+// (docs/architecture.md, "Selective replay").
+//
+// Tensors are named by their storage and by how many recorded ops had written into it before
+// (a version): every tensor the forward used (an op argument, a saved tensor) is a view of a
+// storage that a recorded op created (or a region input, or a tensor from outside the region,
+// such as a parameter) at some version. The replay runs, in forward order, the ops that produce
+// the versions the saved tensors need, and the ops those need, from the kept outputs (answered
+// by their cache entries), the region's inputs and the outside tensors; views are re-created
+// with as_strided. Storages are held weakly: their memory is freed as usual, and their address
+// is not reused while the trace lives.
+#pragma once
+
+#include "generator_effect.h"
+#include "op_log.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/SmallVector.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace recompose::detail {
+
+// Where a tensor lies in its storage.
+struct TensorGeometry {
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  int64_t offset = 0;
+  at::ScalarType dtype = at::kFloat;
+
+  static TensorGeometry of(const at::Tensor& t);
+  // Same sizes, strides and dtype (the storage offset apart).
+  bool same_shape(const at::Tensor& t) const;
+  bool operator==(const TensorGeometry& o) const {
+    return offset == o.offset && dtype == o.dtype && sizes == o.sizes && strides == o.strides;
+  }
+};
+
+// One use of a tensor in the forward.
+struct TensorUse {
+  static constexpr uint32_t kUndefined = UINT32_MAX;    // an undefined (optional) tensor
+  static constexpr uint32_t kUnsupported = UINT32_MAX - 1;  // no strided storage, conjugate/negative bit
+  uint32_t storage = kUndefined;
+  uint32_t version = 0;  // recorded writes into the storage before this use
+  TensorGeometry geometry;
+};
+
+// How one recomputation of the region went, for the counters.
+struct ReplayOutcome {
+  bool replayed = false;
+  std::string fallback_reason;  // when !replayed
+  int64_t ops_run = 0;
+  int64_t ops_skipped = 0;
+  int64_t op_ns = 0;  // host time in the ops' kernels
+};
+
+// Ops that write into arguments their schema does not declare (native_batch_norm updates its
+// running statistics in place, yet its schema says nothing): a replay must not run them again.
+bool writes_undeclared(const c10::OperatorHandle& op);
+
+class ForwardTrace {
+ public:
+  // The region's inputs (before the body runs).
+  void add_inputs(const std::vector<at::Tensor>& inputs);
+
+  // Around one intercepted op that writes into an argument or returns new tensors: begin() with
+  // its arguments on top of `stack`, end() with its outputs there. An op that throws between them
+  // leaves the trace unusable (the region falls back).
+  // `hidden_writes`: the op writes into arguments its schema does not declare (writes_undeclared).
+  void begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool hidden_writes = false);
+  // `kept`: the op's outputs are answered by this cache slot. `rng`: a random op's generator
+  // states before it ran (not kept ones).
+  void end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint32_t kept_slot,
+           std::unique_ptr<GeneratorEffect> rng);
+
+  // Autograd saved `tensor` in the region's forward as saved tensor `index`.
+  void saved(std::size_t index, const at::Tensor& tensor);
+
+  // Rebuilds saved tensor i for each needed[i] into out[i] (see SavedTensorReplay::replay).
+  // `replay_kept` hands a kept op's outputs (CacheEntry::replay, with the region's checks), once
+  // per kept op the replay needs, in forward order, after every check that can be made up front.
+  using ReplayKept =
+      std::function<void(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
+  ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
+                       const ReplayKept& replay_kept, std::vector<at::Tensor>& out) const;
+
+  std::size_t op_count() const { return nodes_.size(); }
+
+  // Calls f(op, calls, slot) for every kept op, in forward order.
+  void for_each_kept(const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const;
+
+ private:
+  struct Storage {
+    enum class Source : uint8_t { Op, Input, Outside };
+    Source source = Source::Outside;
+    const c10::StorageImpl* key = nullptr;
+    c10::weak_intrusive_ptr<c10::StorageImpl> weak{c10::intrusive_ptr<c10::StorageImpl>()};
+    uint32_t op = 0;      // Op: the node that created it
+    uint32_t output = 0;  // Op: which of its (flattened) outputs
+    uint32_t input = 0;   // Input: which region input
+    at::Tensor outside;   // Outside: an alias of the tensor (shares its version counter)
+    uint32_t outside_version = 0;
+    TensorGeometry base;  // the creating output, the input, or the outside tensor
+    std::vector<uint32_t> writers;  // node of each recorded write: version v is made by writers[v - 1]
+  };
+  struct Arg {
+    enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList };
+    Kind kind = Kind::Constant;
+    uint32_t first = 0;  // uses_[first, first + count)
+    uint32_t count = 0;
+    c10::IValue constant;
+  };
+  struct Node {
+    explicit Node(const c10::OperatorHandle& o) : op(o) {}
+    c10::OperatorHandle op;
+    std::vector<Arg> args;
+    std::vector<TensorUse> uses;
+    c10::SmallVector<uint32_t, 1> writes;                   // storages written (one version each)
+    c10::SmallVector<std::pair<uint32_t, uint32_t>, 2> created;  // (flattened output, storage)
+    OpCalls* kept_calls = nullptr;
+    uint32_t kept_slot = 0;
+    std::unique_ptr<GeneratorEffect> rng;
+    bool unsupported = false;  // an argument the replay cannot rebuild (tensors in a tuple...)
+    bool hidden_writes = false;  // writes into arguments its schema does not declare
+    bool complete = false;     // end() ran
+  };
+  struct Saved {
+    std::size_t index;
+    uint32_t position;  // recorded ops before it was saved
+    TensorUse use;
+  };
+
+  TensorUse use_of(const at::Tensor& t);
+  uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight
+  uint32_t add_storage(const at::Tensor& t, Storage::Source source);
+
+  std::vector<Storage> storages_;
+  std::unordered_map<const c10::StorageImpl*, uint32_t> index_;
+  std::vector<Node> nodes_;
+  std::vector<Saved> saved_;
+  bool pending_ = false;   // begin() without end()
+  bool poisoned_ = false;  // an op threw between begin() and end()
+};
+
+}  // namespace recompose::detail

@@ -1,0 +1,329 @@
+// Selective replay (docs/architecture.md, "Selective replay"): a selective region's backward
+// rebuilds the saved tensors it dropped by running only the ops that produce them. Gradients are
+// those of plain autograd, bitwise; the replay runs exactly the ops it needs; regions it cannot
+// replay fall back to running the forward again, counted.
+#include <recompose/checkpoint.h>
+#include <recompose/checkpoint_error.h>
+#include <recompose/selective_checkpoint.h>
+
+#include <ATen/autocast_mode.h>
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+using recompose::CheckpointError;
+using recompose::CheckpointOptions;
+using recompose::CheckpointPolicy;
+using recompose::SelectiveCheckpointContext;
+using recompose::SelectivePolicy;
+
+namespace {
+
+SelectivePolicy always(CheckpointPolicy p) {
+  return SelectivePolicy([p](const SelectiveCheckpointContext&, const c10::OperatorHandle&, const torch::jit::Stack&) { return p; });
+}
+
+bool bitwise_equal(const std::vector<torch::Tensor>& x, const std::vector<torch::Tensor>& y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].defined() != y[i].defined()) return false;
+    if (x[i].defined() && !torch::equal(x[i], y[i])) return false;
+  }
+  return true;
+}
+
+std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& leaves) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : leaves) out.push_back(t.grad().defined() ? t.grad().clone() : torch::Tensor());
+  return out;
+}
+
+// Fresh leaves: the same values, requiring grad, no gradient yet.
+std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& leaves) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : leaves) out.push_back(t.detach().clone().requires_grad_(true));
+  return out;
+}
+
+// Runs `fn` on copies of `leaves` without checkpointing and as one checkpointed region with
+// `options`, from the same generator state; checks outputs, gradients and the generator state
+// after the step bitwise; returns the replay counters of the checkpointed step.
+using Fn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+recompose::SelectiveReplayStats check_against_plain(const Fn& fn, const std::vector<torch::Tensor>& leaves,
+                                                    const CheckpointOptions& options) {
+  auto plain = copies(leaves);
+  torch::manual_seed(7);
+  torch::Tensor y_plain = fn(plain);
+  y_plain.square().sum().backward();
+  const torch::Tensor rng_plain = torch::rand({4});
+
+  auto ckpt = copies(leaves);
+  torch::manual_seed(7);
+  recompose::reset_selective_replay_stats();
+  torch::Tensor y = recompose::checkpoint(options, [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+  y.square().sum().backward();
+  const auto stats = recompose::selective_replay_stats();
+  const torch::Tensor rng_ckpt = torch::rand({4});
+
+  CHECK(torch::equal(y, y_plain));
+  CHECK(bitwise_equal(grads_of(ckpt), grads_of(plain)));
+  CHECK(torch::equal(rng_ckpt, rng_plain));  // the replay leaves the generator as backward found it
+  return stats;
+}
+
+CheckpointOptions with(const SelectivePolicy& policy) { return CheckpointOptions().policy(policy); }
+
+// A GPT-like block as plain ops on leaves: LayerNorm, biased projections, causal attention with
+// dropout (math path on CPU), residual dropout, GELU MLP. leaves: x, ln weight, ln bias, w_qkv,
+// b_qkv, w_proj, w_fc, w_out.
+torch::Tensor gpt_block(const std::vector<torch::Tensor>& p) {
+  const torch::Tensor& x = p[0];
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), heads = 2;
+  auto h = torch::layer_norm(x, {d}, p[1], p[2]);
+  auto qkv = torch::linear(h, p[3], p[4]).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto y = torch::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, 0.1, true);
+  auto r = x + torch::dropout(torch::linear(y.transpose(1, 2).reshape({b, t, d}), p[5]), 0.2, true);
+  auto m = torch::layer_norm(r, {d}, p[1], p[2]);
+  return r + torch::dropout(torch::linear(torch::gelu(torch::linear(m, p[6])), p[7]), 0.2, true);
+}
+
+std::vector<torch::Tensor> gpt_leaves() {
+  torch::manual_seed(0);
+  const int64_t d = 8;
+  return {torch::randn({2, 5, d}), torch::randn({d}), torch::randn({d}), torch::randn({3 * d, d}) * 0.3,
+          torch::randn({3 * d}), torch::randn({d, d}) * 0.3, torch::randn({4 * d, d}) * 0.3, torch::randn({d, 4 * d}) * 0.3};
+}
+
+}  // namespace
+
+TEST_SUITE("selective replay") {
+
+TEST_CASE("a GPT-like block with dropout: bitwise the gradients of plain autograd, for every policy, replayed") {
+  const auto leaves = gpt_leaves();
+  struct Case {
+    const char* name;
+    SelectivePolicy policy;
+  };
+  const std::vector<Case> cases = {
+      {"transformer_policy", recompose::transformer_policy()},
+      {"transformer_policy, every second mm",
+       recompose::transformer_policy(recompose::TransformerPolicyOptions().recompute_every_second_mm(true))},
+      {"MUST_SAVE everything", always(CheckpointPolicy::MUST_SAVE)},
+      {"PREFER_SAVE everything", always(CheckpointPolicy::PREFER_SAVE)},
+      {"PREFER_RECOMPUTE everything", always(CheckpointPolicy::PREFER_RECOMPUTE)},
+      {"MUST_RECOMPUTE everything", always(CheckpointPolicy::MUST_RECOMPUTE)},
+      {"save list", SelectivePolicy({"aten::addmm", "aten::native_layer_norm"})},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const auto stats = check_against_plain(gpt_block, leaves, with(c.policy));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+    CHECK(stats.last_fallback_reason == "");
+  }
+}
+
+TEST_CASE("the replay runs only the ops whose outputs backward needs") {
+  // gelu saves its input (u): backward needs `add` alone. Nothing saves the outputs of gelu,
+  // neg, the second add and the last neg (neg and add save nothing): they must not run.
+  const Fn fn = [](const std::vector<torch::Tensor>& p) {
+    torch::Tensor u = p[0] + p[1];
+    torch::Tensor g = torch::gelu(u);
+    return ((-g) + p[1]).neg();
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+  const auto stats = check_against_plain(fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
+  CHECK(stats.replayed == 1);
+  CHECK(stats.ops_run == 1);
+  CHECK(stats.ops_skipped == 4);
+}
+
+TEST_CASE("the replay runs every op a dropped saved tensor depends on, however deep") {
+  // sin saves its input e = exp(...): exp must run, and the add before it; cos saves s = sin(e):
+  // sin must run too. mm is kept (answered from its cache entry, never run); neg is not needed.
+  const Fn fn = [](const std::vector<torch::Tensor>& p) {
+    torch::Tensor e = (torch::mm(p[0], p[1]) + p[1]).exp();
+    torch::Tensor s = e.sin();
+    return s.cos().neg();
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}) * 0.3, torch::randn({4, 4}) * 0.3};
+  const auto stats = check_against_plain(fn, leaves, with(SelectivePolicy({"aten::mm"})));
+  CHECK(stats.replayed == 1);
+  CHECK(stats.fallbacks == 0);
+  CHECK(stats.ops_run == 3);      // add, exp, sin
+  CHECK(stats.ops_skipped == 2);  // cos, neg
+}
+
+TEST_CASE("views of op outputs and of the inputs are re-created, not recomputed") {
+  const Fn fn = [](const std::vector<torch::Tensor>& p) {
+    torch::Tensor x = p[0];
+    torch::Tensor h = torch::sigmoid(x.t());  // a view of the input
+    torch::Tensor parts = h.reshape({2, 2, 3}).select(1, 1).unsqueeze(0);  // sigmoid's output, viewed
+    torch::Tensor s = torch::sin(parts.expand({2, 2, 3}));
+    return torch::mm(s.reshape({4, 3}).narrow(0, 1, 3), x.narrow(1, 1, 3).t().contiguous()).tanh();
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({3, 4})};
+  for (const auto& policy : {always(CheckpointPolicy::PREFER_RECOMPUTE), SelectivePolicy({"aten::mm"})}) {
+    const auto stats = check_against_plain(fn, leaves, with(policy));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+  }
+}
+
+TEST_CASE("in-place ops are replayed in order, on the versions the forward saved") {
+  // relu_ saves its result; dropout on CPU is empty_like, bernoulli_, div_, mul; the 3-d
+  // Linear on a non-contiguous input is mm, _unsafe_view, add_ (into the storage of mm's output,
+  // kept by transformer_policy: the replay writes into a copy, never into the cache).
+  const Fn fn = [](const std::vector<torch::Tensor>& p) {
+    torch::Tensor a = (p[0] * 2).relu_();
+    torch::Tensor b = torch::dropout(a.sin(), 0.5, true);
+    torch::Tensor c = torch::linear(b.transpose(0, 1), p[1], p[2]);
+    torch::Tensor d = torch::gelu(c);
+    d.mul_(3);
+    return d.exp();
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({3, 2, 4}), torch::randn({5, 4}) * 0.5, torch::randn({5})};
+  for (const auto& policy : {recompose::transformer_policy(), always(CheckpointPolicy::PREFER_RECOMPUTE),
+                             always(CheckpointPolicy::MUST_SAVE)}) {
+    const auto stats = check_against_plain(fn, leaves, with(policy));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+  }
+}
+
+TEST_CASE("random ops draw what they drew in the forward, and the generator ends where backward found it") {
+  const Fn fn = [](const std::vector<torch::Tensor>& p) {
+    torch::Tensor noise = torch::rand_like(p[0]);  // not saved: needed only through mul
+    torch::Tensor d = torch::dropout(p[0].exp(), 0.3, true);
+    torch::Tensor later = torch::randn({3, 3});  // drawn after: not needed, must not run
+    return (d * noise).sin() + later.sum();
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({3, 3})};
+  const auto stats = check_against_plain(fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
+  CHECK(stats.replayed == 1);
+  CHECK(stats.fallbacks == 0);
+}
+
+TEST_CASE("autocast: the casts and low-precision ops of the forward are replayed as they ran") {
+  const Fn fn = [](const std::vector<torch::Tensor>& p) {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    torch::Tensor y = torch::gelu(torch::mm(p[0], p[1])).sin();
+    torch::Tensor z = torch::mm(y, p[1]).to(torch::kFloat);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::clear_cache();
+    return z;
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+  const auto stats = check_against_plain(fn, leaves, with(recompose::transformer_policy()));
+  CHECK(stats.replayed == 1);
+  CHECK(stats.fallbacks == 0);
+}
+
+TEST_CASE("regions the replay cannot serve run their forward again, counted with the reason") {
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+  const auto policy = always(CheckpointPolicy::PREFER_RECOMPUTE);
+
+  SUBCASE("a region nested in the region: the outer one falls back, the inner one replays") {
+    const Fn fn = [&](const std::vector<torch::Tensor>& p) {
+      torch::Tensor h = p[0].sin();
+      torch::Tensor inner = recompose::checkpoint(with(policy), [&](const torch::Tensor& a) { return a.exp().cos(); }, h);
+      return (inner * p[1]).tanh();
+    };
+    const auto stats = check_against_plain(fn, leaves, with(policy));
+    CHECK(stats.fallbacks >= 1);
+    CHECK(stats.replayed >= 1);
+    CHECK(stats.last_fallback_reason.find("another checkpointed region") != std::string::npos);
+  }
+  SUBCASE("a random op it needs under preserve_rng_state(false)") {
+    const Fn fn = [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0], 0.5, true).sin(); };
+    auto plain = copies(leaves);
+    auto ckpt = copies(leaves);
+    recompose::reset_selective_replay_stats();
+    torch::Tensor y = recompose::checkpoint(with(policy).preserve_rng_state(false),
+                                            [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+    y.sum().backward();
+    const auto stats = recompose::selective_replay_stats();
+    CHECK(stats.replayed == 0);
+    CHECK(stats.fallbacks == 1);
+    CHECK(stats.last_fallback_reason.find("preserve_rng_state") != std::string::npos);
+  }
+  SUBCASE("debug mode") {
+    const Fn fn = [](const std::vector<torch::Tensor>& p) { return p[0].exp().sin(); };
+    const auto stats = check_against_plain(fn, leaves, with(policy).debug(true));
+    CHECK(stats.replayed == 0);
+    CHECK(stats.fallbacks == 1);
+  }
+  SUBCASE("an op it needs writes into a tensor from outside the region") {
+    torch::Tensor outside = torch::zeros({4, 4});
+    const Fn fn = [&](const std::vector<torch::Tensor>& p) {
+      torch::Tensor e = p[0].exp();
+      {
+        torch::NoGradGuard no_grad;
+        outside.zero_();
+        outside.add_(e);  // a side effect on a tensor of the caller's
+      }
+      return (e + outside).sin();  // sin saves e + outside, which reads outside after the write
+    };
+    const auto stats = check_against_plain(fn, leaves, with(policy));
+    CHECK(stats.replayed == 0);
+    CHECK(stats.fallbacks == 1);
+    CHECK(stats.last_fallback_reason.find("outside") != std::string::npos);
+  }
+  SUBCASE("replay switched off") {
+    recompose::set_selective_replay_enabled(false);
+    const Fn fn = [](const std::vector<torch::Tensor>& p) { return p[0].exp().sin(); };
+    const auto stats = check_against_plain(fn, leaves, with(policy));
+    recompose::set_selective_replay_enabled(true);
+    CHECK(stats.replayed == 0);
+    CHECK(stats.fallbacks == 1);
+  }
+}
+
+TEST_CASE("backward twice over a replayed region with kept outputs is 'backward an extra time'") {
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  torch::Tensor y = recompose::checkpoint(with(SelectivePolicy({"aten::mm"})),
+                                          [](const torch::Tensor& x) { return torch::mm(x, x).sin(); }, a);
+  recompose::reset_selective_replay_stats();
+  y.sum().backward({}, /*retain_graph=*/true);
+  CHECK(recompose::selective_replay_stats().replayed == 1);
+  CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("Trying to backward an extra time"), CheckpointError);
+}
+
+TEST_CASE("backward twice over a replayed region that keeps nothing works") {
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+                                          [](const torch::Tensor& x) { return torch::mm(x, x).sin(); }, a);
+  y.sum().backward({}, /*retain_graph=*/true);
+  const torch::Tensor first = a.grad().clone();
+  a.mutable_grad() = torch::Tensor();
+  recompose::reset_selective_replay_stats();
+  y.sum().backward();
+  CHECK(recompose::selective_replay_stats().replayed == 1);
+  CHECK(torch::equal(a.grad(), first));
+}
+
+TEST_CASE("a kept output modified in place before backward is still an error") {
+  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+  torch::Tensor kept_alias;
+  torch::Tensor y = recompose::checkpoint(with(SelectivePolicy({"aten::mm"})), [&](const torch::Tensor& x) {
+    torch::Tensor m = torch::mm(x, x);
+    kept_alias = m.detach();
+    return m.sin();
+  }, a);
+  kept_alias.add_(1);
+  CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("modified in place"), CheckpointError);
+}
+
+}  // TEST_SUITE
