@@ -153,7 +153,7 @@ void CacheEntry::check_unmodified(const c10::OperatorHandle& op, int64_t call_in
       if (!t.defined()) return t;
       const uint32_t kept = versions_[k++];
       if (!allow_mutation && kept != kUntracked && version_of(t) != kept) {
-        throw CheckpointError("recompose selective checkpoint: the output of " + op.schema().name() +
+        throw CheckpointError("recompose: selective checkpoint: the output of " + op.schema().name() +
                               " (call " + std::to_string(call_index) +
                               " in the region) that was saved in the forward has been modified in "
                               "place since. Avoid modifying it in place, or pass "

@@ -82,7 +82,7 @@ void check_decision(CheckpointPolicy p, const c10::OperatorHandle& op, int64_t c
 }
 
 std::string extra_backward_error(const std::string& op_name) {
-  return "recompose selective checkpoint: Trying to backward an extra time. You are only allowed to "
+  return "recompose: selective checkpoint: Trying to backward an extra time. You are only allowed to "
          "backward once on any region computed under selective activation checkpoint (the output "
          "of " + op_name + " saved in the forward was already used by an earlier "
          "recomputation, e.g. a backward with retain_graph).";
@@ -327,7 +327,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     if (!outcome.replayed && handed_out) {
       // Not reached in practice (what can fail is checked before a kept output is used), but
       // running the forward again would now find kept outputs gone: say so rather than fall back.
-      throw CheckpointError("recompose selective checkpoint: the replay of a region gave up after using its kept outputs (" +
+      throw CheckpointError("recompose: selective checkpoint: the replay of a region gave up after using its kept outputs (" +
                             outcome.fallback_reason + "). Please report this with the model that triggers it; "
                             "recompose::set_selective_replay_enabled(false) works around it.");
     }
