@@ -33,7 +33,9 @@ std::string how_to_annotate(const torch::nn::Module& module, const BuiltinModule
 }
 
 void throw_not_applied(const torch::nn::Module& module, std::string_view function, std::string_view api_function) {
-  throw CheckpointError(std::string(function) + ": " + std::string(api_function) + " is not applied to module " +
+  // One prefix for every error of recompose: "recompose: offload_stats: ...".
+  if (function.starts_with("recompose::")) function.remove_prefix(std::string_view("recompose::").size());
+  throw CheckpointError("recompose: " + std::string(function) + ": " + std::string(api_function) + " is not applied to module " +
                         module.name() + "; call " + std::string(api_function) + " on it first");
 }
 
@@ -42,7 +44,7 @@ void throw_not_applied(const torch::nn::Module& module, std::string_view functio
 void require_annotated_forward(const torch::nn::Module& module, std::string_view api_function,
                                const BuiltinModuleAdvice& advice) {
   if (has_annotated_forward(module)) return;
-  throw std::invalid_argument(std::string(api_function) + " cannot be applied to " + module_type_name(module) +
+  throw std::invalid_argument("recompose: " + std::string(api_function) + " cannot be applied to " + module_type_name(module) +
                               ": its forward() is not annotated. " + detail::how_to_annotate(module, advice));
 }
 
