@@ -12,6 +12,7 @@
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/hooks/module_state.h>
 #include <recompose/planner.h>
+#include <recompose/policy_report.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/selective_checkpoint.h>
 #include <recompose/swap.h>

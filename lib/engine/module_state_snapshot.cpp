@@ -14,6 +14,9 @@
 #include <unordered_set>
 
 namespace recompose::detail {
+
+std::recursive_mutex& module_state_lock();
+
 namespace {
 
 // Sets each module's own mode, parents first: train(bool) recurses, so a child's mode is set
@@ -80,6 +83,7 @@ ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch
   // Regions are usually small trees: a linear search costs less than a hash set's allocations.
   SeenOnce<const torch::nn::Module*> seen_modules;
   SeenOnce<const c10::TensorImpl*> seen_buffers;
+  std::unique_lock<std::recursive_mutex> lock(module_state_lock(), std::defer_lock);
   auto record = [&](const std::shared_ptr<torch::nn::Module>& module) {
     if (!seen_modules.insert(module.get())) return;
     modes_.emplace_back(module, module->is_training());
@@ -88,6 +92,7 @@ ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch
       if (!internal) {
         internal.emplace();
         no_grad.emplace();
+        lock.lock();  // another thread's recomputation may have this buffer pointed elsewhere
       }
       // Version 0 for inference tensors, which have no counter (and are never saved for backward).
       const c10::VariableVersion& counter = buffer.unsafeGetTensorImpl()->version_counter();
@@ -111,6 +116,7 @@ ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* s
   }
   // The usual case without buffers: the modes are the forward's; nothing to do.
   if (modes_.empty() && snapshot->buffers_.empty()) return;
+  lock_ = std::unique_lock<std::recursive_mutex>(module_state_lock());
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   c10::InferenceMode not_inference(false);
@@ -122,6 +128,11 @@ ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* s
     restore();  // what was put in place so far
     throw;
   }
+}
+
+std::recursive_mutex& module_state_lock() {
+  static std::recursive_mutex lock;
+  return lock;
 }
 
 void ModuleStateSnapshot::RecomputeScope::put_entry_values(const ModuleStateSnapshot& snapshot) {

@@ -19,6 +19,14 @@
 // region (the same BatchNorm called outside it, a double-backward graph) passes its version
 // check, and tensors that alias the live storage are not touched. The modes are set to the
 // forward's and restored.
+//
+// Pointing a module's TensorImpl elsewhere is visible to every thread that uses the module, so
+// the copies at entry and the recomputation's swap are serialized by one process-wide recursive
+// lock (module_state_lock()): two threads that recompute, or enter regions over, the same
+// modules at once see whole buffers (tests/apply_checkpoint_test.cpp, "several threads"). The
+// lock is taken only where a snapshot holds buffers or modes to change, and a recomputation
+// waits on no other thread while it holds it. Code of the user's that reads a buffer on another
+// thread during a recomputation is not covered (LibTorch modules are not thread-safe for that).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace torch::nn {
@@ -54,6 +63,7 @@ class ModuleStateSnapshot {
 
    private:
     void put_entry_values(const ModuleStateSnapshot& snapshot);
+    std::unique_lock<std::recursive_mutex> lock_;  // released after restore(): destroyed last
     void restore();
     // What the module's TensorImpl held before the recomputation, put back after it.
     struct LiveBuffer {
