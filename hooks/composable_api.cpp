@@ -48,7 +48,8 @@ void require_annotated_forward(const torch::nn::Module& module, std::string_view
                               ": its forward() is not annotated. " + detail::how_to_annotate(module, advice));
 }
 
-int64_t apply_to_matching(torch::nn::Module& root, const std::function<bool(const torch::nn::Module&)>& match,
+int64_t apply_to_matching(torch::nn::Module& root, std::string_view api_function, const std::string& type_name,
+                          const std::function<bool(const torch::nn::Module&)>& match,
                           const std::function<void(torch::nn::Module&)>& apply,
                           const std::function<void(torch::nn::Module&)>& undo) {
   // modules(include_self=false): the root needs no shared_ptr of its own to be walked.
@@ -65,6 +66,10 @@ int64_t apply_to_matching(torch::nn::Module& root, const std::function<bool(cons
   } catch (...) {
     for (auto it = done.rbegin(); it != done.rend(); ++it) undo(**it);
     throw;
+  }
+  if (done.empty()) {
+    throw std::invalid_argument("recompose: " + std::string(api_function) + ": no module of type " + type_name +
+                                " in " + root.name() + "'s tree; nothing was applied");
   }
   return static_cast<int64_t>(done.size());
 }

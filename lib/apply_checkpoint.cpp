@@ -72,14 +72,9 @@ namespace detail {
 int64_t apply_checkpoint_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
                                const std::string& type_name, const CheckpointOptions& options) {
   validate_options(options);
-  const int64_t applied = hooks::apply_to_matching(
-      model, match, [&](torch::nn::Module& m) { apply_checkpoint(m, options); },
+  return hooks::apply_to_matching(
+      model, "apply_checkpoint_to", type_name, match, [&](torch::nn::Module& m) { apply_checkpoint(m, options); },
       [](torch::nn::Module& m) { remove_checkpoint(m); });
-  if (applied == 0) {
-    throw std::invalid_argument("recompose::apply_checkpoint_to: no module of type " + type_name + " in " +
-                                model.name() + "'s tree; nothing was checkpointed");
-  }
-  return applied;
 }
 }  // namespace detail
 

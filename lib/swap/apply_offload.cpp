@@ -115,14 +115,9 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
 namespace detail {
 int64_t apply_offload_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
                             const std::string& type_name, const OffloadOptions& options) {
-  const int64_t applied = hooks::apply_to_matching(
-      model, match, [&](torch::nn::Module& m) { apply_offload(m, options); },
+  return hooks::apply_to_matching(
+      model, "apply_offload_to", type_name, match, [&](torch::nn::Module& m) { apply_offload(m, options); },
       [](torch::nn::Module& m) { remove_offload(m); });
-  if (applied == 0) {
-    throw std::invalid_argument("recompose::apply_offload_to: no module of type " + type_name + " in " +
-                                model.name() + "'s tree; nothing was offloaded");
-  }
-  return applied;
 }
 }  // namespace detail
 

@@ -95,8 +95,11 @@ std::string type_name_of() {
 // registered submodule at any depth, whatever C++ access the member holding it has (private
 // members, Sequential and ModuleList entries). A module reachable twice is applied once. All or
 // nothing: if apply throws, undo(m) is called on the modules already done, in reverse order,
-// then the exception goes on. Returns how many modules were applied.
-int64_t apply_to_matching(torch::nn::Module& root, const std::function<bool(const torch::nn::Module&)>& match,
+// then the exception goes on. Returns how many modules were applied; none is a
+// std::invalid_argument naming `api_function` ("recompose::apply_checkpoint_to") and `type_name`:
+// applying to nothing is a mistake the user would otherwise not see.
+int64_t apply_to_matching(torch::nn::Module& root, std::string_view api_function, const std::string& type_name,
+                          const std::function<bool(const torch::nn::Module&)>& match,
                           const std::function<void(torch::nn::Module&)>& apply,
                           const std::function<void(torch::nn::Module&)>& undo);
 
