@@ -93,4 +93,19 @@ TEST_SUITE("error prefix") {
                  "recompose: SelectivePolicy: the policy function is empty");
   }
 #endif
+#if !defined(RECOMPOSE_TEST_NO_SELECTIVE) && !defined(RECOMPOSE_TEST_NO_SWAP)
+  TEST_CASE("planner errors start with 'recompose: ', file errors are CheckpointErrors") {
+    check_prefix(message_of<std::invalid_argument>([] { recompose::Budget::parse("lots"); }),
+                 "recompose: Budget::parse");
+    check_prefix(message_of<std::invalid_argument>([] { recompose::Plan::from_json("{}"); }),
+                 "recompose: Plan::from_json");
+    check_prefix(message_of<std::invalid_argument>([] { recompose::MemoryProfile::from_json("{}"); }),
+                 "recompose: MemoryProfile::from_json");
+    check_prefix(message_of<recompose::CheckpointError>(
+                     [] { recompose::Plan::load("/nonexistent-folder-of-recompose/plan.json"); }),
+                 "recompose: cannot read");
+    check_prefix(message_of<std::invalid_argument>([] { recompose::solve_plan(recompose::MemoryProfile{}, recompose::Budget::parse("50%")); }),
+                 "recompose: solve_plan");
+  }
+#endif
 }

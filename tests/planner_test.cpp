@@ -250,7 +250,7 @@ TEST_CASE("planner: plans and profiles survive JSON, in memory and in files") {
   CHECK(Plan::load(dir / "plan.json") == plan);
   CHECK(recompose::MemoryProfile::load(dir / "profile.json").to_json() == p.to_json());
   std::filesystem::remove_all(dir);
-  CHECK_THROWS_AS(Plan::load(dir / "missing.json"), std::runtime_error);
+  CHECK_THROWS_AS(Plan::load(dir / "missing.json"), recompose::CheckpointError);
   CHECK_THROWS_AS(Plan::from_json("{\"format\": \"recompose.plan\", \"version\": 1"), std::invalid_argument);
   CHECK_THROWS_AS(Plan::from_json(p.to_json()), std::invalid_argument);  // a profile is no plan
   CHECK_THROWS_AS(Plan::from_json("[1, 2]"), std::invalid_argument);

@@ -91,7 +91,7 @@ struct MemoryProfile {
   // that is not such a profile (the message says what is wrong and where).
   std::string to_json() const;
   static MemoryProfile from_json(std::string_view json);
-  // Writes/reads to_json() to/from a file. Throws std::runtime_error if the file cannot be
+  // Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the file cannot be
   // written or read, std::invalid_argument as from_json.
   void save(const std::filesystem::path& path) const;
   static MemoryProfile load(const std::filesystem::path& path);

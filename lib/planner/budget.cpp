@@ -11,13 +11,13 @@
 namespace recompose {
 
 Budget Budget::bytes(int64_t bytes) {
-  if (bytes <= 0) throw std::invalid_argument("Budget::bytes: the budget must be positive, got " + std::to_string(bytes));
+  if (bytes <= 0) throw std::invalid_argument("recompose: Budget::bytes: the budget must be positive, got " + std::to_string(bytes));
   return Budget(bytes, 0);
 }
 
 Budget Budget::fraction(double fraction) {
   if (!(fraction > 0) || !std::isfinite(fraction)) {
-    throw std::invalid_argument("Budget::fraction: the fraction must be positive and finite, got " +
+    throw std::invalid_argument("recompose: Budget::fraction: the fraction must be positive and finite, got " +
                                 std::to_string(fraction));
   }
   return Budget(0, fraction);
@@ -25,7 +25,7 @@ Budget Budget::fraction(double fraction) {
 
 Budget Budget::peak_bytes(int64_t bytes) {
   if (bytes <= 0) {
-    throw std::invalid_argument("Budget::peak_bytes: the peak must be positive, got " + std::to_string(bytes));
+    throw std::invalid_argument("recompose: Budget::peak_bytes: the peak must be positive, got " + std::to_string(bytes));
   }
   return Budget(bytes, 0, true);
 }
@@ -34,14 +34,14 @@ Budget Budget::parse(std::string_view text) {
   if (text.starts_with("peak=")) {
     const Budget b = parse(text.substr(5));
     if (b.is_fraction()) {
-      throw std::invalid_argument("Budget::parse: '" + std::string(text) +
+      throw std::invalid_argument("recompose: Budget::parse: '" + std::string(text) +
                                   "': a peak is bytes (\"peak=20GiB\"), not a percentage");
     }
     return peak_bytes(b.bytes_);
   }
   const std::string t(text);
   auto bad = [&](const std::string& why) {
-    return std::invalid_argument("Budget::parse: '" + t + "' " + why +
+    return std::invalid_argument("recompose: Budget::parse: '" + t + "' " + why +
                                  " (write a percentage of the no-checkpointing bytes, \"40%\", or bytes: "
                                  "\"123456\", \"12.5MiB\", \"3GiB\", \"64MB\"; or a device peak: \"peak=20GiB\")");
   };

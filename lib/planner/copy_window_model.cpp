@@ -12,12 +12,12 @@ namespace recompose::detail {
 
 CopyWindowModel::CopyWindowModel(StepCompute compute, LinkModel link) : compute_(std::move(compute)), link_(link) {
   if (!link_.valid()) {
-    throw std::invalid_argument("CopyWindowModel: the link needs positive, finite bandwidths both ways and a "
+    throw std::invalid_argument("recompose: CopyWindowModel: the link needs positive, finite bandwidths both ways and a "
                                 "non-negative cost per copy");
   }
   bool ok = compute_.forward_tail_seconds >= 0 && compute_.backward_head_seconds >= 0;
   for (const auto& m : compute_.modules) ok = ok && m.forward_seconds >= 0 && m.backward_seconds >= 0;
-  if (!ok) throw std::invalid_argument("CopyWindowModel: compute times must not be negative");
+  if (!ok) throw std::invalid_argument("recompose: CopyWindowModel: compute times must not be negative");
 }
 
 double CopyWindowModel::forward_window(size_t i) const {
@@ -49,7 +49,7 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads, in
   const auto& ms = compute_.modules;
   const size_t n = ms.size();
   if (loads.size() != n) {
-    throw std::invalid_argument("CopyWindowModel::simulate: " + std::to_string(loads.size()) + " loads for " +
+    throw std::invalid_argument("recompose: CopyWindowModel::simulate: " + std::to_string(loads.size()) + " loads for " +
                                 std::to_string(n) + " modules");
   }
   SimulatedStep s;

@@ -1,5 +1,7 @@
 #include "json_io.h"
 
+#include <recompose/checkpoint_error.h>
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -10,15 +12,15 @@ namespace {
 
 const Json& member(const Json& object, const char* key) {
   if (!object.is_object()) {
-    throw std::invalid_argument(std::string("JSON: value with member '") + key + "' must be an object");
+    throw std::invalid_argument(std::string("recompose: JSON: value with member '") + key + "' must be an object");
   }
   const auto it = object.find(key);
-  if (it == object.end()) throw std::invalid_argument(std::string("JSON: missing member '") + key + "'");
+  if (it == object.end()) throw std::invalid_argument(std::string("recompose: JSON: missing member '") + key + "'");
   return *it;
 }
 
 [[noreturn]] void wrong_type(const char* key, const char* type) {
-  throw std::invalid_argument(std::string("JSON: ") + key + " must be " + type);
+  throw std::invalid_argument(std::string("recompose: JSON: ") + key + " must be " + type);
 }
 
 }  // namespace
@@ -27,7 +29,7 @@ Json parse(std::string_view text) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    throw std::invalid_argument(std::string("JSON: ") + e.what());
+    throw std::invalid_argument(std::string("recompose: JSON: ") + e.what());
   }
 }
 
@@ -68,12 +70,12 @@ std::string dump(const Json& document) { return document.dump(2) + "\n"; }
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  if (!out) throw CheckpointError("recompose: cannot write " + path.string() + " (does its folder exist, and may this process write there?)");
 }
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
+  if (!in) throw CheckpointError("recompose: cannot read " + path.string() + " (does the file exist, and may this process read it?)");
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();

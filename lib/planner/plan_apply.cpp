@@ -29,14 +29,14 @@ c10::OperatorHandle resolve_overload(const std::string& text, const std::string&
   const auto dot = text.rfind('.');
   const auto ns = text.find("::");
   if (dot == std::string::npos || ns == std::string::npos || dot < ns) {
-    throw std::invalid_argument("apply_plan: module '" + module + "': '" + text +
+    throw std::invalid_argument("recompose: apply_plan: module '" + module + "': '" + text +
                                 "' is not an op overload (\"aten::mm.default\")");
   }
   std::string overload = text.substr(dot + 1);
   if (overload == "default") overload.clear();
   auto handle = c10::Dispatcher::singleton().findSchema({text.substr(0, dot), overload});
   if (!handle) {
-    throw std::invalid_argument("apply_plan: module '" + module + "': op '" + text +
+    throw std::invalid_argument("recompose: apply_plan: module '" + module + "': op '" + text +
                                 "' is not registered in this LibTorch");
   }
   return *handle;
@@ -84,16 +84,16 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
   for (const auto& m : plan.modules) {
     auto module = detail::find_module(model, m.name);
     if (!module) {
-      throw CheckpointError("apply_plan: the plan names module " + label(m) + ", which " + model.name() +
+      throw CheckpointError("recompose: apply_plan: the plan names module " + label(m) + ", which " + model.name() +
                             " does not have: was the plan made for another model?");
     }
     if (module->name() != m.type) {
-      throw CheckpointError("apply_plan: module '" + m.name + "' is a " + module->name() + ", the plan was made for a " +
+      throw CheckpointError("recompose: apply_plan: module '" + m.name + "' is a " + module->name() + ", the plan was made for a " +
                             m.type + ": was it made for another model?");
     }
     for (const auto& api : hooks::applied_apis(*module)) {
       if (api.starts_with("recompose.")) {
-        throw CheckpointError("apply_plan: module " + label(m) + " already has " + api + " attached");
+        throw CheckpointError("recompose: apply_plan: module " + label(m) + " already has " + api + " attached");
       }
     }
     Target t{module, &m, CheckpointOptions()};

@@ -35,7 +35,7 @@ ModuleChoice choice_from(const std::string& name) {
                          ModuleChoice::FullSwapInputs}) {
     if (module_choice_name(c) == name) return c;
   }
-  throw std::invalid_argument("Plan::from_json: unknown choice '" + name + "' (none, full, selective, offload)");
+  throw std::invalid_argument("recompose: Plan::from_json: unknown choice '" + name + "' (none, full, selective, offload)");
 }
 
 }  // namespace
@@ -106,12 +106,12 @@ Plan Plan::from_json(std::string_view text) {
   namespace json = detail::json;
   const auto v = json::parse(text);
   if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.plan") {
-    throw std::invalid_argument("Plan::from_json: not a recompose plan (no \"format\": \"recompose.plan\")");
+    throw std::invalid_argument("recompose: Plan::from_json: not a recompose plan (no \"format\": \"recompose.plan\")");
   }
   int64_t version = 0;
   json::read(v, "version", version);
   if (version != kPlanFormatVersion) {
-    throw std::invalid_argument("Plan::from_json: plan format version " + v["version"].dump() +
+    throw std::invalid_argument("recompose: Plan::from_json: plan format version " + v["version"].dump() +
                                 ", this recompose reads version " + std::to_string(kPlanFormatVersion));
   }
   Plan p;

@@ -38,7 +38,7 @@ std::vector<PlannerTarget> planner_targets(torch::nn::Module& root, const std::v
     outermost_annotated(root, "", out);
     if (out.empty() && hooks::has_annotated_forward(root)) out.push_back({"", root.shared_from_this()});
     if (out.empty()) {
-      throw std::invalid_argument("memory planner: no module of " + root.name() +
+      throw std::invalid_argument("recompose: memory planner: no module of " + root.name() +
                                   "'s tree has a forward annotated with RECOMPOSE_FORWARD, so none can be "
                                   "checkpointed");
     }
@@ -46,15 +46,15 @@ std::vector<PlannerTarget> planner_targets(torch::nn::Module& root, const std::v
   }
   for (const auto& path : paths) {
     auto m = find_module(root, path);
-    if (!m) throw std::invalid_argument("memory planner: no module '" + path + "' in " + root.name());
+    if (!m) throw std::invalid_argument("recompose: memory planner: no module '" + path + "' in " + root.name());
     if (!hooks::has_annotated_forward(*m)) {
-      throw std::invalid_argument("memory planner: module '" + path + "' (" + m->name() +
+      throw std::invalid_argument("recompose: memory planner: module '" + path + "' (" + m->name() +
                                   ") has no forward annotated with RECOMPOSE_FORWARD");
     }
     for (const auto& other : out) {
-      if (other.name == path) throw std::invalid_argument("memory planner: module '" + path + "' is listed twice");
+      if (other.name == path) throw std::invalid_argument("recompose: memory planner: module '" + path + "' is listed twice");
       if (inside(other.name, path) || inside(path, other.name)) {
-        throw std::invalid_argument("memory planner: modules '" + other.name + "' and '" + path +
+        throw std::invalid_argument("recompose: memory planner: modules '" + other.name + "' and '" + path +
                                     "' are nested; list modules that do not contain each other");
       }
     }

@@ -91,12 +91,12 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
   namespace json = detail::json;
   const auto v = json::parse(text);
   if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.profile") {
-    throw std::invalid_argument("MemoryProfile::from_json: not a recompose profile (no \"format\": \"recompose.profile\")");
+    throw std::invalid_argument("recompose: MemoryProfile::from_json: not a recompose profile (no \"format\": \"recompose.profile\")");
   }
   int64_t version = 0;
   json::read(v, "version", version);
   if (version != kProfileFormatVersion) {
-    throw std::invalid_argument("MemoryProfile::from_json: profile format version " + v["version"].dump() +
+    throw std::invalid_argument("recompose: MemoryProfile::from_json: profile format version " + v["version"].dump() +
                                 ", this recompose reads version " + std::to_string(kProfileFormatVersion));
   }
   MemoryProfile p;

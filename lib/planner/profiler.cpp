@@ -203,7 +203,7 @@ std::vector<detail::PlannerTarget> profiled_modules(torch::nn::Module& model, co
   for (const auto& t : targets) {
     for (const auto& api : hooks::applied_apis(*t.module)) {
       if (api.starts_with("recompose.")) {
-        throw CheckpointError("profile_memory: module '" + t.name + "' already has " + api +
+        throw CheckpointError("recompose: profile_memory: module '" + t.name + "' already has " + api +
                               " attached; remove it (remove_checkpoint, remove_offload or remove_plan) first");
       }
     }
@@ -259,12 +259,12 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
 
 void check_plain_run(const MemoryProfile& profile, const Recorder& rec) {
   if (profile.bytes_held == 0) {
-    throw CheckpointError("profile_memory: the step saved nothing for backward (is grad mode on, and does the "
+    throw CheckpointError("recompose: profile_memory: the step saved nothing for backward (is grad mode on, and does the "
                           "step run a forward of the model whose result needs gradients?)");
   }
   for (const auto& m : rec.modules) {
     if (m.calls == 0) {
-      throw CheckpointError("profile_memory: the step never called module '" + m.name + "' (" + m.type + ")");
+      throw CheckpointError("recompose: profile_memory: the step never called module '" + m.name + "' (" + m.type + ")");
     }
   }
 }
@@ -303,7 +303,7 @@ void run_intercepted(const std::function<void()>& step, const std::vector<detail
 
 MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
                              const ProfileOptions& options) {
-  if (!step) throw std::invalid_argument("profile_memory: the step function is empty");
+  if (!step) throw std::invalid_argument("recompose: profile_memory: the step function is empty");
   const auto t_begin = Clock::now();
   const auto targets = profiled_modules(model, options);
   const torch::Device device = device_of(model);

@@ -173,7 +173,7 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
 
 std::vector<ModuleOptions> module_options(const MemoryProfile& profile, const detail::CopyWindowModel* windows,
                                           bool offload) {
-  if (profile.modules.empty()) throw std::invalid_argument("solve_plan: the profile has no module");
+  if (profile.modules.empty()) throw std::invalid_argument("recompose: solve_plan: the profile has no module");
   std::vector<ModuleOptions> out(profile.modules.size());
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].profile = &profile.modules[i];
@@ -306,13 +306,13 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
   // Plans without copies simulate the same on any link.
   const LinkModel link = link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
   if (budget.is_peak() && frontier.front().bytes > limit) {
-    throw std::invalid_argument("solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
+    throw std::invalid_argument("recompose: solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
                                 " leaves " + detail::format_mib(limit) + " for activations beside the profile's resident " +
                                 detail::format_mib(profile.resident_bytes) + " (weights, gradients, optimizer state, temporaries), "
                                 "below the least any plan holds, " + detail::format_mib(frontier.front().bytes));
   }
   if (frontier.front().bytes > limit) {
-    throw std::invalid_argument("solve_plan: a budget of " + detail::format_mib(limit, /*exact=*/true) + " is below the least any plan holds, " +
+    throw std::invalid_argument("recompose: solve_plan: a budget of " + detail::format_mib(limit, /*exact=*/true) + " is below the least any plan holds, " +
                                 detail::format_mib(frontier.front().bytes, /*exact=*/true) + " (" +
                                 (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
                                 " of every module)");
@@ -349,7 +349,7 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
       least = std::min(least, plan.peak_bytes);
     }
     if (plan.peak_bytes > peak) {
-      throw std::invalid_argument("solve_plan: a peak of " + detail::format_mib(peak) + " is below the least simulated peak of " +
+      throw std::invalid_argument("recompose: solve_plan: a peak of " + detail::format_mib(peak) + " is below the least simulated peak of " +
                                   "any plan, " + detail::format_mib(least) + " (resident " + detail::format_mib(profile.resident_bytes) + ")");
     }
   }
