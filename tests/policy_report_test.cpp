@@ -1,6 +1,8 @@
 // inspect_policy: a region's ops as policies see them and what a policy did, with warnings when
 // it keeps nothing or holds more than no checkpointing. The CNN example is the code of
 // docs/guide/inspecting-policies.md.
+#include "selective/policy_warnings.h"
+
 #include <recompose/policy_report.h>
 #include <recompose/recompose.h>
 
@@ -118,6 +120,36 @@ TEST_CASE("inspect_policy warns, once per region, when a policy keeps nothing") 
   CHECK(report.to_string().find("keeps nothing") != std::string::npos);
   recompose::inspect_policy(recompose::transformer_policy(), block, x);
   CHECK(count_containing(collector.messages, "keeps nothing") == 1);
+}
+
+// Ops in an order no other test runs: the warning is said once per kind of region and process.
+struct TanhConvImpl : torch::nn::Module {
+  explicit TanhConvImpl(int64_t channels)
+      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return torch::sigmoid(torch::tanh(conv(x)) * 1.5);
+  }
+  torch::nn::Conv2d conv;
+};
+TORCH_MODULE(TanhConv);
+
+TEST_CASE("training with a policy that keeps nothing warns once, for twin blocks too") {
+  WarningCollector collector;
+  c10::WarningUtils::WarningHandlerGuard guard(&collector);
+  recompose::detail::reset_kept_nothing_warnings();  // earlier tests may have used the process's few
+  TanhConv a(3), b(3);
+  recompose::apply_checkpoint(a, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+  recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+  torch::Tensor x = torch::randn({1, 3, 6, 6});
+  for (int step = 0; step < 2; ++step) b(a(x)).sum().backward();
+  INFO("warnings: " << collector.messages.size());
+  CHECK(count_containing(collector.messages, "the policy kept no output") == 1);
+  // A policy that keeps something says nothing.
+  TanhConv c(5);
+  recompose::apply_checkpoint(c, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::convolution"})));
+  c(torch::randn({1, 5, 6, 6})).sum().backward();
+  CHECK(count_containing(collector.messages, "the policy kept no output") == 1);
 }
 
 TEST_CASE("inspect_policy warns when a policy holds more than no checkpointing would") {

@@ -16,16 +16,21 @@
 #include "ignored_ops.h"
 #include "op_log.h"
 #include "plugin/offload.h"
+#include "policy_warnings.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
 
+#include <c10/util/Exception.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace recompose {
@@ -54,6 +59,11 @@ struct SacState {
   detail::ForwardTrace trace;
   bool replayed = false;       // a replay answered a recomputation (and released the kept outputs)
   std::string first_kept_op;   // the first op whose outputs the forward kept, if any
+  // What the forward asked the policy, for the keeps-nothing warning: how many decisions, the
+  // first op asked about, and a hash of the op names in order (the region's signature).
+  int64_t decisions = 0;
+  std::string first_decided_op;
+  size_t op_signature = 0;
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
   // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
@@ -152,6 +162,8 @@ class CachingInterceptor final : public detail::OpInterceptor {
     // The policy's own ops, if any, are seen by no interceptor (it runs inside intercept()).
     const CheckpointPolicy decision = s_.policy(ctx, op, args);
     check_decision(decision, op, call_index);
+    if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
+    s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
     OpSlot& slot = calls.slots.emplace_back();
     if (keeps_output(decision)) {
       slot.kind = OpSlot::Kind::Saved;
@@ -271,12 +283,39 @@ class CachedInterceptor final : public detail::OpInterceptor {
   SacState& s_;
 };
 
+// A policy that keeps nothing is full checkpointing plus interception (transformer_policy() on a
+// CNN): said once per kind of region (same op names in the same order), for the first few kinds
+// of a process, so that twin blocks warn once and a randomized test does not flood its log.
+struct KeptNothingWarnings {
+  std::mutex mutex;
+  std::unordered_set<size_t> warned;  // op signatures
+};
+KeptNothingWarnings& kept_nothing_warnings() {
+  static KeptNothingWarnings w;
+  return w;
+}
+
+void warn_if_kept_nothing(const SacState& s) {
+  if (s.decisions == 0 || !s.first_kept_op.empty()) return;
+  constexpr size_t kMostWarnings = 8;
+  auto& w = kept_nothing_warnings();
+  {
+    std::lock_guard lock(w.mutex);
+    if (w.warned.size() >= kMostWarnings || !w.warned.insert(s.op_signature).second) return;
+  }
+  TORCH_WARN("recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
+             " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
+             "), so the region is fully recomputed and pays for interception too. Name ops it runs "
+             "(recompose::inspect_policy(policy, module, input) lists them), or use full checkpointing.");
+}
+
 // What enter_*() returns: the interceptor installed on this thread while it is alive.
 template <class Interceptor>
 struct Entered {
   explicit Entered(std::shared_ptr<SacState> s) : state(std::move(s)), interceptor(*state), scope(interceptor) {}
   ~Entered() {
     if constexpr (std::is_same_v<Interceptor, CachedInterceptor>) state->recompute_active.store(false);
+    if constexpr (std::is_same_v<Interceptor, CachingInterceptor>) warn_if_kept_nothing(*state);
   }
   std::shared_ptr<SacState> state;
   Interceptor interceptor;
@@ -376,5 +415,13 @@ std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const Selec
   state->swap = std::move(swap_manager);
   return std::make_shared<SelectiveContexts>(std::move(state));
 }
+
+namespace detail {
+void reset_kept_nothing_warnings() {
+  auto& w = kept_nothing_warnings();
+  std::lock_guard lock(w.mutex);
+  w.warned.clear();
+}
+}  // namespace detail
 
 }  // namespace recompose
