@@ -9,10 +9,13 @@
 namespace sharded {
 
 c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                            int world, std::chrono::milliseconds timeout) {
+                                            int world, const c10::Device& device,
+                                            std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
+  auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
+  pg->setBoundDeviceId(device);  // barrier() uses it instead of guessing the rank's GPU
+  return pg;
 }
 
 }  // namespace sharded

@@ -10,8 +10,9 @@
 
 namespace sharded {
 
-// One rank of an NCCL group over `store`; the rank's GPU must be the current device.
+// One rank of an NCCL group over `store`, bound to `device` (the rank's GPU, the current one).
 c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                            int world, std::chrono::milliseconds timeout);
+                                            int world, const c10::Device& device,
+                                            std::chrono::milliseconds timeout);
 
 }  // namespace sharded

@@ -29,12 +29,14 @@ c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store
 }  // namespace
 
 c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend, const std::string& store_path,
-                                                     int rank, int world, std::chrono::milliseconds timeout) {
+                                                     int rank, int world, const torch::Device& device,
+                                                     std::chrono::milliseconds timeout) {
   auto store = c10::make_intrusive<c10d::FileStore>(store_path, world);
   store->setTimeout(2 * timeout);  // rendezvous waits for the slowest rank to start
-  if (backend == "gloo") return make_gloo(store, rank, world, timeout);
+  if (backend == "gloo") return make_gloo(store, rank, world, timeout);  // any device
+  (void)device;
 #ifdef SHARDED_WITH_NCCL
-  if (backend == "nccl") return make_nccl(store, rank, world, timeout);
+  if (backend == "nccl") return make_nccl(store, rank, world, device, timeout);
 #endif
   throw std::invalid_argument("sharded: no '" + backend + "' process group in this build");
 }

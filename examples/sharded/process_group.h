@@ -17,11 +17,13 @@
 namespace sharded {
 
 // Rendezvous through a FileStore at `store_path` (a file in a folder that the launcher made and
-// removes). Gloo: transport over 127.0.0.1 only. `backend` is "gloo" or "nccl"; nccl throws
-// std::invalid_argument in a build without it (check_device_support says so earlier). Every
-// collective times out after `timeout`, so a rank whose peer died fails instead of waiting forever.
+// removes), for a rank on `device` (NCCL binds to it; Gloo takes any). Gloo: transport over
+// 127.0.0.1 only. `backend` is "gloo" or "nccl"; nccl throws std::invalid_argument in a build
+// without it (check_device_support says so earlier). Every collective times out after `timeout`,
+// so a rank whose peer died fails instead of waiting forever.
 c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend, const std::string& store_path,
-                                                     int rank, int world, std::chrono::milliseconds timeout);
+                                                     int rank, int world, const torch::Device& device,
+                                                     std::chrono::milliseconds timeout);
 
 // Waits for one collective; throws (with c10d's message) on error or timeout.
 void wait(const c10::intrusive_ptr<c10d::Work>& work);

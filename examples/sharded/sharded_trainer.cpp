@@ -69,7 +69,7 @@ int run_rank(const Options& o) {
   const bool lead = o.rank == 0;
   const torch::Device device = rank_device(o);
   set_current_device(device);
-  auto pg = make_process_group(o.backend, o.store, o.rank, o.world, kCollectiveTimeout);
+  auto pg = make_process_group(o.backend, o.store, o.rank, o.world, device, kCollectiveTimeout);
   wait(pg->barrier());
 
   const ModelConfig cfg{o.blocks, o.width, o.hidden, 8};
@@ -156,7 +156,8 @@ int run_rank(const Options& o) {
   c10d::BarrierOptions last;
   last.timeout = std::chrono::seconds(60);  // the others wait here while rank 0 runs the reference
   wait(pg->barrier(last));
-  pg.reset();  // joins Gloo's threads; all work was waited on
+  pg->shutdown();  // NCCL: frees its communicators (and warns without it); Gloo: nothing
+  pg.reset();      // joins Gloo's threads; all work was waited on
   return tally.failed() == 0 ? 0 : 1;
 }
 
