@@ -54,7 +54,7 @@ for b in "${backends[@]}"; do
   read -r -a backend <<<"--backend $b"
   for checkpoint in none full; do
     for offload in "" --offload; do
-      run "check: ${backend[*]} --checkpoint $checkpoint $offload" \
+      run "check: ${backend[*]} --checkpoint $checkpoint${offload:+ $offload} --steps 3 --check" \
         --device cuda "${backend[@]}" --checkpoint "$checkpoint" $offload --steps 3 --check
     done
   done
@@ -64,7 +64,7 @@ for b in "${backends[@]}"; do
   read -r -a backend <<<"--backend $b"
   for checkpoint in none full; do
     for offload in "" --offload; do
-      run "time: ${backend[*]} --checkpoint $checkpoint $offload ${big[*]} --steps $steps" \
+      run "time: ${backend[*]} --checkpoint $checkpoint${offload:+ $offload} ${big[*]} --steps $steps" \
         --device cuda "${backend[@]}" --checkpoint "$checkpoint" $offload --steps "$steps" "${big[@]}" --timeout 600
     done
   done
