@@ -6,15 +6,18 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
-#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload]
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile]
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
 # gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, and examples/gpt/python/gpu_compare.sh:
 # C++ against PyTorch Python on the same GPU), offload (issue 27: the link probe, the never-stall
 # offload, the planner's sweep with its estimate beside each measured step, a peak-budget sweep,
-# the 24 x 2048 model and a memory cap under which no checkpointing does not fit). The log goes to
-# $OUT/gpu-run-<phase>-<time>.txt.
+# the 24 x 2048 model and a memory cap under which no checkpointing does not fit), compile (issue
+# 27: the Python peer of the 12 x 1024 bf16 GPT under torch.compile at several
+# activation_memory_budget values, time and peak against its own compiled step at 1.0, to set
+# beside the planner's sweep of the offload phase). The log goes to $OUT/gpu-run-<phase>-<time>.txt.
+# Environment for compile: RECOMPOSE_COMPILE_BUDGETS (default 1.0,0.75,0.5,0.3,0.0).
 #
 # Offline, header-only dependencies travel with the checkout: run `bash scripts/gpu-run.sh
 # --prepare` here (online, after scripts/setup.sh) to copy doctest, range-v3 and nlohmann into .carry/include
@@ -104,7 +107,7 @@ fi
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 phase=${1:-all}
-case "$phase" in all|build|test|bench|gpt|offload) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt or offload)" ;; esac
+case "$phase" in all|build|test|bench|gpt|offload|compile) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload or compile)" ;; esac
 log="$out/gpu-run-$phase-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
 jobs=${RECOMPOSE_JOBS:-$(nproc)}
@@ -248,8 +251,19 @@ do_offload() {
     "$build/examples/gpt/gpt" --budget "peak=${cap_gib}GiB" --memory-fraction "$cap_fraction" --phase-times \
     --steps 6 --device cuda --bf16 --sample 0 --out "$out/gpt_cap_planned" "${gpt_big[@]}" || status=1
   echo "not run yet: examples/sharded on CUDA (it has no CUDA/NCCL path); the Python peer under"
-  echo "torch.compile's activation_memory_budget (examples/gpt/python has no such run)"
+  echo "torch.compile's activation_memory_budget is the compile phase"
   stamp "offload done"
+  return $status
+}
+
+# Issue 27: the same GPT in Python under torch.compile, per activation_memory_budget (the
+# partitioner's own recomputation), each a fresh compile from the same weights and batches.
+do_compile() {
+  local status=0
+  run_step "gpt_peer.py --compile-budgets ${RECOMPOSE_COMPILE_BUDGETS:-1.0,0.75,0.5,0.3,0.0} --device cuda --bf16 ${gpt_model[*]}" \
+    "$venv/bin/python" examples/gpt/python/gpt_peer.py --quiet --compile-budgets "${RECOMPOSE_COMPILE_BUDGETS:-1.0,0.75,0.5,0.3,0.0}" \
+    --device cuda --bf16 --steps 12 --threads 0 "${gpt_model[@]}" || status=1
+  stamp "compile done"
   return $status
 }
 
@@ -268,6 +282,7 @@ main() {
     bench) do_bench || status=1 ;;
     gpt) do_gpt || status=1 ;;
     offload) do_offload || status=1 ;;
+    compile) do_compile || status=1 ;;
   esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status

@@ -155,6 +155,61 @@ TEST_CASE("copy windows: the time line of a profile shares the step's time beyon
   CHECK(c.forward_tail_seconds == 0);
 }
 
+TEST_CASE("copy windows: measured backward times are the time line's; twice the forward only without them") {
+  auto p = simulated_profile();  // 4 blocks of 10 ms forward, a 120 ms step
+  CHECK(!p.backward_measured());
+  CHECK(recompose::detail::step_compute_of(p).modules[1].backward_seconds == doctest::Approx(20 * ms));
+  // Measured: block 1's backward is short (1 ms), the others 20 ms; 6 ms of the step around them.
+  const double measured[] = {20 * ms, 1 * ms, 20 * ms, 20 * ms};
+  for (size_t i = 0; i < 4; ++i) p.modules[i].backward_seconds = measured[i];
+  p.step_seconds = 40 * ms + 61 * ms + 6 * ms;
+  CHECK(p.backward_measured());
+  auto c = recompose::detail::step_compute_of(p);
+  for (size_t i = 0; i < 4; ++i) CHECK(c.modules[i].backward_seconds == doctest::Approx(measured[i]));
+  CHECK(c.forward_tail_seconds == doctest::Approx(2 * ms));
+  CHECK(c.backward_head_seconds == doctest::Approx(4 * ms));
+  // Block 0's copy back must land within block 1's backward: 1 ms, not the 20 ms the 2x rule gives.
+  const CopyWindowModel windows(c, kLink);
+  CHECK(windows.backward_window(0) == doctest::Approx(1 * ms));
+  CHECK(windows.exposed_seconds(0, 8 * MB, 1) == doctest::Approx(7 * ms));
+  // Spans longer than the step leaves beside the forwards are scaled down together.
+  p.step_seconds = 40 * ms + 30.5 * ms;
+  c = recompose::detail::step_compute_of(p);
+  CHECK(c.modules[0].backward_seconds == doctest::Approx(10 * ms));
+  CHECK(c.modules[1].backward_seconds == doctest::Approx(0.5 * ms));
+  CHECK(c.backward_head_seconds == doctest::Approx(0));
+  // One module not measured (0): the 2x rule for all.
+  p.step_seconds = 120 * ms;
+  p.modules[2].backward_seconds = 0;
+  CHECK(!p.backward_measured());
+  CHECK(recompose::detail::step_compute_of(p).modules[1].backward_seconds == doctest::Approx(20 * ms));
+}
+
+TEST_CASE("copy windows: a short measured backward exposes the copy back the 2x rule would hide; the plan says which it used") {
+  auto assumed = simulated_profile();
+  // Block 1 is of another type (twins share their estimates), with a 1 ms backward; the others'
+  // backward is 20 ms, as the 2x rule assumes, and nothing of the step is around the blocks.
+  assumed.modules[1].type = "Other";
+  assumed.step_seconds = 40 * ms + 61 * ms;
+  auto measured = assumed;
+  for (size_t i = 0; i < 4; ++i) measured.modules[i].backward_seconds = i == 1 ? 1 * ms : 20 * ms;
+  const int64_t budget = assumed.other_bytes + 8 * MB + 1 * MB;
+  const Plan a = recompose::solve_plan(assumed, Budget::bytes(budget), with_link());
+  const Plan m = recompose::solve_plan(measured, Budget::bytes(budget), with_link());
+  CHECK(!a.backward_measured);
+  CHECK(m.backward_measured);
+  CHECK(a.to_table().find("assumed twice its forward") != std::string::npos);
+  CHECK(m.to_table().find("backward as profiled") != std::string::npos);
+  // Under the 2x rule block 0 offloads for free (1 ms of replay at most); measured, its copy back
+  // has 1 ms of window for 8 ms of copy: what it costs now shows in its estimate and the step's.
+  CHECK(a.modules[0].seconds <= 1 * ms + 1e-6);
+  CHECK(m.modules[0].seconds > 1 * ms);
+  CHECK(m.step_seconds > a.step_seconds);
+  // The simulation of each plan on its own time line agrees with its estimate (or is faster).
+  CHECK(recompose::detail::simulate_plan(measured, m, kLink).seconds <= m.step_seconds + 1e-6);
+  CHECK(recompose::detail::simulate_plan(assumed, a, kLink).seconds <= a.step_seconds + 1e-6);
+}
+
 TEST_CASE("copy windows: the planner offloads where the copies hide and recomputes where they would not") {
   const auto p = simulated_profile();
   // Room for every block but one offloaded (the base counts one block's 8 MB in flight) and one

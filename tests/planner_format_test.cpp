@@ -66,6 +66,10 @@ TEST_CASE("planner: a profile file of format version 1 loads, with every field, 
   for (const auto& o : p.modules[0].ops) mutated = mutated || o.mutated, random = random || o.random;
   CHECK(mutated);
   CHECK(random);
+  // Saved before issue 25: no backward times (the 2x rule), recomputations taken as reruns.
+  CHECK(!p.backward_measured());
+  CHECK(!p.modules[0].replayed);
+  CHECK(!recompose::solve_plan(p, recompose::Budget::fraction(0.6)).backward_measured);
   CHECK(MemoryProfile::from_json(p.to_json()).to_json() == p.to_json());
 }
 

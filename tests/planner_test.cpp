@@ -1,4 +1,5 @@
 // The memory-budget planner: profile, solve, apply, save/load (recompose/planner.h).
+#include "planner/copy_window_model.h"
 #include "support/grad_check.h"
 
 #include <recompose/recompose.h>
@@ -498,4 +499,136 @@ TEST_CASE("planner: twin modules get the same estimates, and the same model prof
   }();
   const Plan apart = recompose::solve_plan(different, Budget::bytes(recompose::min_plan_bytes(different)));
   CHECK(apart.modules[0].seconds != apart.modules[1].seconds);
+}
+
+namespace {
+
+// A block whose forward holds a checkpointed region of its own: the selective replay cannot
+// serve the region around it, which runs its forward again instead.
+struct NestedBlockImpl : torch::nn::Module {
+  explicit NestedBlockImpl(int64_t w) { fc = register_module("fc", torch::nn::Linear(w, w)); }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    auto h = fc(x).sin();
+    auto inner = recompose::checkpoint([](const torch::Tensor& a) { return a.exp().cos(); }, h);
+    return x + inner.tanh();
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(NestedBlock);
+
+struct MixedNetImpl : torch::nn::Module {
+  MixedNetImpl() {
+    plain = register_module("plain", PBlock(kWidth));
+    nested = register_module("nested", NestedBlock(kWidth));
+  }
+  torch::Tensor forward(torch::Tensor x) { return nested(plain(x)); }
+  PBlock plain{nullptr};
+  NestedBlock nested{nullptr};
+};
+TORCH_MODULE(MixedNet);
+
+// Restores the process-wide replay switch.
+struct ReplaySwitch {
+  bool was = recompose::selective_replay_enabled();
+  explicit ReplaySwitch(bool on) { recompose::set_selective_replay_enabled(on); }
+  ~ReplaySwitch() { recompose::set_selective_replay_enabled(was); }
+};
+
+}  // namespace
+
+TEST_CASE("planner: the profile times each region's recomputation as training runs it: the replay, else the forward again") {
+  auto x = input();
+  SUBCASE("replay on (the default): every block replays, and its recomputation is the replay's") {
+    ReplaySwitch on(true);
+    PNet net = make_net();
+    recompose::reset_selective_replay_stats();
+    const auto p = recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); });
+    const auto stats = recompose::selective_replay_stats();
+    // One replay per block in the intercepted run, none falling back to the forward again.
+    CHECK(stats.replayed == kLayers);
+    CHECK(stats.fallbacks == 0);
+    CHECK(stats.replay_ns > 0);
+    double replay = 0;
+    for (const auto& m : p.modules) {
+      CHECK(m.replayed);
+      CHECK(m.replay_seconds > 0);
+      replay += m.replay_seconds;
+    }
+    // The blocks' recomputation times are the replays' (host) times, nothing else.
+    CHECK(replay == doctest::Approx(static_cast<double>(stats.replay_ns) * 1e-9).epsilon(1e-6));
+    CHECK(recompose::selective_replay_enabled());
+    CHECK(p.to_string().find("replay") != std::string::npos);
+  }
+  SUBCASE("replay off: each block's forward runs again, and that is what is timed") {
+    ReplaySwitch off(false);
+    PNet net = make_net();
+    recompose::reset_selective_replay_stats();
+    const auto p = recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); });
+    const auto stats = recompose::selective_replay_stats();
+    CHECK(stats.replayed == 0);
+    CHECK(stats.fallbacks == kLayers);
+    for (const auto& m : p.modules) {
+      CHECK(!m.replayed);
+      CHECK(m.replay_seconds > 0);
+    }
+    CHECK(!recompose::selective_replay_enabled());
+  }
+  SUBCASE("a region the replay cannot serve is timed as its forward again; the others as replays") {
+    ReplaySwitch on(true);
+    torch::manual_seed(3);
+    MixedNet net;
+    recompose::reset_selective_replay_stats();
+    const auto p = recompose::profile_memory(*net, [&] { net(x).pow(2).mean().backward(); });
+    REQUIRE(p.modules.size() == 2);
+    CHECK(p.modules[0].name == "plain");
+    CHECK(p.modules[0].replayed);
+    CHECK(p.modules[1].name == "nested");
+    CHECK(!p.modules[1].replayed);
+    CHECK(p.modules[1].replay_seconds > 0);
+    const auto stats = recompose::selective_replay_stats();
+    CHECK(stats.fallbacks >= 1);
+    CHECK(stats.last_fallback_reason.find("another checkpointed region") != std::string::npos);
+    // Plans for it still give gradients bitwise equal to no checkpointing.
+    const double lo = static_cast<double>(recompose::min_plan_bytes(p)) / static_cast<double>(p.bytes_held);
+    for (double f : {lo, (lo + 1) / 2, 1.05}) {
+      const Plan plan = recompose::solve_plan(p, Budget::fraction(f));
+      auto grads_of = [&](const Plan* pl) {
+        torch::manual_seed(3);
+        MixedNet fresh;
+        if (pl) recompose::apply_plan(*fresh, *pl);
+        return rt::grads_of([&] { return fresh(x).pow(2).mean(); }, fresh->parameters());
+      };
+      const auto want = grads_of(nullptr);
+      const auto got = grads_of(&plan);
+      REQUIRE(want.size() == got.size());
+      for (size_t i = 0; i < want.size(); ++i) CHECK(torch::equal(want[i], got[i]));
+    }
+  }
+}
+
+TEST_CASE("planner: the profile measures each module's backward, and the time line and the plan use it") {
+  const auto& p = shared_profile();
+  REQUIRE(p.modules.size() == kLayers);
+  double backwards = 0, forwards = 0;
+  for (const auto& m : p.modules) {
+    CHECK(m.backward_seconds > 0);  // measured, one per module
+    backwards += m.backward_seconds;
+    forwards += m.forward_seconds;
+  }
+  CHECK(p.backward_measured());
+  // Spans inside the step, beside the forwards: never more than the step.
+  CHECK(backwards + forwards <= p.step_seconds);
+  const auto c = recompose::detail::step_compute_of(p);
+  for (size_t i = 0; i < kLayers; ++i) CHECK(c.modules[i].backward_seconds == doctest::Approx(p.modules[i].backward_seconds));
+  CHECK(p.to_string().find("backward: measured per module") != std::string::npos);
+  const Plan plan = recompose::solve_plan(p, Budget::fraction(0.5));
+  CHECK(plan.backward_measured);
+  CHECK(plan.to_table().find("backward as profiled") != std::string::npos);
+  CHECK(Plan::from_json(plan.to_json()) == plan);
+  const auto back = recompose::MemoryProfile::from_json(p.to_json());
+  for (size_t i = 0; i < kLayers; ++i) {
+    CHECK(back.modules[i].backward_seconds == p.modules[i].backward_seconds);
+    CHECK(back.modules[i].replayed == p.modules[i].replayed);
+  }
 }

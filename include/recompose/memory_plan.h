@@ -61,6 +61,9 @@ struct Plan {
   // Simulated peak device memory of the step under the plan: the profile's resident_bytes plus
   // the activations at their busiest moment, forward or backward (copy-window model).
   int64_t peak_bytes = 0;
+  // The time line behind the estimates had each module's backward as profiled
+  // (MemoryProfile::backward_measured()); false: assumed twice its forward.
+  bool backward_measured = false;
   std::vector<ModulePlan> modules;
 
   // One row per module: choice, kept/swapped/recomputed op counts, estimated bytes and time;

@@ -15,8 +15,11 @@
 // every op's output (so nothing is recomputed and nothing changes numerically): the policy, asked
 // after each op ran, records the op, the bytes of its outputs and the time since the previous op
 // (which includes the views and in-place ops the policy does not see, and autograd's bookkeeping:
-// what recomputing the op costs). The backward of the second run times the replay of each module
-// (selective checkpointing's fixed cost).
+// what recomputing the op costs). The backward of the second run times each module's
+// recomputation as training will run it (selective checkpointing's fixed cost): the selective
+// replay where the region replays (selective_replay_enabled(), the default; the replay's time
+// from selective_replay_stats()), else its forward run again. The backward of the first run is
+// timed per module, from the gradient of its output to those of its inputs.
 //
 // The model is left exactly as it was found, and each run starts from it: after each run (and when
 // `step` throws) the parameters' and buffers' values (BatchNorm's running statistics and counter
@@ -66,7 +69,17 @@ struct ModuleProfile {
   int64_t saved_bytes = 0;  // held without checkpointing: what autograd saves during its forward
   double forward_seconds = 0;            // forward time without checkpointing
   double selective_forward_seconds = 0;  // forward time with every op intercepted (and kept)
-  double replay_seconds = 0;  // recomputation in backward with every op kept: selective's fixed cost
+  // Recomputation in backward with every op kept: selective's fixed cost. The selective replay's
+  // (host) time where `replayed`, else the time of the forward run again.
+  double replay_seconds = 0;
+  // Its recomputations in the profiled step were all selective replays (training replays it too);
+  // false: at least one ran its forward again (replay off, or a region it cannot replay).
+  bool replayed = false;
+  // Backward time without checkpointing: from when the gradient of its output is ready to when
+  // those of its inputs are (inputs that are not autograd leaves; a module without such inputs
+  // ends where the next module's backward starts, or the step ends). Summed over its calls.
+  // 0: not measured (a profile saved before it was); the time line then assumes twice its forward.
+  double backward_seconds = 0;
   std::vector<OpProfile> ops;  // in forward order
 };
 
@@ -84,6 +97,10 @@ struct MemoryProfile {
   // set it to plan a peak budget for a device the profile was not taken on).
   int64_t resident_bytes = 0;
   std::vector<ModuleProfile> modules;
+
+  // Every module's backward was measured (backward_seconds > 0): the copy-window time line uses
+  // them; otherwise it assumes each module's backward takes twice its forward.
+  bool backward_measured() const;
 
   // A table per module and, below it, the ops of each module.
   std::string to_string() const;

@@ -134,9 +134,19 @@ StepCompute step_compute_of(const MemoryProfile& profile) {
     forwards += c.modules.back().forward_seconds;
   }
   const double rest = std::max(0.0, profile.step_seconds - forwards);
-  const double scale = forwards > 0 ? std::min(2.0, rest / forwards) : 0.0;
   double backwards = 0;
-  for (auto& m : c.modules) backwards += (m.backward_seconds = scale * m.forward_seconds);
+  if (profile.backward_measured()) {
+    for (size_t i = 0; i < c.modules.size(); ++i) backwards += profile.modules[i].backward_seconds;
+    // Spans and the step are timed separately: never more backward than the step leaves.
+    const double scale = backwards > rest ? rest / backwards : 1.0;
+    backwards = 0;
+    for (size_t i = 0; i < c.modules.size(); ++i) {
+      backwards += (c.modules[i].backward_seconds = scale * profile.modules[i].backward_seconds);
+    }
+  } else {
+    const double scale = forwards > 0 ? std::min(2.0, rest / forwards) : 0.0;
+    for (auto& m : c.modules) backwards += (m.backward_seconds = scale * m.forward_seconds);
+  }
   const double left = std::max(0.0, rest - backwards);
   c.forward_tail_seconds = left / 3;
   c.backward_head_seconds = left - c.forward_tail_seconds;

@@ -84,11 +84,12 @@ class CopyWindowModel {
   LinkModel link_;
 };
 
-// The time line of a profiled step. The profile measures each module's forward; backward is
-// not measured per module: the step's time beyond the modules' forwards is shared out, each
-// module's backward taking twice its forward (a backward computes two products per forward
-// product) while that fits, and the remainder split one third to the forward after the modules
-// and two thirds to the backward before them.
+// The time line of a profiled step: each module's measured forward and backward
+// (MemoryProfile::backward_measured(); scaled down together should they exceed the step's time
+// beyond the forwards), the remainder of the step split one third to the forward after the
+// modules and two thirds to the backward before them. A profile without measured backward times
+// (one saved before they were) falls back to each module's backward taking twice its forward (a
+// backward computes two products per forward product) while that fits.
 StepCompute step_compute_of(const MemoryProfile& profile);
 
 // How many copies offloading module `m` whole makes: one per op with outputs (at least one).

@@ -74,6 +74,8 @@ std::string Plan::to_table() const {
     std::snprintf(line, sizeof line, "simulated peak device memory of the step: %s\n", detail::format_mib(peak_bytes).c_str());
     s << line;
   }
+  s << (backward_measured ? "time line: each module's backward as profiled\n"
+                          : "time line: each module's backward assumed twice its forward (not profiled)\n");
   return s.str();
 }
 
@@ -98,6 +100,7 @@ std::string Plan::to_json() const {
                                        {"none_step_seconds", finite(none_step_seconds)},
                                        {"solve_seconds", finite(solve_seconds)},
                                        {"peak_bytes", peak_bytes},
+                                       {"backward_measured", backward_measured},
                                        {"modules", std::move(module_list)}};
   return detail::json::dump(document);
 }
@@ -119,6 +122,7 @@ Plan Plan::from_json(std::string_view text) {
                      "none_bytes", p.none_bytes, "none_step_seconds", p.none_step_seconds, "solve_seconds",
                      p.solve_seconds);
   if (v.contains("peak_bytes")) json::read(v, "peak_bytes", p.peak_bytes);  // absent before issue 27
+  if (v.contains("backward_measured")) json::read(v, "backward_measured", p.backward_measured);  // issue 25
   for (const auto& m : json::array(v, "modules")) {
     ModulePlan mp;
     std::string choice;

@@ -4,6 +4,7 @@
 
 #include <recompose/memory_profile.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -16,6 +17,12 @@ constexpr int kProfileFormatVersion = 1;
 
 }  // namespace
 
+bool MemoryProfile::backward_measured() const {
+  return !modules.empty() && std::all_of(modules.begin(), modules.end(), [](const ModuleProfile& m) {
+    return m.backward_seconds > 0;
+  });
+}
+
 std::string MemoryProfile::to_string() const {
   std::ostringstream s;
   char line[256];
@@ -25,14 +32,18 @@ std::string MemoryProfile::to_string() const {
                 device.c_str(), detail::format_mib(bytes_held).c_str(), detail::format_mib(other_bytes).c_str(), step_seconds * 1e3,
                 copy_bandwidth / 1e9, profile_seconds * 1e3);
   s << line;
-  std::snprintf(line, sizeof line, "| %-16s | %5s | %10s | %10s | %8s | %8s | %8s | %4s |\n", "module", "calls",
-                "saves", "inputs", "fwd ms", "sac ms", "replay", "ops");
-  s << line << "|------------------|-------|------------|------------|----------|----------|----------|------|\n";
+  s << (backward_measured() ? "backward: measured per module\n"
+                            : "backward: not measured per module, assumed twice the forward\n");
+  std::snprintf(line, sizeof line, "| %-16s | %5s | %10s | %10s | %8s | %8s | %8s | %-6s | %8s | %4s |\n", "module",
+                "calls", "saves", "inputs", "fwd ms", "bwd ms", "sac ms", "recomp", "ms", "ops");
+  s << line
+    << "|------------------|-------|------------|------------|----------|----------|----------|--------|----------|------|\n";
   for (const auto& m : modules) {
-    std::snprintf(line, sizeof line, "| %-16s | %5lld | %10s | %10s | %8.2f | %8.2f | %8.2f | %4zu |\n",
+    std::snprintf(line, sizeof line, "| %-16s | %5lld | %10s | %10s | %8.2f | %8.2f | %8.2f | %-6s | %8.2f | %4zu |\n",
                   m.name.empty() ? "(root)" : m.name.c_str(), static_cast<long long>(m.calls),
                   detail::format_mib(m.saved_bytes).c_str(), detail::format_mib(m.input_bytes).c_str(), m.forward_seconds * 1e3,
-                  m.selective_forward_seconds * 1e3, m.replay_seconds * 1e3, m.ops.size());
+                  m.backward_seconds * 1e3, m.selective_forward_seconds * 1e3, m.replayed ? "replay" : "rerun",
+                  m.replay_seconds * 1e3, m.ops.size());
     s << line;
   }
   for (const auto& m : modules) {
@@ -72,6 +83,8 @@ std::string MemoryProfile::to_json() const {
                            {"forward_seconds", finite(m.forward_seconds)},
                            {"selective_forward_seconds", finite(m.selective_forward_seconds)},
                            {"replay_seconds", finite(m.replay_seconds)},
+                           {"replayed", m.replayed},
+                           {"backward_seconds", finite(m.backward_seconds)},
                            {"ops", std::move(op_list)}});
   }
   const Json document = {{"format", "recompose.profile"},
@@ -110,6 +123,9 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
                        "saved_bytes", mp.saved_bytes, "forward_seconds", mp.forward_seconds,
                        "selective_forward_seconds", mp.selective_forward_seconds, "replay_seconds",
                        mp.replay_seconds);
+    // Absent before issue 25: a rerun, backward not measured.
+    if (m.contains("replayed")) json::read(m, "replayed", mp.replayed);
+    if (m.contains("backward_seconds")) json::read(m, "backward_seconds", mp.backward_seconds);
     for (const auto& o : json::array(m, "ops")) {
       OpProfile op;
       json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes", op.output_bytes, "seconds",

@@ -1,7 +1,8 @@
 // profile_memory(): two instrumented runs of a training step (recompose/memory_profile.h), each
-// from the model as the caller left it: run_plain (bytes saved, forward and step times, what the
-// device held beside the activations), then run_intercepted (ops, their outputs and times,
-// replay times).
+// from the model as the caller left it: run_plain (bytes saved, forward, backward and step times,
+// what the device held beside the activations), then run_intercepted (ops, their outputs and
+// times, recomputation times).
+#include "backward_spans.h"
 #include "device_peak.h"
 #include "model_state_guard.h"
 #include "planner_targets.h"
@@ -75,6 +76,7 @@ struct Frame {
   detail::StepTimeline::Mark start;
   int64_t bytes_at_start = 0;
   bool recomputing = false;
+  size_t call = 0;  // BackwardSpans id
 };
 
 struct Watched {  // a kept output, to see whether the forward later writes into it
@@ -83,9 +85,25 @@ struct Watched {  // a kept output, to see whether the forward later writes into
   uint32_t version;
 };
 
+// Hooks on the gradients of `tensors` (those that need one and are not autograd leaves), each
+// telling `rec` that call `call`'s output (input) gradient is ready. They live on the step's
+// graph, so they go with it; a weak reference, so a graph kept past the profile does nothing.
+template <class Rec>
+void watch_gradients(const std::vector<at::Tensor>& tensors, const std::shared_ptr<Rec>& rec, size_t call, bool output) {
+  if (!at::GradMode::is_enabled()) return;
+  for (const auto& t : tensors) {
+    if (!t.defined() || !t.requires_grad() || t.is_leaf()) continue;
+    std::weak_ptr<Rec> weak = rec;
+    t.register_hook([weak, call, output](const at::Tensor&) {
+      if (auto r = weak.lock()) output ? r->spans.output_ready(call) : r->spans.input_ready(call);
+    });
+  }
+}
+
 // What the hooks and the logging policy of both runs record into.
-struct Recorder {
+struct Recorder : std::enable_shared_from_this<Recorder> {
   detail::StepTimeline timeline;
+  detail::BackwardSpans spans{timeline};
   int run = 1;
   const SavedTensorMeter* meter = nullptr;
   std::vector<Frame> frames;
@@ -98,6 +116,10 @@ struct Recorder {
 
   void enter(size_t m, const hooks::ForwardCall& call) {
     Frame f{m, {}, 0, is_recomputing()};
+    if (!f.recomputing) {
+      f.call = spans.add_call(m);
+      watch_gradients(call.input_leaves(), shared_from_this(), f.call, /*output=*/false);
+    }
     if (run == 1) {
       modules[m].calls += 1;
       std::vector<c10::IValue> inputs;
@@ -109,11 +131,12 @@ struct Recorder {
     frames.back().start = last = timeline.mark();
   }
 
-  void leave(size_t m) {
+  void leave(size_t m, const hooks::ForwardCall& call) {
     if (frames.empty() || frames.back().module != m) return;  // unbalanced: a hook was added mid-call
     const Frame f = frames.back();
     frames.pop_back();
     const auto end = timeline.mark();
+    if (!f.recomputing && call.has_output()) watch_gradients(call.output_leaves(), shared_from_this(), f.call, true);
     ModuleProfile& p = modules[m];
     if (run == 1) {
       timeline.add(f.start, end, [this, m]() -> double& { return modules[m].forward_seconds; });
@@ -234,7 +257,7 @@ void attach_timing_hooks(Instrumentation& inst, const std::vector<detail::Planne
     inst.handles.push_back(hooks::register_forward_pre_hook(
         *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->enter(i, call); }, owner));
     inst.handles.push_back(hooks::register_forward_hook(
-        *targets[i].module, [rec, i](hooks::ForwardCall&) { rec->leave(i); },
+        *targets[i].module, [rec, i](hooks::ForwardCall& call) { rec->leave(i, call); },
         hooks::HookOptions(owner).always_call(true)));
   }
 }
@@ -249,7 +272,12 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
   detail::reset_device_peak(device);
   const auto t0 = rec->timeline.mark();
   step();
-  rec->timeline.add(t0, rec->timeline.mark(), [&profile]() -> double& { return profile.step_seconds; });
+  const auto t1 = rec->timeline.mark();
+  rec->timeline.add(t0, t1, [&profile]() -> double& { return profile.step_seconds; });
+  Recorder* r = rec.get();
+  for (const auto& s : rec->spans.take(t1)) {
+    rec->timeline.add(s.from, s.to, [r, m = s.module]() -> double& { return r->modules[m].backward_seconds; });
+  }
   rec->timeline.resolve();
   profile.bytes_held = meter.peak_bytes_held();
   // What the device held beside the activations at the step's peak (a peak budget's base).
@@ -270,8 +298,11 @@ void check_plain_run(const MemoryProfile& profile, const Recorder& rec) {
 }
 
 // Run 2: every module checkpointed, every op kept (nothing recomputed, nothing changes): the ops,
-// their outputs and times; backward times each module's replay. Timing hooks go after
-// apply_checkpoint's so that the region's setup is not the first op's time.
+// their outputs and times; backward times each module's recomputation as training will run it:
+// a selective replay (no module code runs: its time is the replay counters' between the module's
+// backward hooks), or, where the region cannot replay or replay is off, its forward again (timed
+// by the forward hooks, which see it recomputing). Timing hooks go after apply_checkpoint's so
+// that the region's setup is not the first op's time.
 void run_intercepted(const std::function<void()>& step, const std::vector<detail::PlannerTarget>& targets,
                      const std::shared_ptr<Recorder>& rec) {
   Instrumentation inst;
@@ -285,16 +316,15 @@ void run_intercepted(const std::function<void()>& step, const std::vector<detail
     inst.checkpointed.push_back(t.module.get());
   }
   attach_timing_hooks(inst, targets, rec);
-  {
-    // The timing hooks time each region's recomputation as its forward run again: selective
-    // replay off for this run (a replay runs no module code, and nothing to replay here).
-    struct ReplayOff {
-      bool was = selective_replay_enabled();
-      ReplayOff() { set_selective_replay_enabled(false); }
-      ~ReplayOff() { set_selective_replay_enabled(was); }
-    } replay_off;
-    step();
+  step();
+  const auto end = rec->timeline.mark();
+  std::vector<int64_t> replays(targets.size(), 0), fallbacks(targets.size(), 0);
+  for (const auto& s : rec->spans.take(end)) {
+    replays[s.module] += s.replayed;
+    fallbacks[s.module] += s.fallbacks;
+    rec->modules[s.module].replay_seconds += static_cast<double>(s.replay_ns) * 1e-9;
   }
+  for (size_t i = 0; i < targets.size(); ++i) rec->modules[i].replayed = replays[i] > 0 && fallbacks[i] == 0;
   rec->timeline.resolve();
   rec->watched.clear();
 }

@@ -327,6 +327,7 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
     plan.bytes = chosen.bytes;
     plan.none_bytes = profile.bytes_held;
     plan.none_step_seconds = profile.step_seconds;
+    plan.backward_measured = profile.backward_measured();
     plan.step_seconds = profile.step_seconds + chosen.seconds;
     plan.modules.resize(fam.modules.size());
     size_t at = chosen.node;

@@ -8,7 +8,8 @@ namespace {
 
 bool same_work(const ModuleProfile& a, const ModuleProfile& b) {
   // Not saved_bytes: a block's input that the block before saved is counted there, not here.
-  if (a.type != b.type || a.calls != b.calls || a.input_bytes != b.input_bytes || a.ops.size() != b.ops.size()) {
+  if (a.type != b.type || a.calls != b.calls || a.input_bytes != b.input_bytes || a.ops.size() != b.ops.size() ||
+      a.replayed != b.replayed) {
     return false;
   }
   for (size_t k = 0; k < a.ops.size(); ++k) {
@@ -44,11 +45,20 @@ MemoryProfile with_twins_at_their_fastest(MemoryProfile profile) {
         fastest.ops[k].seconds = std::min(fastest.ops[k].seconds, m.ops[k].seconds);
       }
     }
+    // Backward at the median, not the least: backward times size the copy windows and the step's
+    // time beyond them goes to the compute around the modules (the head's backward, the last
+    // module's window); the least would move a twin's noise there, the median leaves it out.
+    std::vector<double> backward;
+    for (size_t j : group) backward.push_back(modules[j].backward_seconds);
+    std::sort(backward.begin(), backward.end());
+    const size_t mid = backward.size() / 2;
+    fastest.backward_seconds = backward.size() % 2 ? backward[mid] : (backward[mid - 1] + backward[mid]) / 2;
     for (size_t j : group) {
       ModuleProfile& m = modules[j];
       m.forward_seconds = fastest.forward_seconds;
       m.selective_forward_seconds = fastest.selective_forward_seconds;
       m.replay_seconds = fastest.replay_seconds;
+      m.backward_seconds = fastest.backward_seconds;
       for (size_t k = 0; k < m.ops.size(); ++k) m.ops[k].seconds = fastest.ops[k].seconds;
     }
   }

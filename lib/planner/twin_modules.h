@@ -9,14 +9,15 @@
 // time its group measured, per time of the profile (forward, intercepted forward, replay, each op):
 // noise only ever adds time, so the least of the repeats is the estimate closest to the cost.
 // (Giving twins their median instead made a H100 plan slower: the median keeps the noise of the
-// typical twin.)
+// typical twin.) Backward times are the exception: the group's median (twin_modules.cpp says why).
 #pragma once
 
 #include <recompose/memory_profile.h>
 
 namespace recompose::detail {
 
-// `profile` with the times of each group of twin modules replaced by the group's least.
+// `profile` with the times of each group of twin modules replaced by the group's least (backward:
+// its median).
 MemoryProfile with_twins_at_their_fastest(MemoryProfile profile);
 
 }  // namespace recompose::detail

@@ -19,6 +19,17 @@ block recomputed, as TransformerPolicyOptions::recompute_every_second_mm); save-
 pinned host memory); torchtune-offload (torchtune's OffloadActivations, when torchtune is
 importable).
 
+--compile-budgets 1.0,0.75,0.5,0.3,0.0 is another mode (issue 27's comparison with the planner): the
+same GPT and training step under torch.compile, once per value of
+torch._functorch.config.activation_memory_budget (the min-cut partitioner recomputes activations
+until the saved ones fit that fraction of what it would save at 1.0), each from the same weights and
+batches. Per budget: the mean step time (without the first --compile-warmup steps, which compile)
+and, on CUDA, the step's peak memory above weights and optimizer state; both also as ratios to the
+compiled step at budget 1.0 (its own no-checkpointing step: torch.compile's default; run first even
+when the list lacks it). On CPU there is no allocator peak to read: peak reads n/a.
+
+    python gpt_peer.py --compile-budgets 1.0,0.75,0.5,0.3,0.0 --device cuda --bf16 --steps 12
+
 On a GPU (--device cuda, with --bf16 for CUDA autocast to bfloat16, as the C++ example's flag) the
 summary line also gives the step's peak CUDA memory above the weights and optimizer state, measured
 as the C++ example does (after zero_grad: reset the peak, read what is allocated, run the step).
@@ -218,6 +229,81 @@ def learning_rate(peak, step, steps):
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(3.141592653589793 * progress)))
 
 
+# ---- torch.compile under activation_memory_budget (issue 27) ----
+
+def compiled_run(a, data, budget, make_model, cuda):
+    """One fresh compiled model at `budget`: [(step seconds, step peak bytes or None)] per step."""
+    import torch._dynamo
+    import torch._functorch.config as functorch_config
+
+    torch._dynamo.reset()  # recompile: the budget is read when the graph is partitioned
+    functorch_config.activation_memory_budget = budget
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), weight_decay=0.01, fused=cuda)
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
+
+    @torch.compile
+    def loss_of(inputs, targets):
+        with autocast():
+            logits = model(inputs)
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    batches = torch.Generator().manual_seed(a.seed)
+    out = []
+    for step in range(1, a.steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(a.lr, step, a.steps)
+        inputs, targets = data.batch(a.batch, batches)
+        inputs, targets = inputs.to(a.device), targets.to(a.device)
+        optimizer.zero_grad()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            resting = torch.cuda.memory_allocated()
+        t0 = time.perf_counter()
+        loss = loss_of(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        value = loss.item()
+        if cuda:
+            torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0, torch.cuda.max_memory_allocated() - resting if cuda else None))
+        if not a.quiet:
+            print(f"budget {budget:.2f} step {step:4d}  loss {value:.9g}  {out[-1][0] * 1e3:.1f} ms")
+    return out
+
+
+def compile_budgets(a, data, make_model, cuda):
+    budgets = [float(b) for b in a.compile_budgets.split(",") if b.strip()]
+    if not budgets or any(not 0.0 <= b <= 1.0 for b in budgets):
+        sys.exit("gpt_peer: --compile-budgets takes fractions in [0, 1], e.g. 1.0,0.75,0.5,0.3,0.0")
+    if a.steps <= a.compile_warmup:
+        sys.exit(f"gpt_peer: --steps must exceed --compile-warmup ({a.compile_warmup}): the first steps compile")
+    if 1.0 not in budgets:
+        budgets.insert(0, 1.0)  # the reference: torch.compile's own step without recomputation
+    rows = {}
+    for budget in budgets:
+        steps = compiled_run(a, data, budget, make_model, cuda)[a.compile_warmup:]
+        ms = 1e3 * sum(s for s, _ in steps) / len(steps)
+        peak = max(p for _, p in steps) / 2**20 if cuda else None
+        rows[budget] = (ms, peak)
+        print(f"python compile budget {budget:.2f}: mean step {ms:.2f} ms"
+              + (f"; step peak {peak:.1f} MiB (CUDA)" if cuda else "; step peak n/a (CPU)"), flush=True)
+    ref_ms, ref_peak = rows[1.0]
+    print(f"\ntorch.compile with torch._functorch.config.activation_memory_budget: layers {a.layers}, width {a.width}, "
+          f"heads {a.heads}, context {a.context}, batch {a.batch}, {a.device}{' bf16 autocast' if a.bf16 else ''}, "
+          f"{a.steps} steps per budget (mean without the first {a.compile_warmup}); torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    print(f"{'budget':>8} {'step ms':>9} {'peak MiB':>10} {'time x':>7} {'peak x':>7}")
+    for budget, (ms, peak) in rows.items():
+        peak_text = f"{peak:10.1f}" if peak is not None else f"{'n/a':>10}"
+        peak_ratio = f"{peak / ref_peak:7.3f}" if peak is not None and ref_peak else f"{'n/a':>7}"
+        print(f"{budget:8.2f} {ms:9.2f} {peak_text} {ms / ref_ms:7.3f} {peak_ratio}")
+    print("time x / peak x: against the compiled step at budget 1.00 (torch.compile's default). peak MiB: the "
+          "step's peak CUDA memory above weights and optimizer state (max allocated minus allocated at rest).")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--state", help="file written by gpt --save-initial-state (default: fresh weights from --seed)")
@@ -239,6 +325,9 @@ def main():
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--check-losses", help="the C++ run's loss.csv: fail unless every loss agrees to 9 digits")
     ap.add_argument("--quiet", action="store_true", help="only the summary line")
+    ap.add_argument("--compile-budgets", metavar="LIST",
+                    help="torch.compile mode: the step at each activation_memory_budget of LIST (e.g. 1.0,0.75,0.5,0.3,0.0)")
+    ap.add_argument("--compile-warmup", type=int, default=2, help="steps left out of the compiled means (they compile)")
     a = ap.parse_args()
 
     if a.threads > 0:
@@ -247,28 +336,40 @@ def main():
         sys.exit("gpt_peer: --bf16 needs --device cuda")
     cuda = a.device == "cuda"
     data = CharDataset(a.data, a.context)
-    torch.manual_seed(a.seed)
-    model = GPT(data.vocab_size, a.context, a.layers, a.width, a.heads, a.dropout)
-    params = dict(model.named_parameters())
+    state = None
     if a.state:
         # torch::pickle_save tags the dict's types: allow that one helper, nothing else.
         with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
             state = torch.load(a.state, weights_only=True)
-        loaded = {k[len("param."):]: v for k, v in state.items() if k.startswith("param.")}
-        if set(loaded) != set(params):
-            sys.exit(f"gpt_peer: parameter names differ from the C++ model's: {sorted(set(loaded) ^ set(params))}")
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(loaded[name])
-    else:
-        init_weights(model, a.layers)
-    model.to(a.device)
-    model.train()
+
+    def make_model():
+        torch.manual_seed(a.seed)
+        model = GPT(data.vocab_size, a.context, a.layers, a.width, a.heads, a.dropout)
+        params = dict(model.named_parameters())
+        if state is not None:
+            loaded = {k[len("param."):]: v for k, v in state.items() if k.startswith("param.")}
+            if set(loaded) != set(params):
+                sys.exit(f"gpt_peer: parameter names differ from the C++ model's: {sorted(set(loaded) ^ set(params))}")
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(loaded[name])
+        else:
+            init_weights(model, a.layers)
+        model.to(a.device)
+        model.train()
+        if state is not None:
+            torch.set_rng_state(state["cpu_rng_state"])  # dropout continues where the C++ model's construction left it
+        return model
+
+    if a.compile_budgets:
+        if a.policy != "none":
+            sys.exit("gpt_peer: --compile-budgets runs without a checkpointing policy (the budget is the partitioner's)")
+        compile_budgets(a, data, make_model, cuda)
+        return
+    model = make_model()
     around_forward = apply_policy(model, a.policy)
     # fused on CUDA, as the C++ example (fused_adamw.h); LibTorch's and torch.optim's loops on CPU.
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99), weight_decay=0.01, fused=cuda)
-    if a.state:
-        torch.set_rng_state(state["cpu_rng_state"])  # dropout continues where the C++ model's construction left it
     batches = torch.Generator().manual_seed(a.seed)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
     around = around_forward or contextlib.nullcontext
