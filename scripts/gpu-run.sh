@@ -6,7 +6,7 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
-#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile]
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded]
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
@@ -16,7 +16,10 @@
 # the 24 x 2048 model and a memory cap under which no checkpointing does not fit), compile (issue
 # 27: the Python peer of the 12 x 1024 bf16 GPT under torch.compile at several
 # activation_memory_budget values, time and peak against its own compiled step at 1.0, to set
-# beside the planner's sweep of the offload phase). The log goes to $OUT/gpu-run-<phase>-<time>.txt.
+# beside the planner's sweep of the offload phase), sharded (issue 27: examples/sharded on CUDA,
+# NCCL at world 1 and Gloo at world 2, with checkpointing and offload on the all-gathered blocks:
+# --check against unsharded training, collective counts and times, offload copies against the
+# collectives; examples/sharded/gpu_check.sh). The log goes to $OUT/gpu-run-<phase>-<time>.txt.
 # Environment for compile: RECOMPOSE_COMPILE_BUDGETS (default 1.0,0.75,0.5,0.3,0.0).
 #
 # Offline, header-only dependencies travel with the checkout: run `bash scripts/gpu-run.sh
@@ -107,7 +110,7 @@ fi
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 phase=${1:-all}
-case "$phase" in all|build|test|bench|gpt|offload|compile) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload or compile)" ;; esac
+case "$phase" in all|build|test|bench|gpt|offload|compile|sharded) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile or sharded)" ;; esac
 log="$out/gpu-run-$phase-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
 jobs=${RECOMPOSE_JOBS:-$(nproc)}
@@ -250,7 +253,7 @@ do_offload() {
   run_step "gpt --budget peak=${cap_gib}GiB --memory-fraction $cap_fraction ${gpt_big[*]}" \
     "$build/examples/gpt/gpt" --budget "peak=${cap_gib}GiB" --memory-fraction "$cap_fraction" --phase-times \
     --steps 6 --device cuda --bf16 --sample 0 --out "$out/gpt_cap_planned" "${gpt_big[@]}" || status=1
-  echo "not run yet: examples/sharded on CUDA (it has no CUDA/NCCL path); the Python peer under"
+  echo "elsewhere: examples/sharded on CUDA is the sharded phase; the Python peer under"
   echo "torch.compile's activation_memory_budget is the compile phase"
   stamp "offload done"
   return $status
@@ -264,6 +267,15 @@ do_compile() {
     "$venv/bin/python" examples/gpt/python/gpt_peer.py --quiet --compile-budgets "${RECOMPOSE_COMPILE_BUDGETS:-1.0,0.75,0.5,0.3,0.0}" \
     --device cuda --bf16 --steps 12 --threads 0 "${gpt_model[@]}" || status=1
   stamp "compile done"
+  return $status
+}
+
+# Issue 27: the sharded trainer on the GPU (examples/sharded/gpu_check.sh).
+do_sharded() {
+  local status=0
+  run_step "examples/sharded/gpu_check.sh $build/examples/sharded/sharded_trainer" \
+    bash examples/sharded/gpu_check.sh "$build/examples/sharded/sharded_trainer" || status=1
+  stamp "sharded done"
   return $status
 }
 
@@ -283,6 +295,7 @@ main() {
     gpt) do_gpt || status=1 ;;
     offload) do_offload || status=1 ;;
     compile) do_compile || status=1 ;;
+    sharded) do_sharded || status=1 ;;
   esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status
