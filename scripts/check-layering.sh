@@ -25,7 +25,8 @@ def layer_of(path):
     if p.startswith('lib/swap/') or p in ('include/recompose/swap.h', 'include/recompose/apply_offload.h',
             'include/recompose/copy_link.h'): return (4, 'swap')
     if p.startswith('lib/') and p.count('/') == 1: return (5, 'frontend')
-    if p in ('include/recompose/apply_checkpoint.h', 'include/recompose/checkpoint.h'): return (5, 'frontend')
+    if p in ('include/recompose/apply_checkpoint.h', 'include/recompose/checkpoint.h',
+            'include/recompose/device_memory.h'): return (5, 'frontend')
     # The memory-budget planner drives the front ends (apply_checkpoint, apply_offload): above them.
     if p.startswith('lib/planner/') or p in ('include/recompose/planner.h', 'include/recompose/memory_plan.h',
             'include/recompose/memory_profile.h'): return (6, 'planner')

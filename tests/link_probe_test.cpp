@@ -77,7 +77,30 @@ TEST_CASE("measure_link: refuses a device it cannot measure, with a clear error"
   }
 }
 
+TEST_CASE("device memory: not measured on CPU, said as -1") {
+  const c10::Device cpu(c10::kCPU);
+  recompose::reset_peak_device_memory(cpu);  // nothing to reset, no error
+  torch::Tensor t = torch::ones({1024});
+  CHECK(recompose::peak_device_memory(cpu) == -1);
+  CHECK(recompose::current_device_memory(cpu) == -1);
+}
+
 TEST_SUITE_BEGIN("cuda_link" * doctest::skip(!has_cuda_device()));
+
+#ifdef RECOMPOSE_WITH_CUDA
+TEST_CASE("device memory: the caching allocator's peak and current bytes") {
+  recompose::reset_peak_device_memory(kCuda);
+  const int64_t before = recompose::current_device_memory(kCuda);
+  {
+    torch::Tensor t = torch::ones({1 << 20}, torch::TensorOptions().device(kCuda));  // 4 MiB
+    CHECK(recompose::current_device_memory(kCuda) >= before + (int64_t{4} << 20));
+  }
+  CHECK(recompose::peak_device_memory(kCuda) >= before + (int64_t{4} << 20));
+  CHECK(recompose::peak_device_memory(kCuda) == cuda_peak());
+  recompose::reset_peak_device_memory(kCuda);
+  CHECK(recompose::peak_device_memory(kCuda) < before + (int64_t{4} << 20));
+}
+#endif
 
 TEST_CASE("measure_link: both directions and the cost per copy, in plausible ranges") {
   const auto link = recompose::measure_link(kCuda);

@@ -2,10 +2,10 @@
 // in a CUDA build (-Dcuda=enabled, or auto with a GPU): RECOMPOSE_WITH_CUDA.
 #pragma once
 
+#include <recompose/device_memory.h>
 #include <torch/torch.h>
 
 #ifdef RECOMPOSE_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 #endif
 
@@ -41,26 +41,10 @@ inline void synchronize(const torch::Device& device) {
 #endif
 }
 
-inline void reset_peak_device_memory(const torch::Device& device) {
-#ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
-#else
-  (void)device;
-#endif
-}
-
-// Peak bytes allocated on a CUDA device since the last reset; -1 on CPU (not measured).
-inline int64_t peak_device_memory(const torch::Device& device) {
-#ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
-  }
-#else
-  (void)device;
-#endif
-  return -1;
-}
+// Peak device memory: recompose::reset_peak_device_memory / peak_device_memory
+// (recompose/device_memory.h; -1 on CPU, not measured).
+using recompose::peak_device_memory;
+using recompose::reset_peak_device_memory;
 
 // An integer flag value, with the flag's name in the error.
 inline int64_t int_flag(const std::string& name, const std::string& value) {

@@ -86,32 +86,17 @@ void install_cpu_memory_counter() {
 }
 
 void reset_peak_memory(const torch::Device& device) {
-#ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
-    return;
-  }
-#endif
+  recompose::reset_peak_device_memory(device);
   if (device.is_cpu() && CountingCPUAllocator::instance) CountingCPUAllocator::instance->reset_peak();
 }
 
 int64_t peak_memory(const torch::Device& device) {
-#ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
-  }
-#endif
+  if (device.is_cuda()) return recompose::peak_device_memory(device);
   return device.is_cpu() && CountingCPUAllocator::instance ? CountingCPUAllocator::instance->peak() : 0;
 }
 
 int64_t current_memory(const torch::Device& device) {
-#ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
-  }
-#endif
+  if (device.is_cuda()) return recompose::current_device_memory(device);
   return device.is_cpu() && CountingCPUAllocator::instance ? CountingCPUAllocator::instance->current() : 0;
 }
 

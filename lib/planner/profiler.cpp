@@ -3,7 +3,6 @@
 // what the device held beside the activations), then run_intercepted (ops, their outputs and
 // times, recomputation times).
 #include "backward_spans.h"
-#include "device_peak.h"
 #include "model_state_guard.h"
 #include "planner_targets.h"
 #include "step_timeline.h"
@@ -11,6 +10,7 @@
 #include <recompose/apply_checkpoint.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/checkpoint_state.h>
+#include <recompose/device_memory.h>
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/memory_profile.h>
 #include <recompose/saved_tensor_meter.h>
@@ -269,7 +269,7 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
   attach_timing_hooks(inst, targets, rec);
   SavedTensorMeter meter;
   rec->meter = &meter;
-  detail::reset_device_peak(device);
+  reset_peak_device_memory(device);
   const auto t0 = rec->timeline.mark();
   step();
   const auto t1 = rec->timeline.mark();
@@ -281,7 +281,7 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
   rec->timeline.resolve();
   profile.bytes_held = meter.peak_bytes_held();
   // What the device held beside the activations at the step's peak (a peak budget's base).
-  profile.resident_bytes = std::max<int64_t>(0, detail::device_peak_bytes(device) - profile.bytes_held);
+  profile.resident_bytes = std::max<int64_t>(0, peak_device_memory(device) - profile.bytes_held);  // -1 off CUDA: 0
   rec->meter = nullptr;
 }
 

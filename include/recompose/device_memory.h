@@ -1,0 +1,27 @@
+// Device memory as the planner measures it: the CUDA caching allocator's statistics, which a
+// peak budget (Budget::peak_bytes) is planned against and checked with.
+//
+//   recompose::reset_peak_device_memory(device);
+//   train_step();
+//   int64_t peak = recompose::peak_device_memory(device);  // compare with the plan's budget
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace recompose {
+
+// Starts a new peak measurement on `device` (resets the caching allocator's peak statistics).
+// Does nothing on a device recompose cannot measure (CPU, or a build without CUDA).
+void reset_peak_device_memory(const c10::Device& device);
+
+// Peak bytes allocated on `device` since the last reset, by every stream, as the CUDA caching
+// allocator counts them (torch.cuda.max_memory_allocated). -1 on a device recompose cannot
+// measure (CPU, or a build without CUDA). Does not throw.
+int64_t peak_device_memory(const c10::Device& device);
+
+// Bytes allocated on `device` now (torch.cuda.memory_allocated); -1 where not measured.
+int64_t current_device_memory(const c10::Device& device);
+
+}  // namespace recompose
