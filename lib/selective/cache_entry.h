@@ -72,4 +72,8 @@ class CacheEntry {
   c10::SmallVector<const c10::StorageImpl*, 4> device_storages() const;
 };
 
+// Adds `delta` to selective_checkpoint_bytes_kept(): memory kept for backward beside the cache
+// entries (a random op's kept draw, draw_mask.h).
+void count_bytes_kept(int64_t delta) noexcept;
+
 }  // namespace recompose::detail

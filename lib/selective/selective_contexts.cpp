@@ -7,6 +7,7 @@
 // cannot be replayed so.
 
 #include "dispatch_interceptor.h"
+#include "draw_mask.h"
 #include "engine/internal_ops.h"
 #include "engine/saved_tensor_replay.h"
 #include "forward_trace.h"
@@ -138,7 +139,12 @@ class CachingInterceptor final : public detail::OpInterceptor {
         std::unique_ptr<detail::GeneratorEffect> rng;
         if (*calls.random) rng = std::make_unique<detail::GeneratorEffect>(detail::GeneratorEffect::before(op, *stack));
         detail::run_below(op, stack);
-        s_.trace.end(*stack, nullptr, 0, std::move(rng));
+        // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
+        std::unique_ptr<detail::DrawMask> draw;
+        if (rng && detail::DrawMask::is_draw(op) && !stack->empty() && stack->back().isTensor()) {
+          draw = detail::DrawMask::capture(stack->back().toTensor());
+        }
+        s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
       } else {
         detail::run_below(op, stack);  // a view: the trace names tensors by storage and layout
       }
@@ -329,6 +335,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
   void region_inputs(const std::vector<at::Tensor>& inputs) override { state_->trace.add_inputs(inputs); }
   void saved(std::size_t index, const at::Tensor& tensor) override { state_->trace.saved(index, tensor); }
   void not_replayed(const char* why) override {
+    state_->trace.release_draws();  // the forward runs again and draws anew
     detail::ReplayOutcome outcome;
     outcome.fallback_reason = why;
     detail::count_replay(outcome, 0);
@@ -361,6 +368,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       handed_out = true;
     };
     detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
+    s.trace.release_draws();  // one recomputation per region; a second backward draws again
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     detail::count_replay(outcome, ns.count());
     if (!outcome.replayed && handed_out) {
