@@ -394,9 +394,11 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       stack.clear();
       const std::size_t n_out = node.op.schema().returns().size();
       if (node.kept_calls != nullptr) {
-        replay_kept(node.op, *node.kept_calls, node.kept_slot, &stack);
+        const bool own = replay_kept(node.op, *node.kept_calls, node.kept_slot, &stack);
         for (const auto& [k, id] : node.created) {
-          bool copy = last_write[id] >= 0;  // the replay writes into it: not into the cache's tensor
+          // The replay writes into it: not into a tensor someone else holds (the cache's copy made
+          // for the forward's own write, as sdpa's in-place mask add into bmm's output, is not).
+          const bool copy = last_write[id] >= 0 && !own;
           for_each_output(stack, n_out, [&](uint32_t j, const at::Tensor& t) {
             if (j == k) set_base(id, t, copy);
           });

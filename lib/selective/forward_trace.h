@@ -92,8 +92,10 @@ class ForwardTrace {
   // Rebuilds saved tensor i for each needed[i] into out[i] (see SavedTensorReplay::replay).
   // `replay_kept` hands a kept op's outputs (CacheEntry::replay, with the region's checks), once
   // per kept op the replay needs, in forward order, after every check that can be made up front.
+  // It returns true when the tensors it hands are the replay's alone (CacheEntry::private_copies):
+  // the replay then writes into them rather than into copies.
   using ReplayKept =
-      std::function<void(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
+      std::function<bool(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
   ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
                        const ReplayKept& replay_kept, std::vector<at::Tensor>& out) const;
 

@@ -361,11 +361,13 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index, torch::jit::Stack* values) {
       OpSlot& slot = calls.slots[index];
       if (slot.kind != OpSlot::Kind::Saved) throw CheckpointError(extra_backward_error(op.schema().name()));
+      const bool own = slot.entry.private_copies();  // released below: the replay's alone then
       slot.entry.replay(op, index, s.allow_cache_entry_mutation, values);
       // One replay per region, as one recomputation: free the kept outputs as backward goes.
       slot.kind = OpSlot::Kind::Consumed;
       slot.entry.release();
       handed_out = true;
+      return own;
     };
     detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
     s.trace.release_draws();  // one recomputation per region; a second backward draws again
