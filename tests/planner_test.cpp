@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -231,6 +232,37 @@ TEST_CASE("planner: plan_memory profiles and solves in one call; remove_plan tak
   CHECK(recompose::remove_plan(*net, plan) == applied);
   for (auto& b : net->blocks) CHECK(!recompose::is_checkpointed(b));
   CHECK(plan.to_table().find("blocks.0") != std::string::npos);
+}
+
+TEST_CASE("planner: remove_plan takes off what apply_plan attached, not what the user attached afterwards") {
+  PNet net = make_net();
+  auto x = input();
+  const recompose::MemoryProfile profile = recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); });
+  const Plan keep_all = recompose::solve_plan(profile, Budget::fraction(1.0));  // every block None
+  recompose::apply_plan(*net, keep_all);
+  recompose::apply_checkpoint(net->blocks[0]);  // the user's own, after the plan
+  CHECK(recompose::remove_plan(*net, keep_all) == 0);
+  CHECK(recompose::is_checkpointed(net->blocks[0]));
+  recompose::remove_checkpoint(net->blocks[0]);
+  // A plan's own choices come off, and the plan can be applied again.
+  const Plan half = recompose::solve_plan(profile, Budget::fraction(0.5));
+  int64_t chosen = 0;
+  for (const auto& m : half.modules) chosen += m.choice != ModuleChoice::None ? 1 : 0;
+  REQUIRE(chosen > 0);
+  auto marked = [&] {
+    int64_t n = 0;
+    for (auto& b : net->blocks) {
+      const auto apis = recompose::hooks::applied_apis(*b);
+      n += std::find(apis.begin(), apis.end(), "recompose.plan") != apis.end() ? 1 : 0;
+    }
+    return n;
+  };
+  recompose::apply_plan(*net, half);
+  CHECK(marked() == chosen);
+  CHECK(recompose::remove_plan(*net, half) == chosen);
+  CHECK(marked() == 0);
+  recompose::apply_plan(*net, half);
+  CHECK(recompose::remove_plan(*net, half) == chosen);
 }
 
 TEST_CASE("planner: plans and profiles survive JSON, in memory and in files") {

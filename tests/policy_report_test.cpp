@@ -44,6 +44,17 @@ struct WarningCollector : c10::WarningHandler {
   void process(const c10::Warning& w) override { messages.push_back(w.msg()); }
 };
 
+// Linear + ReLU: plain training keeps the narrow input and the wide ReLU output.
+struct WideReluImpl : torch::nn::Module {
+  WideReluImpl() : linear(register_module("linear", torch::nn::Linear(4, 64))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return torch::relu(linear(x));
+  }
+  torch::nn::Linear linear;
+};
+TORCH_MODULE(WideRelu);
+
 int count_containing(const std::vector<std::string>& messages, const std::string& text) {
   int n = 0;
   for (const auto& m : messages) n += m.find(text) != std::string::npos ? 1 : 0;
@@ -137,7 +148,7 @@ TORCH_MODULE(TanhConv);
 TEST_CASE("training with a policy that keeps nothing warns once, for twin blocks too") {
   WarningCollector collector;
   c10::WarningUtils::WarningHandlerGuard guard(&collector);
-  recompose::detail::reset_kept_nothing_warnings();  // earlier tests may have used the process's few
+  recompose::detail::reset_policy_warnings();  // earlier tests may have used the process's few
   TanhConv a(3), b(3);
   recompose::apply_checkpoint(a, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
   recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
@@ -164,6 +175,38 @@ TEST_CASE("inspect_policy warns when a policy holds more than no checkpointing w
   CHECK(report.bytes_held_with_policy > report.bytes_held_without_checkpointing);
   CHECK(count_containing(collector.messages, "more than no checkpointing") == 1);
   CHECK(report.to_string().find("warning: the policy holds") != std::string::npos);
+}
+
+TEST_CASE("training with a policy that holds more than no checkpointing warns once, for twin blocks too") {
+  WarningCollector collector;
+  c10::WarningUtils::WarningHandlerGuard guard(&collector);
+  recompose::detail::reset_policy_warnings();
+  const char* warning = "more than no checkpointing would hold";
+  torch::manual_seed(0);
+  WideRelu a, b, plain_a, plain_b;
+  for (auto [from, to] : {std::pair{a, plain_a}, std::pair{b, plain_b}}) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < from->parameters().size(); ++i) to->parameters()[i].copy_(from->parameters()[i]);
+  }
+  // Keeping the addmm output as well as the ReLU's holds two wide tensors where plain holds one.
+  const recompose::SelectivePolicy keeps_more({"aten::addmm", "aten::relu"});
+  recompose::apply_checkpoint(a, recompose::CheckpointOptions().policy(keeps_more));
+  recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(keeps_more));
+  torch::Tensor x = torch::randn({16, 4});
+  for (int step = 0; step < 2; ++step) b(torch::tanh(a(x)).narrow(1, 0, 4)).sum().backward();
+  plain_b(torch::tanh(plain_a(x)).narrow(1, 0, 4)).sum().backward();
+  plain_b(torch::tanh(plain_a(x)).narrow(1, 0, 4)).sum().backward();
+  INFO("warnings: " << collector.messages.size());
+  CHECK(count_containing(collector.messages, warning) == 1);
+  CHECK(count_containing(collector.messages, "aten::addmm") == 1);  // names the first kept op
+  // The warning changes nothing of what training computes.
+  CHECK(torch::equal(a->linear->weight.grad(), plain_a->linear->weight.grad()));
+  CHECK(torch::equal(b->linear->weight.grad(), plain_b->linear->weight.grad()));
+  // Keeping only what plain training keeps says nothing.
+  WideRelu c;
+  recompose::apply_checkpoint(c, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::relu"})));
+  c(x).sum().backward();
+  CHECK(count_containing(collector.messages, warning) == 1);
 }
 
 TEST_CASE("inspect_policy on a function: the decisions of a callable policy, swapped ops counted apart") {

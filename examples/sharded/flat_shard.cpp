@@ -4,17 +4,22 @@
 
 #include <ATen/native/Resize.h>
 
-#include <chrono>
 #include <stdexcept>
 
 namespace sharded {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 void resize_storage(const torch::Tensor& t, std::size_t bytes) {
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (t.device().is_cpu()) {
+    at::native::resize_bytes_cpu(storage, bytes);
+    return;
+  }
+  // A GPU (resize_bytes_cuda is in the CUDA-only headers): a new block from the storage's own
+  // allocator, the caching allocator, without copying the old bytes: an all-gather overwrites them.
+  // Freeing is stream-ordered there, so kernels still queued on the old block finish first.
+  storage->set_data_ptr_noswap(bytes > 0 ? storage->allocator()->allocate(bytes) : at::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(bytes);
 }
 
 }  // namespace
@@ -24,14 +29,16 @@ FlatShard::FlatShard(c10d::Backend& pg, std::string name, std::vector<torch::Ten
     : pg_(pg), name_(std::move(name)), params_(std::move(params)), counts_(counts),
       rank_(pg.getRank()), world_(pg.getSize()) {
   if (params_.empty()) throw std::invalid_argument("sharded: unit '" + name_ + "' has no parameters");
+  device_ = params_.front().device();
   for (const auto& p : params_) {
-    if (p.scalar_type() != torch::kFloat || !p.device().is_cpu() || !p.is_leaf()) {
-      throw std::invalid_argument("sharded: unit '" + name_ + "' has a parameter that is not a float32 CPU leaf");
+    if (p.scalar_type() != torch::kFloat || p.device() != device_ || !p.is_leaf()) {
+      throw std::invalid_argument("sharded: unit '" + name_ + "' has a parameter that is not a float32 leaf on " +
+                                  device_.str());
     }
     numel_ += p.numel();
   }
   shard_numel_ = (numel_ + world_ - 1) / world_;
-  full_ = torch::zeros({shard_numel_ * world_});
+  full_ = torch::zeros({shard_numel_ * world_}, torch::dtype(torch::kFloat).device(device_));
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
   for (auto& p : params_) {
@@ -52,10 +59,8 @@ bool FlatShard::unshard(Phase phase) {
     return false;
   }
   resize_storage(full_, full_.numel() * full_.element_size());
-  const auto t0 = Clock::now();
   auto input = shard_.detach();  // c10d reads it raw; no autograd
-  wait(pg_._allgather_base(full_, input));
-  counts_.seconds += since(t0);
+  counts_.seconds += run_collective(device_, [&] { return pg_._allgather_base(full_, input); });
   counts_.bytes += full_.numel() * full_.element_size();
   ++counts_.gathers(phase);
   ++step_gathers_[std::size_t(phase)];
@@ -67,19 +72,17 @@ void FlatShard::reshard() { resize_storage(full_, 0); }
 void FlatShard::on_grad_ready() {
   if (++grads_ready_ < int(params_.size())) return;
   grads_ready_ = 0;
-  auto flat = torch::zeros({shard_numel_ * world_});  // padding reduces as zeros
+  auto flat = torch::zeros({shard_numel_ * world_}, full_.options());  // padding reduces as zeros
   int64_t offset = 0;
   for (auto& p : params_) {
     if (p.grad().defined()) flat.narrow(0, offset, p.numel()).copy_(p.grad().reshape(-1));
     p.mutable_grad().reset();  // the full gradient is not kept: only the shard's
     offset += p.numel();
   }
-  auto reduced = torch::empty({shard_numel_});
+  auto reduced = torch::empty({shard_numel_}, full_.options());
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::AVG;  // each rank's loss is a mean over its own batch
-  const auto t0 = Clock::now();
-  wait(pg_._reduce_scatter_base(reduced, flat, options));
-  counts_.seconds += since(t0);
+  counts_.seconds += run_collective(device_, [&] { return pg_._reduce_scatter_base(reduced, flat, options); });
   counts_.bytes += flat.numel() * flat.element_size();
   ++counts_.scatters(Phase::Backward);
   ++step_scatters_;

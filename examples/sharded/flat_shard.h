@@ -24,8 +24,9 @@ namespace sharded {
 
 class FlatShard {
  public:
-  // Takes over `params` (all float32 on CPU): copies their values into the flat buffer, which
-  // every rank fills identically (same init), keeps this rank's piece, and reshards.
+  // Takes over `params` (all float32, on one device: the CPU or a GPU): copies their values into
+  // the flat buffer, which every rank fills identically (same init), keeps this rank's piece, and
+  // reshards. Buffers, shard and gradients stay on that device.
   FlatShard(c10d::Backend& pg, std::string name, std::vector<torch::Tensor> params, CollectiveCounts& counts);
   FlatShard(const FlatShard&) = delete;
   FlatShard& operator=(const FlatShard&) = delete;
@@ -58,6 +59,7 @@ class FlatShard {
   std::string name_;
   std::vector<torch::Tensor> params_;
   CollectiveCounts& counts_;
+  torch::Device device_ = torch::kCPU;
   int rank_ = 0, world_ = 1;
   int64_t numel_ = 0, shard_numel_ = 0;
   torch::Tensor full_;   // world * shard_numel_ elements; storage empty while sharded

@@ -5,11 +5,14 @@
 namespace sharded {
 
 std::string usage() {
-  return "usage: sharded_trainer [--world N] [--steps K] [--checkpoint none|full] [--optim sgd|adam]\n"
+  return "usage: sharded_trainer [--world N] [--steps K] [--checkpoint none|full] [--offload] [--optim sgd|adam]\n"
          "                       [--hook-order trainer-first|checkpoint-first] [--check]\n"
+         "                       [--device cpu|cuda] [--backend gloo|nccl]\n"
          "                       [--blocks L] [--width D] [--hidden H] [--batch B] [--lr X] [--seed S]\n"
          "                       [--timeout SECONDS]\n"
-         "  Starts N ranks on this machine (c10d Gloo over 127.0.0.1); each owns a shard of every block.\n"
+         "  Starts N ranks on this machine (c10d Gloo over 127.0.0.1, or NCCL with one GPU per rank); each\n"
+         "  owns a shard of every block.\n"
+         "  --offload: recompose::apply_offload on the blocks: what their forward saves goes to host memory.\n"
          "  --check: compare the final parameters, names and state_dict with single-process training.\n";
 }
 
@@ -45,8 +48,8 @@ Options parse_options(const std::vector<std::string>& args) {
   Options o;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& k = args[i];
-    if (k == "--check") {
-      o.check = true;
+    if (k == "--check" || k == "--offload") {
+      (k == "--check" ? o.check : o.offload) = true;
       continue;
     }
     if (k == "--help" || k == "-h") throw std::invalid_argument("");
@@ -56,6 +59,8 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (k == "--steps") o.steps = int(to_long(k, v, 1, 1000000));
     else if (k == "--checkpoint") o.checkpoint = one_of(k, v, {"none", "full"});
     else if (k == "--optim") o.optim = one_of(k, v, {"sgd", "adam"});
+    else if (k == "--device") o.device = one_of(k, v, {"cpu", "cuda"});
+    else if (k == "--backend") o.backend = one_of(k, v, {"gloo", "nccl"});
     else if (k == "--hook-order") o.hook_order = one_of(k, v, {"trainer-first", "checkpoint-first"});
     else if (k == "--blocks") o.blocks = int(to_long(k, v, 1, 1000));
     else if (k == "--width") o.width = to_long(k, v, 1, 1 << 16);
@@ -75,6 +80,9 @@ Options parse_options(const std::vector<std::string>& args) {
     } else {
       throw std::invalid_argument("unknown option '" + k + "'");
     }
+  }
+  if (o.backend == "nccl" && o.device != "cuda") {
+    throw std::invalid_argument("--backend nccl needs --device cuda (NCCL moves CUDA tensors only)");
   }
   if (o.rank >= o.world) throw std::invalid_argument("--rank must be below --world");
   if (o.rank >= 0 && o.store.empty()) throw std::invalid_argument("--rank needs --store (set by the launcher)");

@@ -14,6 +14,9 @@ struct Options {
   std::string checkpoint = "none";   // none | full
   std::string optim = "sgd";         // sgd | adam
   std::string hook_order = "trainer-first";  // trainer-first | checkpoint-first
+  bool offload = false;  // apply_offload on the blocks (those the all-gather hooks and checkpointing sit on)
+  std::string device = "cpu";    // cpu | cuda: parameters, shards, activations
+  std::string backend = "gloo";  // gloo | nccl (nccl: --device cuda, one GPU per rank)
   bool check = false;
   int blocks = 4;
   int64_t width = 64;
@@ -28,7 +31,9 @@ struct Options {
   long launcher_pid = 0;
 };
 
-// Throws std::invalid_argument with a usage hint on bad input.
+// Throws std::invalid_argument with a usage hint on bad input (also --backend nccl without
+// --device cuda). Whether this build and machine can run the device and backend is checked by
+// check_device_support (device.h).
 Options parse_options(const std::vector<std::string>& args);
 std::string usage();
 

@@ -1,5 +1,6 @@
 #include "reference_check.h"
 
+#include "device.h"
 #include "optimizer.h"
 
 #include <cmath>
@@ -15,7 +16,9 @@ void CheckTally::expect(bool ok, const std::string& what) {
 }
 
 Reference train_reference(const Options& o, const ModelConfig& c) {
+  const torch::Device device = rank_device(o);
   Reference ref{make_model(c, o.seed), {}};
+  ref.model->to(device);
   auto opt = make_optimizer(o, ref.model->parameters());
   for (int step = 0; step < o.steps; ++step) {
     std::vector<torch::Tensor> xs, ys;
@@ -24,7 +27,7 @@ Reference train_reference(const Options& o, const ModelConfig& c) {
       xs.push_back(x);
       ys.push_back(y);
     }
-    auto loss = torch::mse_loss(ref.model->forward(torch::cat(xs)), torch::cat(ys));
+    auto loss = torch::mse_loss(ref.model->forward(torch::cat(xs).to(device)), torch::cat(ys).to(device));
     loss.backward();
     opt->step();
     opt->zero_grad();

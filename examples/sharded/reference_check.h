@@ -26,7 +26,8 @@ struct Reference {
 };
 
 // Trains a plain model (same init, no hooks, no sharding, no checkpointing) on the union of the
-// batches of all `o.world` ranks, which is the same data seen by the sharded run.
+// batches of all `o.world` ranks, which is the same data seen by the sharded run, on the device
+// the calling rank trains on (so that only the sharding differs, not the kernels' device).
 Reference train_reference(const Options& o, const ModelConfig& c);
 
 // Compares the sharded model (its parameters unsharded) with the reference and the plain model:

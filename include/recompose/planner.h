@@ -128,13 +128,16 @@ struct ApplyPlanOptions {
 
 // Applies `plan` to the modules of `model` it names: nothing for None, apply_checkpoint for Full,
 // apply_checkpoint with a selective policy for Selective (MUST_SAVE the kept ops, MUST_SWAP the
-// swapped ones, recompute the rest), apply_offload with keep_last_on_device(false) for Offload. All or nothing: on an error, what was applied is removed again. Throws CheckpointError if
-// a named module is missing, of another type (the plan was made for another model), or already
-// checkpointed or offloaded; std::invalid_argument if a planned op is not registered.
+// swapped ones, recompute the rest), apply_offload with keep_last_on_device(false) for Offload.
+// All or nothing: on an error, what was applied is removed again. Throws CheckpointError if a
+// named module is missing, of another type (the plan was made for another model), or already
+// checkpointed, offloaded or planned; std::invalid_argument if a planned op is not registered.
 void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptions& options = {});
 
-// Removes what apply_plan attached to the modules `plan` names. Returns how many modules had
-// something removed.
+// Removes what apply_plan attached to the modules `plan` names: apply_plan marks each module it
+// applies to with the composable API "recompose.plan" (hooks::applied_apis lists it), and only
+// marked modules lose their checkpoint or offload; what a user attached afterwards stays. Returns
+// how many modules had something removed.
 int64_t remove_plan(torch::nn::Module& model, const Plan& plan);
 
 }  // namespace recompose

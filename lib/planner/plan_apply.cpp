@@ -1,9 +1,13 @@
 // apply_plan() / remove_plan(): a plan turned into apply_checkpoint calls (and apply_offload).
+// Every module the plan applies something to is also marked as the composable API
+// "recompose.plan" (hooks::ComposableApi, no hooks of its own): remove_plan takes off what the
+// plan attached, and nothing a user attached by hand afterwards.
 #include "planner_targets.h"
 
 #include <recompose/apply_checkpoint.h>
 #include <recompose/apply_offload.h>
 #include <recompose/checkpoint_error.h>
+#include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/module_state.h>
 #include <recompose/planner.h>
 #include <recompose/selective_checkpoint.h>
@@ -68,6 +72,28 @@ bool needs_manager(const Plan& plan) {
 
 std::string label(const ModulePlan& m) { return "'" + m.name + "' (" + m.type + ")"; }
 
+// What apply_plan attached to one module, for remove_plan.
+struct AppliedChoice {
+  ModuleChoice choice;
+};
+const hooks::ComposableApi<AppliedChoice>& plan_api() {
+  static const hooks::ComposableApi<AppliedChoice> api("recompose.plan", "recompose::apply_plan");
+  return api;
+}
+
+// Takes off what apply_plan attached to `module` (nothing if the plan did not apply there).
+bool remove_applied(torch::nn::Module& module) {
+  auto applied = plan_api().state(module);
+  if (!applied) return false;
+  if (applied->choice == ModuleChoice::Offload) {
+    remove_offload(module);
+  } else {
+    remove_checkpoint(module);
+  }
+  plan_api().remove(module);
+  return true;
+}
+
 }  // namespace
 
 void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptions& options) {
@@ -102,10 +128,11 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
     targets.push_back(std::move(t));
   }
   std::vector<torch::nn::Module*> applied;
-  try {
-    for (auto& t : targets) {
+  for (auto& t : targets) {
+    if (t.plan->choice == ModuleChoice::None) continue;
+    try {
       switch (t.plan->choice) {
-        case ModuleChoice::None: continue;
+        case ModuleChoice::None: break;
         case ModuleChoice::Full:
         case ModuleChoice::FullSwapInputs:
         case ModuleChoice::Selective: apply_checkpoint(*t.module, t.options); break;
@@ -114,13 +141,16 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
           apply_offload(*t.module, OffloadOptions().manager(manager).keep_last_on_device(false));
           break;
       }
-      applied.push_back(t.module.get());
+      applied.push_back(t.module.get());  // all or nothing from here on, mark or not
+      plan_api().apply(*t.module, std::make_shared<AppliedChoice>(AppliedChoice{t.plan->choice}),
+                       [](hooks::ApiHooks&, const std::weak_ptr<AppliedChoice>&) {});
+    } catch (...) {
+      for (auto* m : applied) {
+        plan_api().remove(*m);
+        if (!remove_checkpoint(*m)) remove_offload(*m);
+      }
+      throw;
     }
-  } catch (...) {
-    for (auto* m : applied) {
-      if (!remove_checkpoint(*m)) remove_offload(*m);
-    }
-    throw;
   }
 }
 
@@ -128,10 +158,7 @@ int64_t remove_plan(torch::nn::Module& model, const Plan& plan) {
   int64_t removed = 0;
   for (const auto& m : plan.modules) {
     auto module = detail::find_module(model, m.name);
-    if (!module) continue;
-    const bool checkpoint = remove_checkpoint(*module);
-    const bool offload = remove_offload(*module);
-    if (checkpoint || offload) ++removed;
+    if (module && remove_applied(*module)) ++removed;
   }
   return removed;
 }

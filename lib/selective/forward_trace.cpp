@@ -209,6 +209,13 @@ void ForwardTrace::release_draws() {
 
 void ForwardTrace::saved(std::size_t index, const at::Tensor& tensor) {
   saved_.push_back(Saved{index, static_cast<uint32_t>(nodes_.size()), use_of(tensor)});
+  const uint32_t id = saved_.back().use.storage;
+  if (id >= storages_.size()) return;  // undefined or unsupported
+  Storage& s = storages_[id];
+  if (s.source == Storage::Source::Op && !s.saved) {
+    s.saved = true;
+    saved_bytes_from_ops_ += static_cast<int64_t>(tensor.storage().nbytes());
+  }
 }
 
 ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,

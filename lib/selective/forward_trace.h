@@ -104,6 +104,10 @@ class ForwardTrace {
   // Frees the kept draws (after the region's one recomputation): a later replay draws again.
   void release_draws();
 
+  // Bytes of the storages created by the region's ops that autograd saved in its forward: what
+  // the region would hold for backward without checkpointing, inputs and outside tensors apart.
+  int64_t saved_bytes_from_ops() const { return saved_bytes_from_ops_; }
+
   // Calls f(op, calls, slot) for every kept op, in forward order.
   void for_each_kept(const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const;
 
@@ -120,6 +124,7 @@ class ForwardTrace {
     uint32_t outside_version = 0;
     TensorGeometry base;  // the creating output, the input, or the outside tensor
     std::vector<uint32_t> writers;  // node of each recorded write: version v is made by writers[v - 1]
+    bool saved = false;             // autograd saved a tensor of it (counted in saved_bytes_from_ops_)
   };
   struct Arg {
     enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList };
@@ -157,6 +162,7 @@ class ForwardTrace {
   std::unordered_map<const c10::StorageImpl*, uint32_t> index_;
   std::vector<Node> nodes_;
   std::vector<Saved> saved_;
+  int64_t saved_bytes_from_ops_ = 0;
   bool pending_ = false;   // begin() without end()
   bool poisoned_ = false;  // an op threw between begin() and end()
 };

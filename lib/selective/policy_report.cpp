@@ -5,6 +5,7 @@
 #include "dispatch_interceptor.h"
 #include "engine/rng_state.h"
 #include "ignored_ops.h"
+#include "policy_warnings.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/policy_report.h>
@@ -232,6 +233,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
   });
   {
     detail::ForwardStateRestorer rng(rng_at_entry);
+    detail::PolicyWarningsOff warnings_off;  // this report says the same with its own words
     SavedTensorMeter meter;
     auto options = CheckpointOptions().state_modules(state_modules);
     options.policy(recording);

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +66,9 @@ struct SacState {
   int64_t decisions = 0;
   std::string first_decided_op;
   size_t op_signature = 0;
+  // Bytes of the outputs kept on the device (each storage once), for the holds-more warning.
+  int64_t kept_device_bytes = 0;
+  std::unordered_set<const c10::StorageImpl*> kept_device_storages;
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
   // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
@@ -177,6 +181,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
         rng->after();
         slot.rng = std::make_unique<detail::GeneratorEffect>(std::move(*rng));
       }
+      if (decision != CheckpointPolicy::MUST_SWAP) count_kept_bytes(ctx.outputs);
       slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
@@ -189,6 +194,21 @@ class CachingInterceptor final : public detail::OpInterceptor {
   }
 
  private:
+  void count_kept_bytes(c10::ArrayRef<c10::IValue> outputs) {
+    auto count = [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage() && s_.kept_device_storages.insert(t.storage().unsafeGetStorageImpl()).second) {
+        s_.kept_device_bytes += static_cast<int64_t>(t.storage().nbytes());
+      }
+    };
+    for (const c10::IValue& v : outputs) {
+      if (v.isTensor()) {
+        count(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) count(t);
+      }
+    }
+  }
+
   // An op about to write into the storage of a kept output (possibly through a TensorImpl with
   // its own version counter, as aten::_unsafe_view's output in a 3-d nn::Linear with bias): keep
   // a copy instead, so that the recomputation gets the value the op produced, and writes into
@@ -289,30 +309,60 @@ class CachedInterceptor final : public detail::OpInterceptor {
   SacState& s_;
 };
 
-// A policy that keeps nothing is full checkpointing plus interception (transformer_policy() on a
-// CNN): said once per kind of region (same op names in the same order), for the first few kinds
-// of a process, so that twin blocks warn once and a randomized test does not flood its log.
-struct KeptNothingWarnings {
+// Two policies cost without paying: one that keeps nothing is full checkpointing plus
+// interception (transformer_policy() on a CNN), one that keeps more bytes than autograd saves
+// holds more than no checkpointing (keeping the addmm outputs of a Linear + ReLU stack). Each is
+// said once per kind of region (same op names in the same order: twin blocks warn once), for the
+// first few kinds of a process, so that a randomized test does not flood its log.
+struct PolicyWarnings {
   std::mutex mutex;
-  std::unordered_set<size_t> warned;  // op signatures
+  std::unordered_set<size_t> warned;  // op signatures, salted by warning
 };
-KeptNothingWarnings& kept_nothing_warnings() {
-  static KeptNothingWarnings w;
+PolicyWarnings& policy_warnings() {
+  static PolicyWarnings w;
   return w;
 }
+thread_local bool policy_warnings_off = false;  // detail::PolicyWarningsOff
 
-void warn_if_kept_nothing(const SacState& s) {
-  if (s.decisions == 0 || !s.first_kept_op.empty()) return;
+bool first_warning_of(size_t signature) {
   constexpr size_t kMostWarnings = 8;
-  auto& w = kept_nothing_warnings();
-  {
-    std::lock_guard lock(w.mutex);
-    if (w.warned.size() >= kMostWarnings || !w.warned.insert(s.op_signature).second) return;
+  auto& w = policy_warnings();
+  std::lock_guard lock(w.mutex);
+  return w.warned.size() < kMostWarnings && w.warned.insert(signature).second;
+}
+
+std::string readable_bytes(int64_t bytes) {
+  char buffer[32];
+  if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(buffer, sizeof buffer, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(buffer, sizeof buffer, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%lld B", static_cast<long long>(bytes));
   }
-  TORCH_WARN("recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
-             " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
-             "), so the region is fully recomputed and pays for interception too. Name ops it runs "
-             "(recompose::inspect_policy(policy, module, input) lists them), or use full checkpointing.");
+  return buffer;
+}
+
+// At the end of a region's forward, when every decision was made and every tensor saved.
+void warn_about_policy(const SacState& s) {
+  if (s.decisions == 0 || policy_warnings_off) return;
+  if (s.first_kept_op.empty()) {
+    if (!first_warning_of(s.op_signature)) return;
+    TORCH_WARN("recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
+               " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
+               "), so the region is fully recomputed and pays for interception too. Name ops it runs "
+               "(recompose::inspect_policy(policy, module, input) lists them), or use full checkpointing.");
+    return;
+  }
+  const int64_t plain = s.trace.saved_bytes_from_ops();
+  if (s.kept_device_bytes <= plain) return;
+  if (!first_warning_of(s.op_signature ^ 0x9e3779b97f4a7c15ull)) return;
+  TORCH_WARN("recompose: selective checkpoint: the policy keeps ", readable_bytes(s.kept_device_bytes),
+             " of op outputs in a region's forward (the first kept: ", s.first_kept_op,
+             "), more than no checkpointing would hold there (", readable_bytes(plain),
+             " saved by autograd): checkpointing this region costs memory. Keep fewer ops, ones whose "
+             "outputs backward reads (recompose::inspect_policy(policy, module, input) shows what each op "
+             "keeps), or do not checkpoint the region.");
 }
 
 // What enter_*() returns: the interceptor installed on this thread while it is alive.
@@ -321,7 +371,7 @@ struct Entered {
   explicit Entered(std::shared_ptr<SacState> s) : state(std::move(s)), interceptor(*state), scope(interceptor) {}
   ~Entered() {
     if constexpr (std::is_same_v<Interceptor, CachedInterceptor>) state->recompute_active.store(false);
-    if constexpr (std::is_same_v<Interceptor, CachingInterceptor>) warn_if_kept_nothing(*state);
+    if constexpr (std::is_same_v<Interceptor, CachingInterceptor>) warn_about_policy(*state);
   }
   std::shared_ptr<SacState> state;
   Interceptor interceptor;
@@ -427,8 +477,11 @@ std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const Selec
 }
 
 namespace detail {
-void reset_kept_nothing_warnings() {
-  auto& w = kept_nothing_warnings();
+PolicyWarningsOff::PolicyWarningsOff() : was_off_(policy_warnings_off) { policy_warnings_off = true; }
+PolicyWarningsOff::~PolicyWarningsOff() { policy_warnings_off = was_off_; }
+
+void reset_policy_warnings() {
+  auto& w = policy_warnings();
   std::lock_guard lock(w.mutex);
   w.warned.clear();
 }
