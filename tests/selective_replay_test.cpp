@@ -2,6 +2,8 @@
 // rebuilds the saved tensors it dropped by running only the ops that produce them. Gradients are
 // those of plain autograd, bitwise; the replay runs exactly the ops it needs; regions it cannot
 // replay fall back to running the forward again, counted.
+#include "selective/draw_mask.h"
+
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
@@ -433,6 +435,31 @@ TEST_CASE("a second backward over a region with dropout draws again, as the forw
   CHECK(counter.draws() == 1);
   CHECK(recompose::selective_replay_stats().replayed == 1);
   CHECK(torch::equal(a.grad(), plain));
+}
+
+TEST_CASE("DrawMask keeps only exact draws, and writes back bitwise what it kept") {
+  using recompose::detail::DrawMask;
+  torch::manual_seed(1);
+  for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000}) {
+    CAPTURE(n);
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+      const torch::Tensor drawn = torch::empty({n}, dtype).bernoulli_(0.6);
+      auto mask = DrawMask::capture(drawn);
+      REQUIRE(mask != nullptr);
+      torch::Tensor target = torch::full({n}, 7.0, dtype);
+      CHECK(mask->write_into(target));
+      CHECK(torch::equal(target, drawn));
+      CHECK_FALSE(mask->write_into(torch::empty({n + 1}, dtype)));  // another size: nothing written
+    }
+  }
+  torch::Tensor half_value = torch::ones({20});
+  half_value[13] = 0.5;
+  CHECK(DrawMask::capture(half_value) == nullptr);
+  torch::Tensor negative_zero = torch::zeros({20});
+  negative_zero[3] = -0.0;
+  CHECK(DrawMask::capture(negative_zero) == nullptr);  // -0 is not what a draw writes, nor +0
+  CHECK(DrawMask::capture(torch::ones({4, 6}).t()) == nullptr);  // not contiguous
+  CHECK(DrawMask::capture(torch::ones({5}, torch::kInt)) == nullptr);  // not floating
 }
 
 }  // TEST_SUITE
