@@ -89,7 +89,8 @@ const std::array<std::array<Raw, 8>, 256>& expansions() {
   static const auto table = [] {
     std::array<std::array<Raw, 8>, 256> t{};
     for (int byte = 0; byte < 256; ++byte) {
-      for (int j = 0; j < 8; ++j) t[byte][j] = ((byte >> j) & 1) != 0 ? Pattern<T, Raw>::one : Pattern<T, Raw>::zero;
+      for (int j = 0; j < 8; ++j)
+        t[byte][j] = ((byte >> j) & 1) != 0 ? Pattern<T, Raw>::one : Pattern<T, Raw>::zero;
     }
     return t;
   }();
@@ -101,11 +102,13 @@ void unpack(const uint8_t* bits, int64_t n, void* data) {
   const auto& table = expansions<T, Raw>();
   auto* raw = static_cast<Raw*>(data);
   const int64_t full = n / 8;
-  for (int64_t b = 0; b < full; ++b) std::memcpy(raw + 8 * b, table[bits[b]].data(), 8 * sizeof(Raw));
+  for (int64_t b = 0; b < full; ++b)
+    std::memcpy(raw + 8 * b, table[bits[b]].data(), 8 * sizeof(Raw));
   for (int64_t i = full * 8; i < n; ++i) raw[i] = table[bits[full]][i % 8];
 }
 
-// Calls f.template operator()<T, Raw>() for the floating dtypes a draw is kept for; false for others.
+// Calls f.template operator()<T, Raw>() for the floating dtypes a draw is kept for; false for
+// others.
 template <class F>
 bool with_dtype(at::ScalarType dtype, F&& f) {
   switch (dtype) {
@@ -127,15 +130,17 @@ bool with_dtype(at::ScalarType dtype, F&& f) {
 }
 
 bool suitable(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.has_storage() && t.is_contiguous() &&
-         !t.is_conj() && !t.is_neg() && t.numel() > 0 && t.const_data_ptr() != nullptr;
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.has_storage() &&
+         t.is_contiguous() && !t.is_conj() && !t.is_neg() && t.numel() > 0 &&
+         t.const_data_ptr() != nullptr;
 }
 
 }  // namespace
 
 bool DrawMask::is_draw(const c10::OperatorHandle& op) {
   const c10::OperatorName& name = op.operator_name();
-  return name.name == "aten::bernoulli_" && (name.overload_name == "float" || name.overload_name == "Tensor");
+  return name.name == "aten::bernoulli_" &&
+         (name.overload_name == "float" || name.overload_name == "Tensor");
 }
 
 std::unique_ptr<DrawMask> DrawMask::capture(const at::Tensor& drawn) {
@@ -157,7 +162,9 @@ std::unique_ptr<DrawMask> DrawMask::capture(const at::Tensor& drawn) {
 
 bool DrawMask::write_into(const at::Tensor& target) const {
   if (!suitable(target) || target.scalar_type() != dtype_ || target.numel() != numel_) return false;
-  return with_dtype(dtype_, [&]<class T, class Raw>() { unpack<T, Raw>(bits_.data(), numel_, target.data_ptr()); });
+  return with_dtype(dtype_, [&]<class T, class Raw>() {
+    unpack<T, Raw>(bits_.data(), numel_, target.data_ptr());
+  });
 }
 
 DrawMask::~DrawMask() { count_bytes_kept(-static_cast<int64_t>(bits_.size())); }
