@@ -2,15 +2,19 @@
 // rebuilds the saved tensors it dropped by running only the ops that produce them. Gradients are
 // those of plain autograd, bitwise; the replay runs exactly the ops it needs; regions it cannot
 // replay fall back to running the forward again, counted.
+#include "selective/draw_mask.h"
+
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
 
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -97,6 +101,26 @@ std::vector<torch::Tensor> gpt_leaves() {
   return {torch::randn({2, 5, d}), torch::randn({d}), torch::randn({d}), torch::randn({3 * d, d}) * 0.3,
           torch::randn({3 * d}), torch::randn({d, d}) * 0.3, torch::randn({4 * d, d}) * 0.3, torch::randn({d, 4 * d}) * 0.3};
 }
+
+// Counts the aten::bernoulli_ calls dispatched on this thread while alive (dropout's draw on CPU).
+thread_local int64_t g_draws = 0;
+class DrawCounter {
+ public:
+  DrawCounter() {
+    g_draws = 0;
+    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+      if (std::strcmp(fn.name(), "aten::bernoulli_") == 0) ++g_draws;
+      return nullptr;
+    }).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~DrawCounter() { at::removeCallback(handle_); }
+  DrawCounter(const DrawCounter&) = delete;
+  DrawCounter& operator=(const DrawCounter&) = delete;
+  int64_t draws() const { return g_draws; }
+
+ private:
+  at::CallbackHandle handle_;
+};
 
 }  // namespace
 
@@ -324,6 +348,118 @@ TEST_CASE("a kept output modified in place before backward is still an error") {
   }, a);
   kept_alias.add_(1);
   CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("modified in place"), CheckpointError);
+}
+
+TEST_CASE("dropout's draws are written back from the forward's kept bits, not drawn again") {
+  // The GPT-like block draws three times (attention, residual and MLP dropout); backward replays
+  // what they drew without drawing, bitwise as plain autograd, the generator as without checkpointing.
+  const auto leaves = gpt_leaves();
+  for (const SelectivePolicy& policy : {recompose::transformer_policy(), always(CheckpointPolicy::PREFER_RECOMPUTE)}) {
+    auto ckpt = copies(leaves);
+    torch::manual_seed(7);
+    const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
+    DrawCounter counter;
+    torch::Tensor y = recompose::checkpoint(with(policy), [&](const torch::Tensor&) { return gpt_block(ckpt); }, ckpt[0]);
+    CHECK(counter.draws() >= 3);  // the forward drew (each draw may be seen at several dispatch levels)
+    CHECK(recompose::selective_checkpoint_bytes_kept() > kept_before);
+    recompose::reset_selective_replay_stats();
+    const int64_t before_backward = counter.draws();
+    y.square().sum().backward();
+    CHECK(counter.draws() == before_backward);  // no draw in backward
+    CHECK(recompose::selective_replay_stats().replayed == 1);
+    CHECK(recompose::selective_replay_stats().fallbacks == 0);
+    CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before);  // the bits go with the replay
+  }
+  check_against_plain(gpt_block, leaves, with(recompose::transformer_policy()));
+}
+
+TEST_CASE("a kept draw costs one bit per element, counted in the bytes kept") {
+  torch::manual_seed(0);
+  torch::Tensor a = torch::randn({7, 9}, torch::requires_grad());  // 63 elements: 8 bytes of bits
+  const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
+  torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+                                          [](const torch::Tensor& x) { return torch::dropout(x, 0.5, true).sin(); }, a);
+  CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before + 8);
+  y.sum().backward();
+  CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before);
+}
+
+TEST_CASE("kept draws of every floating dtype are bitwise the draw; other layouts draw again") {
+  struct Case {
+    const char* name;
+    Fn fn;
+    int64_t backward_draws;
+  };
+  const std::vector<Case> cases = {
+      {"double", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].to(torch::kDouble), 0.3, true).exp(); }, 0},
+      {"bfloat16", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].to(torch::kBFloat16), 0.3, true).exp(); }, 0},
+      {"half", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].to(torch::kHalf), 0.3, true).exp(); }, 0},
+      {"float, nearly all dropped", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].exp(), 0.97, true).exp(); }, 0},
+      // empty_like of a transposed tensor is not contiguous: not kept, drawn again from the
+      // forward's generator state.
+      {"transposed", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].exp().t(), 0.3, true).exp(); }, 1},
+  };
+  torch::manual_seed(0);
+  const std::vector<torch::Tensor> leaves = {torch::randn({5, 13})};
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    auto ckpt = copies(leaves);
+    torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+                                            [&](const torch::Tensor&) { return c.fn(ckpt); }, ckpt[0]);
+    DrawCounter counter;
+    y.to(torch::kFloat).sum().backward();
+    CHECK(counter.draws() == c.backward_draws);
+    const auto stats = check_against_plain(c.fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+  }
+}
+
+TEST_CASE("a second backward over a region with dropout draws again, as the forward drew") {
+  torch::manual_seed(0);
+  torch::Tensor a = torch::randn({4, 6}, torch::requires_grad());
+  const auto fn = [](const torch::Tensor& x) { return torch::dropout(x.exp(), 0.4, true).sin(); };
+  torch::manual_seed(3);
+  torch::Tensor y_plain = fn(a);
+  y_plain.sum().backward({}, /*retain_graph=*/true);
+  y_plain.sum().backward();
+  const torch::Tensor plain = a.grad().clone();
+  a.mutable_grad() = torch::Tensor();
+
+  torch::manual_seed(3);
+  torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)), fn, a);
+  y.sum().backward({}, /*retain_graph=*/true);  // writes the kept draw back, then frees it
+  DrawCounter counter;
+  recompose::reset_selective_replay_stats();
+  y.sum().backward();
+  CHECK(counter.draws() == 1);
+  CHECK(recompose::selective_replay_stats().replayed == 1);
+  CHECK(torch::equal(a.grad(), plain));
+}
+
+TEST_CASE("DrawMask keeps only exact draws, and writes back bitwise what it kept") {
+  using recompose::detail::DrawMask;
+  torch::manual_seed(1);
+  for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000}) {
+    CAPTURE(n);
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+      const torch::Tensor drawn = torch::empty({n}, dtype).bernoulli_(0.6);
+      auto mask = DrawMask::capture(drawn);
+      REQUIRE(mask != nullptr);
+      torch::Tensor target = torch::full({n}, 7.0, dtype);
+      CHECK(mask->write_into(target));
+      CHECK(torch::equal(target, drawn));
+      CHECK_FALSE(mask->write_into(torch::empty({n + 1}, dtype)));  // another size: nothing written
+    }
+  }
+  torch::Tensor half_value = torch::ones({20});
+  half_value[13] = 0.5;
+  CHECK(DrawMask::capture(half_value) == nullptr);
+  torch::Tensor negative_zero = torch::zeros({20});
+  negative_zero[3] = -0.0;
+  CHECK(DrawMask::capture(negative_zero) == nullptr);  // -0 is not what a draw writes, nor +0
+  CHECK(DrawMask::capture(torch::ones({4, 6}).t()) == nullptr);  // not contiguous
+  CHECK(DrawMask::capture(torch::ones({5}, torch::kInt)) == nullptr);  // not floating
 }
 
 }  // TEST_SUITE

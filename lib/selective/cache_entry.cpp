@@ -220,6 +220,8 @@ void CacheEntry::release() noexcept {
   swapped_storages_.clear();
 }
 
+void count_bytes_kept(int64_t delta) noexcept { g_bytes_kept.fetch_add(delta, std::memory_order_relaxed); }
+
 }  // namespace recompose::detail
 
 namespace recompose {

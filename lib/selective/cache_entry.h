@@ -52,6 +52,10 @@ class CacheEntry {
   // op writes into). Offloaded storages are only compared, never read: they may be gone.
   c10::SmallVector<const c10::StorageImpl*, 4> storages() const;
 
+  // The kept tensors are copies only this entry holds (copy_on_write ran): once it is released,
+  // the tensors replay() handed out are their holder's alone.
+  bool private_copies() const { return written_after_capture_; }
+
   // Drops the kept outputs (after the single replay a region allows).
   void release() noexcept;
 
@@ -71,5 +75,9 @@ class CacheEntry {
   void account();
   c10::SmallVector<const c10::StorageImpl*, 4> device_storages() const;
 };
+
+// Adds `delta` to selective_checkpoint_bytes_kept(): memory kept for backward beside the cache
+// entries (a random op's kept draw, draw_mask.h).
+void count_bytes_kept(int64_t delta) noexcept;
 
 }  // namespace recompose::detail

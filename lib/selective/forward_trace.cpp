@@ -181,7 +181,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack&
 }
 
 void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint32_t kept_slot,
-                       std::unique_ptr<GeneratorEffect> rng) {
+                       std::unique_ptr<GeneratorEffect> rng, std::unique_ptr<DrawMask> draw) {
   pending_ = false;
   Node& node = nodes_.back();
   const auto n = static_cast<uint32_t>(nodes_.size() - 1);
@@ -197,7 +197,14 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
   node.kept_calls = kept_calls;
   node.kept_slot = kept_slot;
   node.rng = std::move(rng);
+  if (draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor && node.args[0].count == 1) {
+    node.draw = std::move(draw);  // written into the first argument, as bernoulli_ draws into self
+  }
   node.complete = true;
+}
+
+void ForwardTrace::release_draws() {
+  for (Node& node : nodes_) node.draw.reset();
 }
 
 void ForwardTrace::saved(std::size_t index, const at::Tensor& tensor) {
@@ -223,6 +230,11 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     //    theirs, back to kept outputs, inputs and outside tensors. Producers precede consumers:
     //    one backward pass over the ops.
     std::vector<char> run(n_nodes, 0);
+    // The uses an op to run reads: a kept draw reads only the tensor it is written into.
+    auto uses_read = [&](const Node& node) -> c10::ArrayRef<TensorUse> {
+      if (node.draw) return c10::ArrayRef<TensorUse>(node.uses).slice(node.args[0].first, node.args[0].count);
+      return node.uses;
+    };
     auto mark = [&](const TensorUse& use) {
       if (use.storage == TensorUse::kUndefined) return;
       if (use.storage == TensorUse::kUnsupported) {
@@ -263,7 +275,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       if (node.rng && !rng_preserved) {
         throw Fallback{"it needs the random op " + node.op.schema().name() + " and preserve_rng_state is off"};
       }
-      for (const TensorUse& u : node.uses) mark(u);
+      for (const TensorUse& u : uses_read(node)) mark(u);
     }
     // The last op that will write into each storage: a saved tensor read before it is copied.
     // The last step that reads each (step n: the saved tensors of position n, then op n): its
@@ -283,7 +295,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       if (!run[n]) continue;
       for (uint32_t w : nodes_[n].writes) last_write[w] = static_cast<int64_t>(n);
       if (nodes_[n].kept_calls != nullptr) continue;
-      for (const TensorUse& u : nodes_[n].uses) note_use(u, static_cast<int64_t>(n));
+      for (const TensorUse& u : uses_read(nodes_[n])) note_use(u, static_cast<int64_t>(n));
     }
     for (const Saved& s : saved_) {
       if (needed[s.index]) note_use(s.use, s.position);
@@ -313,7 +325,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     KernelsOnlyGuard kernels_only;
     std::vector<at::Generator> generators;
     for (std::size_t n = 0; n < n_nodes; ++n) {
-      if (run[n] && nodes_[n].rng) nodes_[n].rng->collect(generators);
+      if (run[n] && nodes_[n].rng && !nodes_[n].draw) nodes_[n].rng->collect(generators);
     }
     GeneratorStash stash(std::move(generators));
 
@@ -389,14 +401,28 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       stack.clear();
       const std::size_t n_out = node.op.schema().returns().size();
       if (node.kept_calls != nullptr) {
-        replay_kept(node.op, *node.kept_calls, node.kept_slot, &stack);
+        const bool own = replay_kept(node.op, *node.kept_calls, node.kept_slot, &stack);
         for (const auto& [k, id] : node.created) {
-          bool copy = last_write[id] >= 0;  // the replay writes into it: not into the cache's tensor
+          // The replay writes into it: not into a tensor someone else holds (the cache's copy made
+          // for the forward's own write, as sdpa's in-place mask add into bmm's output, is not).
+          const bool copy = last_write[id] >= 0 && !own;
           for_each_output(stack, n_out, [&](uint32_t j, const at::Tensor& t) {
             if (j == k) set_base(id, t, copy);
           });
         }
         stack.clear();
+        drop_unread(n);
+        continue;
+      }
+      if (node.draw) {
+        // The forward's draw, written back where it drew (its first argument): the op's result
+        // without drawing. The generators stay where backward found them, as after a redraw.
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!node.draw->write_into(materialize(node.uses[node.args[0].first]))) {
+          throw Fallback{"internal error: the replay's tensor for a kept draw is laid out otherwise than in the forward"};
+        }
+        outcome.op_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        ++outcome.draws_written;
         drop_unread(n);
         continue;
       }

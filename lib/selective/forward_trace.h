@@ -12,6 +12,7 @@
 // is not reused while the trace lives.
 #pragma once
 
+#include "draw_mask.h"
 #include "generator_effect.h"
 #include "op_log.h"
 
@@ -61,7 +62,8 @@ struct ReplayOutcome {
   std::string fallback_reason;  // when !replayed
   int64_t ops_run = 0;
   int64_t ops_skipped = 0;
-  int64_t op_ns = 0;  // host time in the ops' kernels
+  int64_t op_ns = 0;  // host time in the ops' kernels (and in writing kept draws back)
+  int64_t draws_written = 0;  // random ops not run: their kept draw written back (DrawMask)
 };
 
 // Ops that write into arguments their schema does not declare (native_batch_norm updates its
@@ -79,9 +81,10 @@ class ForwardTrace {
   // `hidden_writes`: the op writes into arguments its schema does not declare (writes_undeclared).
   void begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool hidden_writes = false);
   // `kept`: the op's outputs are answered by this cache slot. `rng`: a random op's generator
-  // states before it ran (not kept ones).
+  // states before it ran (not kept ones). `draw`: what an in-place draw wrote, which the replay
+  // writes back instead of running the op (it keeps `rng` to draw again once `draw` is freed).
   void end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint32_t kept_slot,
-           std::unique_ptr<GeneratorEffect> rng);
+           std::unique_ptr<GeneratorEffect> rng, std::unique_ptr<DrawMask> draw = nullptr);
 
   // Autograd saved `tensor` in the region's forward as saved tensor `index`.
   void saved(std::size_t index, const at::Tensor& tensor);
@@ -89,12 +92,17 @@ class ForwardTrace {
   // Rebuilds saved tensor i for each needed[i] into out[i] (see SavedTensorReplay::replay).
   // `replay_kept` hands a kept op's outputs (CacheEntry::replay, with the region's checks), once
   // per kept op the replay needs, in forward order, after every check that can be made up front.
+  // It returns true when the tensors it hands are the replay's alone (CacheEntry::private_copies):
+  // the replay then writes into them rather than into copies.
   using ReplayKept =
-      std::function<void(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
+      std::function<bool(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
   ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
                        const ReplayKept& replay_kept, std::vector<at::Tensor>& out) const;
 
   std::size_t op_count() const { return nodes_.size(); }
+
+  // Frees the kept draws (after the region's one recomputation): a later replay draws again.
+  void release_draws();
 
   // Bytes of the storages created by the region's ops that autograd saved in its forward: what
   // the region would hold for backward without checkpointing, inputs and outside tensors apart.
@@ -135,6 +143,7 @@ class ForwardTrace {
     OpCalls* kept_calls = nullptr;
     uint32_t kept_slot = 0;
     std::unique_ptr<GeneratorEffect> rng;
+    std::unique_ptr<DrawMask> draw;
     bool unsupported = false;  // an argument the replay cannot rebuild (tensors in a tuple...)
     bool hidden_writes = false;  // writes into arguments its schema does not declare
     bool complete = false;     // end() ran

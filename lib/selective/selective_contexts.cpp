@@ -7,6 +7,7 @@
 // cannot be replayed so.
 
 #include "dispatch_interceptor.h"
+#include "draw_mask.h"
 #include "engine/internal_ops.h"
 #include "engine/saved_tensor_replay.h"
 #include "forward_trace.h"
@@ -142,7 +143,12 @@ class CachingInterceptor final : public detail::OpInterceptor {
         std::unique_ptr<detail::GeneratorEffect> rng;
         if (*calls.random) rng = std::make_unique<detail::GeneratorEffect>(detail::GeneratorEffect::before(op, *stack));
         detail::run_below(op, stack);
-        s_.trace.end(*stack, nullptr, 0, std::move(rng));
+        // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
+        std::unique_ptr<detail::DrawMask> draw;
+        if (rng && detail::DrawMask::is_draw(op) && !stack->empty() && stack->back().isTensor()) {
+          draw = detail::DrawMask::capture(stack->back().toTensor());
+        }
+        s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
       } else {
         detail::run_below(op, stack);  // a view: the trace names tensors by storage and layout
       }
@@ -379,6 +385,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
   void region_inputs(const std::vector<at::Tensor>& inputs) override { state_->trace.add_inputs(inputs); }
   void saved(std::size_t index, const at::Tensor& tensor) override { state_->trace.saved(index, tensor); }
   void not_replayed(const char* why) override {
+    state_->trace.release_draws();  // the forward runs again and draws anew
     detail::ReplayOutcome outcome;
     outcome.fallback_reason = why;
     detail::count_replay(outcome, 0);
@@ -404,13 +411,16 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index, torch::jit::Stack* values) {
       OpSlot& slot = calls.slots[index];
       if (slot.kind != OpSlot::Kind::Saved) throw CheckpointError(extra_backward_error(op.schema().name()));
+      const bool own = slot.entry.private_copies();  // released below: the replay's alone then
       slot.entry.replay(op, index, s.allow_cache_entry_mutation, values);
       // One replay per region, as one recomputation: free the kept outputs as backward goes.
       slot.kind = OpSlot::Kind::Consumed;
       slot.entry.release();
       handed_out = true;
+      return own;
     };
     detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
+    s.trace.release_draws();  // one recomputation per region; a second backward draws again
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     detail::count_replay(outcome, ns.count());
     if (!outcome.replayed && handed_out) {
