@@ -1,5 +1,7 @@
 #include "device_memory.h"
 
+#include <recompose/device_memory.h>
+
 #include <c10/core/CPUAllocator.h>
 
 #ifdef RECOMPOSE_WITH_CUDA
