@@ -118,7 +118,8 @@ bool plan_forward(torch::nn::Module& module, HookPlan& plan) {
   const std::string_view suppressed = suppressed_owner_for(module);
   if (!suppressed.empty()) {
     auto any_live = [&](const HookList& l) {
-      return std::any_of(l.begin(), l.end(), [&](const auto& h) { return !is_suppressed(*h, suppressed); });
+      return std::any_of(l.begin(), l.end(),
+                         [&](const auto& h) { return !is_suppressed(*h, suppressed); });
     };
     if (!any_live(*pre) && !any_live(*post)) return false;
   }
@@ -159,7 +160,8 @@ void HookRunner::run_post_after_error(std::exception_ptr error) noexcept {
   const HookList& post = *plan_.post;
   for (; post_done_ < post.size();) {
     const auto& h = post[post_done_++];
-    if (!h->options.always_call() || h->removed.load() || is_suppressed(*h, plan_.suppressed)) continue;
+    if (!h->options.always_call() || h->removed.load() || is_suppressed(*h, plan_.suppressed))
+      continue;
     try {
       h->fn(call_);
     } catch (...) {
@@ -175,7 +177,8 @@ bool has_annotated_forward(const torch::nn::Module& module) {
   return detail::annotated_types().count(std::type_index(typeid(module))) > 0;
 }
 
-HookHandle register_forward_pre_hook(torch::nn::Module& module, ForwardHook hook, HookOptions options) {
+HookHandle register_forward_pre_hook(torch::nn::Module& module, ForwardHook hook,
+                                     HookOptions options) {
   return detail::add_hook(module, std::move(hook), std::move(options), /*is_pre=*/true);
 }
 
@@ -226,7 +229,8 @@ std::shared_ptr<void>& ForwardCall::slot(std::string_view owner) {
     fresh.name_size = owner.size();
     return fresh.value;
   }
-  if (!more_slots_) more_slots_ = std::make_unique<std::deque<std::pair<std::string, std::shared_ptr<void>>>>();
+  if (!more_slots_)
+    more_slots_ = std::make_unique<std::deque<std::pair<std::string, std::shared_ptr<void>>>>();
   more_slots_->emplace_back(std::string(owner), nullptr);
   return more_slots_->back().second;
 }

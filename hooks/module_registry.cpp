@@ -77,7 +77,8 @@ std::size_t ModuleRegistry::purge_expired() {
   {
     // Usually nothing died: a read-only pass that does not block forwards on other threads.
     std::shared_lock lock(mutex_);
-    if (std::none_of(entries_.begin(), entries_.end(), [](const auto& e) { return e.second.owner.expired(); })) {
+    if (std::none_of(entries_.begin(), entries_.end(),
+                     [](const auto& e) { return e.second.owner.expired(); })) {
       return 0;
     }
   }
@@ -106,7 +107,8 @@ ModuleEntry* ModuleRegistry::find_mutable(const torch::nn::Module& module) {
   return &it->second;
 }
 
-std::shared_ptr<torch::nn::Module> require_shared_owner(torch::nn::Module& module, const char* what) {
+std::shared_ptr<torch::nn::Module> require_shared_owner(torch::nn::Module& module,
+                                                        const char* what) {
   std::shared_ptr<torch::nn::Module> owner = module.weak_from_this().lock();
   if (!owner) {
     throw std::invalid_argument(std::string("recompose: cannot ") + what + " a " +

@@ -48,7 +48,8 @@ struct ModuleEntry {
 // the destructors of states and of hooks' callables are user code and may call the registry.
 struct ExpiredEntries {
   std::vector<ModuleEntry> entries;
-  std::vector<ForwardHook> hooks;  // callables moved out of records that a HookHandle may still hold
+  std::vector<ForwardHook>
+      hooks;  // callables moved out of records that a HookHandle may still hold
 };
 
 class ModuleRegistry {
@@ -85,6 +86,7 @@ class ModuleRegistry {
 };
 
 // Throws std::invalid_argument unless `module` is owned by a std::shared_ptr.
-std::shared_ptr<torch::nn::Module> require_shared_owner(torch::nn::Module& module, const char* what);
+std::shared_ptr<torch::nn::Module> require_shared_owner(torch::nn::Module& module,
+                                                        const char* what);
 
 }  // namespace recompose::hooks::detail

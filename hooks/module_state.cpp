@@ -12,8 +12,8 @@
 namespace recompose::hooks {
 namespace detail {
 
-void attach_state_erased(torch::nn::Module& module, std::string_view api, std::shared_ptr<void> state,
-                         std::type_index type) {
+void attach_state_erased(torch::nn::Module& module, std::string_view api,
+                         std::shared_ptr<void> state, std::type_index type) {
   if (api.empty()) throw std::invalid_argument("recompose: an API name must not be empty");
   auto& reg = ModuleRegistry::instance();
   ExpiredEntries dead;  // declared first: destroyed after the lock is released

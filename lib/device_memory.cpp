@@ -15,8 +15,10 @@ struct Allocated {
   int64_t peak;
 };
 Allocated allocated(const c10::Device& device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-  const auto& all = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+  const auto& all =
+      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
   return {all.current, all.peak};
 }
 #endif
@@ -25,7 +27,8 @@ Allocated allocated(const c10::Device& device) {
 
 void reset_peak_device_memory(const c10::Device& device) {
 #ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+  if (device.is_cuda())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
 #else
   (void)device;
 #endif

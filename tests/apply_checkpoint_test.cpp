@@ -16,7 +16,8 @@ namespace {
 
 struct StackImpl : torch::nn::Module {
   explicit StackImpl(int64_t layers, int64_t width = 16) {
-    for (int64_t i = 0; i < layers; ++i) blocks.push_back(register_module("block" + std::to_string(i), rt::TinyBlock(width)));
+    for (int64_t i = 0; i < layers; ++i)
+      blocks.push_back(register_module("block" + std::to_string(i), rt::TinyBlock(width)));
   }
   torch::Tensor forward(torch::Tensor x) {
     for (auto& b : blocks) x = b(x) + x;
@@ -38,7 +39,8 @@ TEST_CASE("apply_checkpoint: gradients equal, each block recomputed once, nothin
   torch::Tensor x = torch::randn({8, 16});
   for (auto& b : ckpt->blocks) recompose::apply_checkpoint(b);
   CHECK(recompose::is_checkpointed(ckpt->blocks[0]));
-  CHECK(recompose::hooks::applied_apis(*ckpt->blocks[0]) == std::vector<std::string>{recompose::kCheckpointApi});
+  CHECK(recompose::hooks::applied_apis(*ckpt->blocks[0]) ==
+        std::vector<std::string>{recompose::kCheckpointApi});
 
   auto g_plain = rt::grads_of([&] { return plain(x).pow(2).sum(); }, plain->parameters());
   auto g_ckpt = rt::grads_of([&] { return ckpt(x).pow(2).sum(); }, ckpt->parameters());
@@ -82,9 +84,10 @@ TEST_CASE("apply_checkpoint: other owners' hooks run during recomputation and ca
   Stack ckpt = make_stack(2, 23);
   auto& block = ckpt->blocks[1];
   std::vector<bool> recomputing;
-  recompose::hooks::register_forward_pre_hook(*block, [&](recompose::hooks::ForwardCall&) {
-    recomputing.push_back(recompose::is_recomputing());
-  }, recompose::hooks::HookOptions().owner("trainer"));
+  recompose::hooks::register_forward_pre_hook(
+      *block,
+      [&](recompose::hooks::ForwardCall&) { recomputing.push_back(recompose::is_recomputing()); },
+      recompose::hooks::HookOptions().owner("trainer"));
   recompose::apply_checkpoint(block);
   ckpt(torch::randn({2, 16})).sum().backward();
   CHECK(recomputing == std::vector<bool>{false, true});
@@ -95,7 +98,8 @@ TEST_CASE("apply_checkpoint: misuse is refused clearly") {
   recompose::apply_checkpoint(block);
   CHECK_THROWS_AS(recompose::apply_checkpoint(block), recompose::hooks::CompositionError);
   rt::Plain plain;
-  CHECK_THROWS_WITH_AS(recompose::apply_checkpoint(plain), doctest::Contains("RECOMPOSE_FORWARD"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(recompose::apply_checkpoint(plain), doctest::Contains("RECOMPOSE_FORWARD"),
+                       std::invalid_argument);
   CHECK_FALSE(recompose::is_checkpointed(plain));
   CHECK(recompose::remove_checkpoint(block));
   CHECK_FALSE(recompose::remove_checkpoint(block));
@@ -138,8 +142,10 @@ TEST_CASE("apply_checkpoint: all argument kinds are recomputed with the saved in
   torch::manual_seed(24);
   rt::MixedArgs plain, ckpt;
   recompose::apply_checkpoint(ckpt);
-  torch::Tensor x = torch::randn({3}, torch::requires_grad()), b = torch::randn({3}, torch::requires_grad()),
-                e = torch::randn({3}, torch::requires_grad()), s = torch::randn({3}, torch::requires_grad());
+  torch::Tensor x = torch::randn({3}, torch::requires_grad()),
+                b = torch::randn({3}, torch::requires_grad()),
+                e = torch::randn({3}, torch::requires_grad()),
+                s = torch::randn({3}, torch::requires_grad());
   auto run = [&](rt::MixedArgs& m) {
     return (m(x.sin(), b.cos(), std::vector<torch::Tensor>{e.exp()}, std::make_tuple(s.tanh(), 0.5),
               std::make_pair(int64_t{2}, std::string("t")), rt::Mode::Mul) *

@@ -58,7 +58,8 @@ struct Stack {
 };
 
 std::shared_ptr<recompose::SwapManager> test_manager(int64_t prefetch_groups = 1) {
-  return recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
+  return recompose::SwapManager::create(
+      recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
 }
 
 std::vector<torch::Tensor> with(std::vector<torch::Tensor> v, const torch::Tensor& t) {
@@ -82,7 +83,8 @@ TEST_CASE("apply_offload: gradients are bitwise those of the plain forward, step
   const int64_t baseline = recompose::detail::SwapAccess::core(*manager)->bookkeeping_entries();
   for (bool keep_last : {true, false}) {
     for (auto& b : s.blocks) {
-      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
+      recompose::apply_offload(
+          b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
     }
     for (int step = 0; step < 3; ++step) {
       CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
@@ -100,7 +102,8 @@ TEST_CASE("apply_offload: gradients are bitwise those of the plain forward, step
 TEST_CASE("apply_offload: counts per module, and the last call stays on the device") {
   Stack s(4);
   auto manager = test_manager();
-  for (auto& b : s.blocks) recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
+  for (auto& b : s.blocks)
+    recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
   auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
   auto loss = s.forward(x * 1).pow(2).sum();
   // Block i's copies start when block i+1 begins: blocks 0..2 are offloaded by now, block 3 not.
@@ -131,7 +134,8 @@ TEST_CASE("apply_offload: the forward order of the modules is the prefetch order
     Stack s(4);
     auto manager = test_manager(/*prefetch_groups=*/1);
     for (auto& b : s.blocks) {
-      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
+      recompose::apply_offload(
+          b, recompose::OffloadOptions().manager(manager).keep_last_on_device(keep_last));
     }
     auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
     std::vector<torch::Tensor> outputs;
@@ -140,7 +144,8 @@ TEST_CASE("apply_offload: the forward order of the modules is the prefetch order
     // reloaded by then.
     std::vector<recompose::SwapStats> seen(outputs.size());
     for (size_t i = 0; i + 1 < outputs.size(); ++i) {
-      outputs[i].register_hook([&seen, &manager, i](const torch::Tensor&) { seen[i] = manager->stats(); });
+      outputs[i].register_hook(
+          [&seen, &manager, i](const torch::Tensor&) { seen[i] = manager->stats(); });
     }
     loss.backward();
     // Each block's group is reloaded, ahead of need, while the block after it runs backward:
@@ -169,7 +174,8 @@ TEST_CASE("apply_offload: a per-tensor policy keeps what it says on the device")
     return ++asked % 2 == 1 ? recompose::ActivationPolicy::SWAP : recompose::ActivationPolicy::SAVE;
   };
   for (auto& b : s.blocks) {
-    recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).policy(policy).keep_last_on_device(false));
+    recompose::apply_offload(
+        b, recompose::OffloadOptions().manager(manager).policy(policy).keep_last_on_device(false));
   }
   CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
   CHECK(asked == 6);  // asked for every eligible tensor, never for fc's weight
@@ -190,7 +196,8 @@ TEST_CASE("apply_offload: composes with apply_checkpoint on the same modules, in
     auto manager = test_manager();
     for (auto& b : s.blocks) {
       if (checkpoint_first) recompose::apply_checkpoint(b);
-      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false));
+      recompose::apply_offload(
+          b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false));
       if (!checkpoint_first) recompose::apply_checkpoint(b);
       b->body_runs = 0;
     }
@@ -207,7 +214,9 @@ TEST_CASE("apply_offload: composes with apply_checkpoint on the same modules, in
   }
 }
 
-TEST_CASE("apply_offload: does nothing inside a checkpointed region, during recomputation, or without grad") {
+TEST_CASE(
+    "apply_offload: does nothing inside a checkpointed region, during recomputation, or without "
+    "grad") {
   rt::Nested parent;
   auto manager = test_manager();
   recompose::apply_offload(parent->a, recompose::OffloadOptions().manager(manager));
@@ -229,7 +238,8 @@ TEST_CASE("apply_offload: does nothing inside a checkpointed region, during reco
 TEST_CASE("apply_offload: backward twice with retain_graph, and a tensor modified in place") {
   Stack s(3);
   auto manager = test_manager();
-  for (auto& b : s.blocks) recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
+  for (auto& b : s.blocks)
+    recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
   auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
   auto loss = s.forward(x * 1).pow(2).sum();
   loss.backward({}, /*retain_graph=*/true);
@@ -276,7 +286,8 @@ TEST_CASE("apply_offload: misuse gives clear errors") {
 }
 
 // Never-stall mode (issue 27). A block saves two eligible activations of 512 bytes each.
-TEST_CASE("apply_offload never-stall: only what the window hides goes; the rest stays and is reported") {
+TEST_CASE(
+    "apply_offload never-stall: only what the window hides goes; the rest stays and is reported") {
   struct Case {
     const char* what;
     recompose::LinkModel link;
@@ -334,8 +345,9 @@ TEST_CASE("apply_offload never-stall: measured windows, and a report per module 
     auto manager = test_manager();
     for (auto& b : s.blocks) {
       // No window given: each call's own forward time (microseconds here) is its window.
-      recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false).never_stall(
-                                      recompose::LinkModel::symmetric(bandwidth)));
+      recompose::apply_offload(
+          b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false).never_stall(
+                 recompose::LinkModel::symmetric(bandwidth)));
     }
     CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
     const bool fast = bandwidth > 1;
@@ -352,14 +364,18 @@ TEST_CASE("apply_offload never-stall: measured windows, and a report per module 
     CHECK(recompose::total_offload_stats(*s.blocks[1]).tensors_offloaded == (fast ? 2 : 0));
     for (auto& b : s.blocks) recompose::remove_offload(b);
   }
-  CHECK_THROWS_AS(recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().never_stall(recompose::LinkModel{})),
+  CHECK_THROWS_AS(recompose::apply_offload(
+                      s.blocks[0], recompose::OffloadOptions().never_stall(recompose::LinkModel{})),
                   std::invalid_argument);
-  CHECK_THROWS_AS(recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().forward_window_seconds(-1)),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().forward_window_seconds(-1)),
+      std::invalid_argument);
   CHECK_FALSE(recompose::is_offloaded(*s.blocks[0]));
 }
 
-TEST_CASE("apply_offload never-stall: correct and bitwise when backward does not run in reverse forward order") {
+TEST_CASE(
+    "apply_offload never-stall: correct and bitwise when backward does not run in reverse forward "
+    "order") {
   // Two branches: a = C(A(xa)) and b = B(xb), called A, B, C; backward runs a's branch first (C,
   // then A: B's group sits between them in forward order and is prefetched for nothing), then
   // b's. Every mode, every window: the same gradients as without offload.
@@ -386,7 +402,8 @@ TEST_CASE("apply_offload never-stall: correct and bitwise when backward does not
       const auto expected = run();
       auto manager = test_manager(prefetch);
       auto options = recompose::OffloadOptions().manager(manager).keep_last_on_device(false);
-      if (never_stall) options.never_stall(recompose::LinkModel::symmetric(1e15)).forward_window_seconds(1);
+      if (never_stall)
+        options.never_stall(recompose::LinkModel::symmetric(1e15)).forward_window_seconds(1);
       for (auto& b : s.blocks) recompose::apply_offload(b, options);
       for (int step = 0; step < 2; ++step) CHECK(rt::bitwise_equal(run(), expected));
       const auto st = manager->stats();

@@ -17,8 +17,9 @@ namespace {
 class HiddenBlocksImpl : public torch::nn::Module {
  public:
   explicit HiddenBlocksImpl(int64_t width = 8) {
-    stages_ = register_module("stages", torch::nn::Sequential(rt::TinyBlock(width), rt::TinyBlock(width),
-                                                              rt::TinyBlock(width)));
+    stages_ = register_module(
+        "stages",
+        torch::nn::Sequential(rt::TinyBlock(width), rt::TinyBlock(width), rt::TinyBlock(width)));
     extra_ = register_module("extra", torch::nn::ModuleList(rt::TinyBlock(width)));
     head_ = register_module("head", torch::nn::Linear(width, 1));
   }
@@ -51,7 +52,9 @@ HiddenBlocks make_model(uint64_t seed) {
 
 TEST_SUITE_BEGIN("apply_to");
 
-TEST_CASE("apply_checkpoint_to: every block of a type in private members, in one line, bitwise as without") {
+TEST_CASE(
+    "apply_checkpoint_to: every block of a type in private members, in one line, bitwise as "
+    "without") {
   HiddenBlocks plain = make_model(3), model = make_model(3);
   torch::Tensor x = torch::randn({4, 8});
   CHECK(recompose::apply_checkpoint_to<rt::TinyBlockImpl>(*model) == 4);
@@ -66,9 +69,11 @@ TEST_CASE("apply_checkpoint_to: every block of a type in private members, in one
   for (auto* b : model->blocks()) CHECK(recompose::remove_checkpoint(*b));
 }
 
-TEST_CASE("apply_checkpoint_to: the holder type works as the module type; options reach every block") {
+TEST_CASE(
+    "apply_checkpoint_to: the holder type works as the module type; options reach every block") {
   HiddenBlocks model = make_model(4);
-  CHECK(recompose::apply_checkpoint_to<rt::TinyBlock>(model, CheckpointOptions().early_stop(false)) == 4);
+  CHECK(recompose::apply_checkpoint_to<rt::TinyBlock>(model,
+                                                      CheckpointOptions().early_stop(false)) == 4);
   for (auto* b : model->blocks()) CHECK(recompose::is_checkpointed(*b));
   model(torch::randn({2, 8})).sum().backward();
   for (auto* b : model->blocks()) CHECK(b->body_runs == 2);
@@ -77,7 +82,8 @@ TEST_CASE("apply_checkpoint_to: the holder type works as the module type; option
 TEST_CASE("apply_checkpoint_to: no module of the type is an error, not a silent no-op") {
   HiddenBlocks model = make_model(5);
   CHECK_THROWS_WITH_AS(recompose::apply_checkpoint_to<rt::MixedArgsImpl>(*model),
-                       doctest::Contains("no module of type rt::MixedArgsImpl"), std::invalid_argument);
+                       doctest::Contains("no module of type rt::MixedArgsImpl"),
+                       std::invalid_argument);
   for (const auto& m : model->modules()) CHECK(recompose::hooks::applied_apis(*m).empty());
 }
 
@@ -85,17 +91,20 @@ TEST_CASE("apply_checkpoint_to: all or nothing when one block cannot be checkpoi
   HiddenBlocks model = make_model(6);
   auto blocks = model->blocks();
   recompose::apply_checkpoint(*blocks[2]);  // already checkpointed: applying again is refused
-  CHECK_THROWS_AS(recompose::apply_checkpoint_to<rt::TinyBlockImpl>(*model), recompose::hooks::CompositionError);
+  CHECK_THROWS_AS(recompose::apply_checkpoint_to<rt::TinyBlockImpl>(*model),
+                  recompose::hooks::CompositionError);
   CHECK_FALSE(recompose::is_checkpointed(*blocks[0]));
   CHECK_FALSE(recompose::is_checkpointed(*blocks[1]));
   CHECK(recompose::is_checkpointed(*blocks[2]));  // the user's own application is left alone
   CHECK_FALSE(recompose::is_checkpointed(*blocks[3]));
   // Bad options are refused before anything is attached.
   CHECK(recompose::remove_checkpoint(*blocks[2]));
-  auto bad = CheckpointOptions().context_fn([] { return std::shared_ptr<recompose::RegionContexts>(); });
+  auto bad =
+      CheckpointOptions().context_fn([] { return std::shared_ptr<recompose::RegionContexts>(); });
 #ifndef RECOMPOSE_TEST_NO_SELECTIVE
   bad.policy(recompose::SelectivePolicy({"aten::mm"}));
-  CHECK_THROWS_AS(recompose::apply_checkpoint_to<rt::TinyBlockImpl>(*model, bad), recompose::CheckpointError);
+  CHECK_THROWS_AS(recompose::apply_checkpoint_to<rt::TinyBlockImpl>(*model, bad),
+                  recompose::CheckpointError);
   for (auto* b : blocks) CHECK_FALSE(recompose::is_checkpointed(*b));
 #endif
 }
@@ -105,7 +114,8 @@ TEST_CASE("apply_offload_to: every block of a type in private members, bitwise a
   HiddenBlocks plain = make_model(7), model = make_model(7);
   torch::Tensor x = torch::randn({4, 8});
   auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
-  CHECK(recompose::apply_offload_to<rt::TinyBlockImpl>(*model, recompose::OffloadOptions().manager(manager)) == 4);
+  CHECK(recompose::apply_offload_to<rt::TinyBlockImpl>(
+            *model, recompose::OffloadOptions().manager(manager)) == 4);
   for (auto* b : model->blocks()) CHECK(recompose::is_offloaded(*b));
   auto g_plain = rt::grads_of([&] { return plain(x).pow(2).sum(); }, plain->parameters());
   auto g_model = rt::grads_of([&] { return model(x).pow(2).sum(); }, model->parameters());

@@ -33,12 +33,17 @@ TEST_CASE("checkpoint: gradients equal the uncheckpointed ones, bitwise") {
   Inputs in;
   auto plain = rt::grads_of([&] { return mlp(in.x, in.w1, in.w2).sum(); }, in.all());
   int runs = 0;
-  auto ckpt = rt::grads_of([&] {
-    return recompose::checkpoint([&runs](const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
-             ++runs;
-             return mlp(x, a, b);
-           }, in.x, in.w1, in.w2).sum();
-  }, in.all());
+  auto ckpt = rt::grads_of(
+      [&] {
+        return recompose::checkpoint(
+                   [&runs](const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
+                     ++runs;
+                     return mlp(x, a, b);
+                   },
+                   in.x, in.w1, in.w2)
+            .sum();
+      },
+      in.all());
   CHECK(rt::bitwise_equal(plain, ckpt));
   CHECK(runs == 2);  // forward + one recomputation
 }
@@ -85,7 +90,9 @@ TEST_CASE("checkpoint: early stop ends the recomputation after the last needed t
     CHECK(reached_end == 1);  // the recomputation stopped before the end
   }
   SUBCASE("off by option") {
-    auto g = rt::grads_of([&] { return recompose::checkpoint(CheckpointOptions().early_stop(false), fn, x).sum(); }, {x});
+    auto g = rt::grads_of(
+        [&] { return recompose::checkpoint(CheckpointOptions().early_stop(false), fn, x).sum(); },
+        {x});
     CHECK(rt::bitwise_equal(g, expected));
     CHECK(reached_end == 2);
   }
@@ -100,7 +107,8 @@ TEST_CASE("checkpoint: early stop ends the recomputation after the last needed t
   }
 }
 
-TEST_CASE("checkpoint: early stop is skipped when the body ends with the op whose output it saved last") {
+TEST_CASE(
+    "checkpoint: early stop is skipped when the body ends with the op whose output it saved last") {
   // Stopping there would skip nothing and only cost the unwinding: the recomputation runs to the
   // end. Work that makes an autograd node after the last saved tensor is still skipped.
   torch::manual_seed(3);
@@ -136,7 +144,9 @@ TEST_CASE("checkpoint: early stop is skipped when the body ends with the op whos
   }
 }
 
-TEST_CASE("checkpoint: with early stop, tensors the recomputation saves past the forward's count are dropped") {
+TEST_CASE(
+    "checkpoint: with early stop, tensors the recomputation saves past the forward's count are "
+    "dropped") {
   // PyTorch stops the recomputation before reaching them and succeeds ("the results would be
   // correct anyway"). Here the forward ends with the op whose output it saved last, so early stop
   // would skip nothing and the recomputation runs to its end: the extra save is dropped.
@@ -144,8 +154,8 @@ TEST_CASE("checkpoint: with early stop, tensors the recomputation saves past the
   torch::Tensor x = torch::randn({5}, torch::requires_grad());
   int call = 0;
   auto fn = [&call](const torch::Tensor& t) {
-    torch::Tensor y = t.exp();        // saves its output: the forward's last saved tensor
-    if (call++ > 0) (void)y.sin();    // the recomputation only: saves one tensor more
+    torch::Tensor y = t.exp();      // saves its output: the forward's last saved tensor
+    if (call++ > 0) (void)y.sin();  // the recomputation only: saves one tensor more
     return y;
   };
   auto expected = rt::grads_of([&] { return x.exp().sum(); }, {x});
@@ -166,10 +176,13 @@ TEST_CASE("checkpoint: a second backward with retain_graph recomputes again") {
   torch::manual_seed(4);
   Inputs in;
   int runs = 0;
-  auto loss = recompose::checkpoint([&runs](const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
-                ++runs;
-                return mlp(x, a, b);
-              }, in.x, in.w1, in.w2).sum();
+  auto loss = recompose::checkpoint(
+                  [&runs](const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
+                    ++runs;
+                    return mlp(x, a, b);
+                  },
+                  in.x, in.w1, in.w2)
+                  .sum();
   loss.backward({}, /*retain_graph=*/true);
   torch::Tensor first = in.x.grad().clone();
   loss.backward();
@@ -195,8 +208,11 @@ struct ReadTwice : torch::autograd::Function<ReadTwice> {
 
 TEST_CASE("checkpoint: a saved tensor unpacked twice in one backward is a CheckpointError") {
   torch::Tensor x = torch::randn({3}, torch::requires_grad());
-  auto loss = recompose::checkpoint([](const torch::Tensor& t) { return ReadTwice::apply(t.sin()); }, x).sum();
-  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("already unpacked once"), recompose::CheckpointError);
+  auto loss =
+      recompose::checkpoint([](const torch::Tensor& t) { return ReadTwice::apply(t.sin()); }, x)
+          .sum();
+  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("already unpacked once"),
+                       recompose::CheckpointError);
 }
 
 TEST_CASE("checkpoint: non-tensor arguments and outputs") {
@@ -204,16 +220,16 @@ TEST_CASE("checkpoint: non-tensor arguments and outputs") {
   torch::Tensor x = torch::randn({3}, torch::requires_grad());
   torch::Tensor b = torch::randn({3}, torch::requires_grad());
   torch::Tensor e = torch::randn({3}, torch::requires_grad());
-  auto body = [](const torch::Tensor& t, std::optional<torch::Tensor> bias, std::vector<torch::Tensor> extra,
-                 double scale, std::string tag) {
+  auto body = [](const torch::Tensor& t, std::optional<torch::Tensor> bias,
+                 std::vector<torch::Tensor> extra, double scale, std::string tag) {
     torch::Tensor y = t.sin() * scale;
     if (bias) y = y * bias->cos();
     for (auto& v : extra) y = y * v.exp();
     return std::make_tuple(y, tag.size(), y.tanh());
   };
   auto run = [&](bool ckpt) {
-    auto out = ckpt ? recompose::checkpoint(body, x, std::optional<torch::Tensor>(b), std::vector<torch::Tensor>{e}, 0.5,
-                                            std::string("abc"))
+    auto out = ckpt ? recompose::checkpoint(body, x, std::optional<torch::Tensor>(b),
+                                            std::vector<torch::Tensor>{e}, 0.5, std::string("abc"))
                     : body(x, b, {e}, 0.5, "abc");
     CHECK(std::get<1>(out) == 3);
     return (std::get<0>(out) + std::get<2>(out)).sum();
@@ -223,10 +239,13 @@ TEST_CASE("checkpoint: non-tensor arguments and outputs") {
   CHECK(rt::bitwise_equal(plain, ckpt));
 
   // an absent optional
-  auto g = rt::grads_of([&] {
-    return std::get<0>(recompose::checkpoint(body, x, std::optional<torch::Tensor>(), std::vector<torch::Tensor>{}, 2.0,
-                                             std::string())).sum();
-  }, {x});
+  auto g = rt::grads_of(
+      [&] {
+        return std::get<0>(recompose::checkpoint(body, x, std::optional<torch::Tensor>(),
+                                                 std::vector<torch::Tensor>{}, 2.0, std::string()))
+            .sum();
+      },
+      {x});
   CHECK(torch::allclose(g[0], (x.cos() * 2).detach()));
 }
 
@@ -235,9 +254,12 @@ TEST_CASE("checkpoint: inputs that do not require grad, and outputs that do not"
   torch::Tensor x = torch::randn({4, 8});  // data: no grad
   torch::Tensor w = torch::randn({8, 8}, torch::requires_grad());
   auto plain = rt::grads_of([&] { return x.matmul(w).relu().sum(); }, {w});
-  auto ckpt = rt::grads_of([&] {
-    return recompose::checkpoint([&w](const torch::Tensor& t) { return t.matmul(w).relu(); }, x).sum();
-  }, {w});
+  auto ckpt = rt::grads_of(
+      [&] {
+        return recompose::checkpoint([&w](const torch::Tensor& t) { return t.matmul(w).relu(); }, x)
+            .sum();
+      },
+      {w});
   CHECK(rt::bitwise_equal(plain, ckpt));
 
   torch::Tensor out = recompose::checkpoint([](const torch::Tensor& t) { return t * 2; }, x);
@@ -271,10 +293,13 @@ TEST_CASE("checkpoint: under no_grad and inference mode the body just runs") {
 TEST_CASE("checkpoint: is_checkpointing and is_recomputing inside the body") {
   torch::Tensor x = torch::randn({3}, torch::requires_grad());
   std::vector<std::pair<bool, bool>> seen;
-  auto loss = recompose::checkpoint([&](const torch::Tensor& t) {
-                seen.emplace_back(recompose::is_checkpointing(), recompose::is_recomputing());
-                return t.sin();
-              }, x).sum();
+  auto loss = recompose::checkpoint(
+                  [&](const torch::Tensor& t) {
+                    seen.emplace_back(recompose::is_checkpointing(), recompose::is_recomputing());
+                    return t.sin();
+                  },
+                  x)
+                  .sum();
   CHECK_FALSE(recompose::is_checkpointing());
   loss.backward();
   REQUIRE(seen.size() == 2);
@@ -287,10 +312,12 @@ TEST_CASE("checkpoint: determinism check names the position and both metadata") 
   torch::Tensor x = torch::randn({4}, torch::requires_grad());
   SUBCASE("shape differs") {
     int call = 0;
-    auto loss = recompose::checkpoint([&call](const torch::Tensor& t) {
-                  torch::Tensor u = call++ == 0 ? t : torch::cat({t, t});
-                  return u.sin().sum();
-                }, x);
+    auto loss = recompose::checkpoint(
+        [&call](const torch::Tensor& t) {
+          torch::Tensor u = call++ == 0 ? t : torch::cat({t, t});
+          return u.sin().sum();
+        },
+        x);
     try {
       loss.backward();
       FAIL("expected a CheckpointError");
@@ -304,9 +331,12 @@ TEST_CASE("checkpoint: determinism check names the position and both metadata") 
   }
   SUBCASE("debug mode lists the ops of forward and recomputation") {
     int call = 0;
-    auto loss = recompose::checkpoint(CheckpointOptions().debug(true), [&call](const torch::Tensor& t) {
-                  return call++ == 0 ? t.sin().sum() : torch::cat({t, t}).exp().sum();
-                }, x);
+    auto loss = recompose::checkpoint(
+        CheckpointOptions().debug(true),
+        [&call](const torch::Tensor& t) {
+          return call++ == 0 ? t.sin().sum() : torch::cat({t, t}).exp().sum();
+        },
+        x);
     try {
       loss.backward();
       FAIL("expected a CheckpointError");
@@ -322,34 +352,44 @@ TEST_CASE("checkpoint: determinism check names the position and both metadata") 
     torch::Tensor loss;
     {
       auto guard = recompose::set_checkpoint_debug_enabled(true);
-      loss = recompose::checkpoint([&call](const torch::Tensor& t) {
-        return call++ == 0 ? t.sin().sum() : torch::cat({t, t}).exp().sum();
-      }, x);
+      loss = recompose::checkpoint(
+          [&call](const torch::Tensor& t) {
+            return call++ == 0 ? t.sin().sum() : torch::cat({t, t}).exp().sum();
+          },
+          x);
     }
-    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("aten::exp"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("aten::exp"),
+                         recompose::CheckpointError);
   }
   SUBCASE("a different number of saved tensors") {
     int call = 0;
-    auto loss = recompose::checkpoint(CheckpointOptions().early_stop(false), [&call](const torch::Tensor& t) {
-                  return call++ == 0 ? t.sin().sum() : t.sin().cos().sum();
-                }, x);
+    auto loss = recompose::checkpoint(
+        CheckpointOptions().early_stop(false),
+        [&call](const torch::Tensor& t) {
+          return call++ == 0 ? t.sin().sum() : t.sin().cos().sum();
+        },
+        x);
     CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("more tensors during recomputation"),
                          recompose::CheckpointError);
   }
   SUBCASE("DeterminismCheck::None skips the metadata comparison") {
     int call = 0;
-    auto loss = recompose::checkpoint(CheckpointOptions().determinism_check(recompose::DeterminismCheck::None),
-                                      [&call](const torch::Tensor& t) {
-                                        torch::Tensor u = call++ == 0 ? t : t.to(torch::kDouble);
-                                        return u.sin().sum();
-                                      }, x);
+    auto loss = recompose::checkpoint(
+        CheckpointOptions().determinism_check(recompose::DeterminismCheck::None),
+        [&call](const torch::Tensor& t) {
+          torch::Tensor u = call++ == 0 ? t : t.to(torch::kDouble);
+          return u.sin().sum();
+        },
+        x);
     CHECK_NOTHROW(loss.backward());
   }
 }
 
 TEST_CASE("checkpoint: RNG state is restored so dropout masks match") {
   torch::Tensor x = torch::randn({64}, torch::requires_grad());
-  auto body = [](const torch::Tensor& t) { return torch::dropout(t.sin(), 0.5, /*train=*/true).cos(); };
+  auto body = [](const torch::Tensor& t) {
+    return torch::dropout(t.sin(), 0.5, /*train=*/true).cos();
+  };
   torch::manual_seed(7);
   auto plain = rt::grads_of([&] { return body(x).sum(); }, {x});
   torch::manual_seed(7);
@@ -358,15 +398,22 @@ TEST_CASE("checkpoint: RNG state is restored so dropout masks match") {
   // Without preserving the state the recomputation draws another mask.
   torch::manual_seed(7);
   auto unpreserved = rt::grads_of(
-      [&] { return recompose::checkpoint(CheckpointOptions().preserve_rng_state(false), body, x).sum(); }, {x});
+      [&] {
+        return recompose::checkpoint(CheckpointOptions().preserve_rng_state(false), body, x).sum();
+      },
+      {x});
   CHECK_FALSE(rt::bitwise_equal(plain, unpreserved));
 }
 
-TEST_CASE("checkpoint: the generator ends backward where it was, whether or not it held the forward's state") {
+TEST_CASE(
+    "checkpoint: the generator ends backward where it was, whether or not it held the forward's "
+    "state") {
   // The recomputation writes the forward's RNG state only when the generator holds another one,
   // and writes the state it found back only when it wrote or the recomputation drew.
   torch::Tensor x = torch::randn({64}, torch::requires_grad());
-  auto drawing = [](const torch::Tensor& t) { return torch::dropout(t.sin(), 0.5, /*train=*/true).cos(); };
+  auto drawing = [](const torch::Tensor& t) {
+    return torch::dropout(t.sin(), 0.5, /*train=*/true).cos();
+  };
   auto quiet = [](const torch::Tensor& t) { return t.sin().cos(); };
   auto generator_state = [] { return at::detail::getDefaultCPUGenerator().get_state(); };
   for (bool draws : {true, false}) {
@@ -410,20 +457,27 @@ TEST_CASE("checkpoint: autocast state of the forward is restored for the recompu
   };
   auto plain = rt::grads_of([&] { return with_autocast([&] { return body(x); }).sum(); }, {x, w});
   // backward runs with autocast off: the recomputation must still use bf16 as the forward did
-  auto ckpt = rt::grads_of([&] { return with_autocast([&] { return recompose::checkpoint(body, x); }).sum(); }, {x, w});
+  auto ckpt = rt::grads_of(
+      [&] { return with_autocast([&] { return recompose::checkpoint(body, x); }).sum(); }, {x, w});
   CHECK(rt::bitwise_equal(plain, ckpt));
 }
 
 TEST_CASE("checkpoint: an exception in the body leaves no region behind") {
   torch::Tensor x = torch::randn({3}, torch::requires_grad());
-  CHECK_THROWS_WITH(recompose::checkpoint([](const torch::Tensor&) -> torch::Tensor { throw std::runtime_error("boom"); }, x),
-                    "boom");
+  CHECK_THROWS_WITH(
+      recompose::checkpoint(
+          [](const torch::Tensor&) -> torch::Tensor { throw std::runtime_error("boom"); }, x),
+      "boom");
   CHECK_FALSE(recompose::is_checkpointing());
   // tensors saved now are saved normally
   recompose::SavedTensorMeter meter;
   auto y = (x * 2).sin();
   CHECK(meter.bytes_held() > 0);
-  auto g = rt::grads_of([&] { return recompose::checkpoint([](const torch::Tensor& t) { return t.sin(); }, x).sum(); }, {x});
+  auto g = rt::grads_of(
+      [&] {
+        return recompose::checkpoint([](const torch::Tensor& t) { return t.sin(); }, x).sum();
+      },
+      {x});
   CHECK(torch::equal(g[0], x.cos().detach()));
 }
 
@@ -441,15 +495,16 @@ TEST_CASE("checkpoint: backward on another thread than the forward") {
 
 TEST_CASE("checkpoint_sequential: gradients equal; bad segment counts are refused") {
   torch::manual_seed(10);
-  torch::nn::Sequential seq(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16), torch::nn::GELU(),
-                            torch::nn::Linear(16, 8), torch::nn::Sigmoid());
+  torch::nn::Sequential seq(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16),
+                            torch::nn::GELU(), torch::nn::Linear(16, 8), torch::nn::Sigmoid());
   torch::Tensor x = torch::randn({4, 8}, torch::requires_grad());
   auto params = seq->parameters();
   params.push_back(x);
   auto plain = rt::grads_of([&] { return seq->forward(x).sum(); }, params);
   for (int64_t segments : {1, 2, 3, 6}) {
     CAPTURE(segments);
-    auto ckpt = rt::grads_of([&] { return recompose::checkpoint_sequential(seq, segments, x).sum(); }, params);
+    auto ckpt = rt::grads_of(
+        [&] { return recompose::checkpoint_sequential(seq, segments, x).sum(); }, params);
     CHECK(rt::bitwise_equal(plain, ckpt));
   }
   CHECK_THROWS_AS(recompose::checkpoint_sequential(seq, 0, x), std::invalid_argument);
@@ -465,7 +520,8 @@ struct CountingContexts : recompose::RegionContexts {
     return std::shared_ptr<void>(nullptr, [l = log](void*) { l->push_back("leave forward"); });
   }
   std::shared_ptr<void> enter_recompute() override {
-    log->push_back(recompose::is_recomputing() ? "enter recompute" : "enter recompute (wrong state)");
+    log->push_back(recompose::is_recomputing() ? "enter recompute"
+                                               : "enter recompute (wrong state)");
     return std::shared_ptr<void>(nullptr, [l = log](void*) { l->push_back("leave recompute"); });
   }
 };
@@ -474,17 +530,23 @@ struct CountingContexts : recompose::RegionContexts {
 TEST_CASE("checkpoint: context_fn contexts wrap the forward and each recomputation") {
   torch::Tensor x = torch::randn({3}, torch::requires_grad());
   std::vector<std::string> log;
-  auto opts = CheckpointOptions().context_fn([&log] { return std::make_shared<CountingContexts>(&log); });
-  auto loss = recompose::checkpoint(opts, [&log](const torch::Tensor& t) {
-                log.push_back("body");
-                return t.sin();
-              }, x).sum();
+  auto opts =
+      CheckpointOptions().context_fn([&log] { return std::make_shared<CountingContexts>(&log); });
+  auto loss = recompose::checkpoint(
+                  opts,
+                  [&log](const torch::Tensor& t) {
+                    log.push_back("body");
+                    return t.sin();
+                  },
+                  x)
+                  .sum();
   loss.backward();
   REQUIRE(log.size() == 6);
   CHECK(log[0] == "enter forward");
   CHECK(log[1] == "body");
   CHECK(log[2] == "leave forward");
-  CHECK(log[3] == "enter recompute");  // entered inside the recomputation (is_recomputing() is true)
+  CHECK(log[3] ==
+        "enter recompute");  // entered inside the recomputation (is_recomputing() is true)
   CHECK(log[4] == "body");
   CHECK(log[5] == "leave recompute");
 }
@@ -492,8 +554,9 @@ TEST_CASE("checkpoint: context_fn contexts wrap the forward and each recomputati
 #ifdef RECOMPOSE_TEST_NO_SWAP
 TEST_CASE("core build: swap_inputs without activation swap is a CheckpointError saying so") {
   auto x = torch::randn({3}, torch::requires_grad());
-  CHECK_THROWS_WITH_AS(recompose::checkpoint(recompose::CheckpointOptions().swap_inputs(true),
-                                             [](const torch::Tensor& t) { return t.sin(); }, x),
+  CHECK_THROWS_WITH_AS(recompose::checkpoint(
+                           recompose::CheckpointOptions().swap_inputs(true),
+                           [](const torch::Tensor& t) { return t.sin(); }, x),
                        doctest::Contains("-Dswap=disabled"), recompose::CheckpointError);
 }
 #endif

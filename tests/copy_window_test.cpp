@@ -38,7 +38,8 @@ CopyWindowModel hand_model() {
 // A simulated device: `n` blocks of four ops (2 MB of outputs, 2.5 ms each: 10 ms forward),
 // 1 MB of input, 1 ms of replay; a step of `step_ms` (4 blocks: 120 ms is every backward at
 // 20 ms and nothing around the blocks); 2 MB held outside the blocks; `resident` bytes beside.
-recompose::MemoryProfile simulated_profile(int n = 4, double step_ms = 120, int64_t resident = 100 * MB) {
+recompose::MemoryProfile simulated_profile(int n = 4, double step_ms = 120,
+                                           int64_t resident = 100 * MB) {
   recompose::MemoryProfile p;
   p.device = "cuda:0";
   p.other_bytes = 2 * MB;
@@ -71,12 +72,16 @@ recompose::SolveOptions with_link(const LinkModel& link = kLink) {
 
 TEST_SUITE_BEGIN("copy_window");
 
-TEST_CASE("copy windows: each copy's window is the compute after it (forward) and before its use (backward)") {
+TEST_CASE(
+    "copy windows: each copy's window is the compute after it (forward) and before its use "
+    "(backward)") {
   const auto model = hand_model();
   CHECK(model.forward_window(0) == doctest::Approx(10 * ms));
-  CHECK(model.forward_window(2) == doctest::Approx(2 * ms));  // the last module: the forward after it
+  CHECK(model.forward_window(2) ==
+        doctest::Approx(2 * ms));  // the last module: the forward after it
   CHECK(model.backward_window(1) == doctest::Approx(20 * ms));
-  CHECK(model.backward_window(2) == doctest::Approx(4 * ms));  // the last module: the backward before it
+  CHECK(model.backward_window(2) ==
+        doctest::Approx(4 * ms));  // the last module: the backward before it
   // 8 MB: 9 ms out (fits 10), 17 ms back (fits 20): free.
   CHECK(model.exposed_seconds(0, 8 * MB, 1) == 0);
   // 12 MB: 13 ms out (3 over), 25 ms back (5 over).
@@ -112,7 +117,8 @@ TEST_CASE("copy windows: the simulated step matches a hand-computed time line, w
   CHECK(s.backward_wait_seconds[0] == 0);
   // The separable estimate of each module's copies adds up to the simulated waits.
   double exposed = 0;
-  for (size_t i = 0; i < 3; ++i) exposed += model.exposed_seconds(i, loads[i].offload_bytes, loads[i].offload_copies);
+  for (size_t i = 0; i < 3; ++i)
+    exposed += model.exposed_seconds(i, loads[i].offload_bytes, loads[i].offload_copies);
   CHECK(exposed == doctest::Approx(s.seconds - s.compute_seconds));
   // Peak: in forward, module 0's 8 MB land at 19 ms, when module 1 has made 90% of its 12 MB:
   // 1 + 1 + 8 + 10.8 = 20.8 MB. In backward, while module 1 runs its backward with module 0's
@@ -127,7 +133,8 @@ TEST_CASE("copy windows: the simulated step matches a hand-computed time line, w
   CHECK(s.compute_seconds == doctest::Approx(106 * ms));
   CHECK(s.seconds == doctest::Approx(109 * ms));
   CHECK(s.backward_wait_seconds[1] == 0);
-  CHECK(s.peak_bytes == (1 + 1 + 2 + 12 + 9) * MB);  // module 2's backward, module 1's reload under way
+  CHECK(s.peak_bytes ==
+        (1 + 1 + 2 + 12 + 9) * MB);  // module 2's backward, module 1's reload under way
 
   // Nothing offloaded: no wait, and the peak is everything held when backward starts.
   std::vector<ModuleLoad> plain(3);
@@ -155,17 +162,21 @@ TEST_CASE("copy windows: the time line of a profile shares the step's time beyon
   CHECK(c.forward_tail_seconds == 0);
 }
 
-TEST_CASE("copy windows: measured backward times are the time line's; twice the forward only without them") {
+TEST_CASE(
+    "copy windows: measured backward times are the time line's; twice the forward only without "
+    "them") {
   auto p = simulated_profile();  // 4 blocks of 10 ms forward, a 120 ms step
   CHECK(!p.backward_measured());
-  CHECK(recompose::detail::step_compute_of(p).modules[1].backward_seconds == doctest::Approx(20 * ms));
+  CHECK(recompose::detail::step_compute_of(p).modules[1].backward_seconds ==
+        doctest::Approx(20 * ms));
   // Measured: block 1's backward is short (1 ms), the others 20 ms; 6 ms of the step around them.
   const double measured[] = {20 * ms, 1 * ms, 20 * ms, 20 * ms};
   for (size_t i = 0; i < 4; ++i) p.modules[i].backward_seconds = measured[i];
   p.step_seconds = 40 * ms + 61 * ms + 6 * ms;
   CHECK(p.backward_measured());
   auto c = recompose::detail::step_compute_of(p);
-  for (size_t i = 0; i < 4; ++i) CHECK(c.modules[i].backward_seconds == doctest::Approx(measured[i]));
+  for (size_t i = 0; i < 4; ++i)
+    CHECK(c.modules[i].backward_seconds == doctest::Approx(measured[i]));
   CHECK(c.forward_tail_seconds == doctest::Approx(2 * ms));
   CHECK(c.backward_head_seconds == doctest::Approx(4 * ms));
   // Block 0's copy back must land within block 1's backward: 1 ms, not the 20 ms the 2x rule gives.
@@ -182,10 +193,13 @@ TEST_CASE("copy windows: measured backward times are the time line's; twice the 
   p.step_seconds = 120 * ms;
   p.modules[2].backward_seconds = 0;
   CHECK(!p.backward_measured());
-  CHECK(recompose::detail::step_compute_of(p).modules[1].backward_seconds == doctest::Approx(20 * ms));
+  CHECK(recompose::detail::step_compute_of(p).modules[1].backward_seconds ==
+        doctest::Approx(20 * ms));
 }
 
-TEST_CASE("copy windows: a short measured backward exposes the copy back the 2x rule would hide; the plan says which it used") {
+TEST_CASE(
+    "copy windows: a short measured backward exposes the copy back the 2x rule would hide; the "
+    "plan says which it used") {
   auto assumed = simulated_profile();
   // Block 1 is of another type (twins share their estimates), with a 1 ms backward; the others'
   // backward is 20 ms, as the 2x rule assumes, and nothing of the step is around the blocks.
@@ -210,7 +224,9 @@ TEST_CASE("copy windows: a short measured backward exposes the copy back the 2x 
   CHECK(recompose::detail::simulate_plan(assumed, a, kLink).seconds <= a.step_seconds + 1e-6);
 }
 
-TEST_CASE("copy windows: the planner offloads where the copies hide and recomputes where they would not") {
+TEST_CASE(
+    "copy windows: the planner offloads where the copies hide and recomputes where they would "
+    "not") {
   const auto p = simulated_profile();
   // Room for every block but one offloaded (the base counts one block's 8 MB in flight) and one
   // block's inputs.
@@ -224,12 +240,15 @@ TEST_CASE("copy windows: the planner offloads where the copies hide and recomput
   // 0-2 is recomputed. Block 3 swaps nothing.
   REQUIRE(plan.modules.size() == 4);
   auto offloaded = [](const recompose::ModulePlan& m) {
-    return m.choice == ModuleChoice::Offload || (m.choice == ModuleChoice::Selective && m.swap.size() == 4);
+    return m.choice == ModuleChoice::Offload ||
+           (m.choice == ModuleChoice::Selective && m.swap.size() == 4);
   };
   for (size_t i = 0; i < 3; ++i) CHECK(offloaded(plan.modules[i]));
-  for (size_t i = 0; i < 3; ++i) CHECK(plan.modules[i].seconds == doctest::Approx(1 * ms).epsilon(1e-4));
+  for (size_t i = 0; i < 3; ++i)
+    CHECK(plan.modules[i].seconds == doctest::Approx(1 * ms).epsilon(1e-4));
   CHECK(plan.modules[3].swap.empty());
-  CHECK((plan.modules[3].choice == ModuleChoice::Full || plan.modules[3].choice == ModuleChoice::Selective));
+  CHECK((plan.modules[3].choice == ModuleChoice::Full ||
+         plan.modules[3].choice == ModuleChoice::Selective));
   CHECK(plan.modules[3].seconds >= 5 * ms);  // recomputes at least two of its 2.5 ms ops
   // The simulation agrees: no wait, one recomputation.
   const auto s = recompose::detail::simulate_plan(p, plan, kLink);
@@ -238,7 +257,8 @@ TEST_CASE("copy windows: the planner offloads where the copies hide and recomput
   // A link too slow for a whole block (0.5 GB/s: 16 ms out against a 10 ms window): no block is
   // offloaded whole; at most the three ops whose copies cost less than recomputing them are
   // swapped (two fit, the third exposes 2 ms against its 2.5 ms), the rest is recomputed or kept.
-  const Plan slow = recompose::solve_plan(p, Budget::bytes(budget), with_link(LinkModel::symmetric(0.5e9)));
+  const Plan slow =
+      recompose::solve_plan(p, Budget::bytes(budget), with_link(LinkModel::symmetric(0.5e9)));
   for (const auto& m : slow.modules) {
     CHECK(m.choice != ModuleChoice::Offload);
     CHECK(m.swap.size() <= 3);
@@ -254,10 +274,12 @@ TEST_CASE("copy windows: the planner offloads where the copies hide and recomput
   CHECK(last.choice == ModuleChoice::Selective);
   CHECK(last.swap.size() == 2);
   // 1 ms replay + 2 ms exposed copy + 2.5 ms per op neither kept nor swapped.
-  CHECK(last.seconds == doctest::Approx(3 * ms + 2.5 * ms * static_cast<double>(2 - last.save.size())));
+  CHECK(last.seconds ==
+        doctest::Approx(3 * ms + 2.5 * ms * static_cast<double>(2 - last.save.size())));
 }
 
-TEST_CASE("peak budget: Budget::peak_bytes and \"peak=20GiB\" budget the whole step's device memory") {
+TEST_CASE(
+    "peak budget: Budget::peak_bytes and \"peak=20GiB\" budget the whole step's device memory") {
   const Budget b = Budget::parse("peak=20GiB");
   CHECK(b.is_peak());
   CHECK(!b.is_fraction());
@@ -295,13 +317,15 @@ TEST_CASE("peak budget: the simulated peak stays at or under every budget of a s
     }
     ++fitted;
     CHECK(plan.peak_bytes <= peak);
-    CHECK(p.resident_bytes + recompose::detail::simulate_plan(p, plan, kLink).peak_bytes == plan.peak_bytes);
+    CHECK(p.resident_bytes + recompose::detail::simulate_plan(p, plan, kLink).peak_bytes ==
+          plan.peak_bytes);
     CHECK(plan.bytes >= last_bytes);
     CHECK(plan.step_seconds <= last_seconds);
     last_bytes = plan.bytes, last_seconds = plan.step_seconds;
     // The same number as a budget of bytes held for backward ignores what backward holds on top
     // (recomputed tensors, reloads): its plan may overshoot the peak.
-    const Plan by_bytes = recompose::solve_plan(p, Budget::bytes(peak - p.resident_bytes), with_link());
+    const Plan by_bytes =
+        recompose::solve_plan(p, Budget::bytes(peak - p.resident_bytes), with_link());
     if (by_bytes.peak_bytes > peak) ++beyond_bytes_budget;
   }
   CHECK(fitted > 50);
@@ -367,7 +391,9 @@ std::vector<torch::Tensor> wgrads(const Plan* plan) {
 
 }  // namespace
 
-TEST_CASE("peak budget: every plan of a sweep, applied on CPU, gives gradients bitwise equal to no checkpointing") {
+TEST_CASE(
+    "peak budget: every plan of a sweep, applied on CPU, gives gradients bitwise equal to no "
+    "checkpointing") {
   WNet net = make_wnet();
   auto x = winput();
   auto p = recompose::profile_memory(*net, [&] { net(x).backward(); });
@@ -399,7 +425,8 @@ TEST_CASE("peak budget: every plan of a sweep, applied on CPU, gives gradients b
       continue;
     }
     CHECK(plan.peak_bytes <= peak);
-    for (const auto& m : plan.modules) seen.insert(m.choice), swapped_ops += static_cast<int>(m.swap.size());
+    for (const auto& m : plan.modules)
+      seen.insert(m.choice), swapped_ops += static_cast<int>(m.swap.size());
     CHECK(rt::bitwise_equal(plain, wgrads(&plan)));
   }
   CHECK(seen.count(ModuleChoice::None) == 1);

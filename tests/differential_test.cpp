@@ -19,7 +19,8 @@
 //                                  with RECOMPOSE_DIFF_ONLY)
 //   RECOMPOSE_DIFF_PRINT=N         print at most N failing cases in full (default 40)
 //   RECOMPOSE_DIFF_CUDA_CASES=N    cases of the CUDA run (default 300; it runs where a CUDA device
-//                                  is, with deterministic algorithms, and is skipped visibly elsewhere)
+//                                  is, with deterministic algorithms, and is skipped visibly
+//                                  elsewhere)
 // scripts/differential.sh runs 10,000 cases.
 //
 // "-known" switches off the features that hit the bugs known when this test was written, so that
@@ -42,8 +43,8 @@
 
 #include <recompose/recompose.h>
 
-#include <ATen/autocast_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <doctest/doctest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -107,7 +108,7 @@ class AutocastScope {
 
 struct Record {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;  // in the order they were taken
-  std::string error;  // what the run threw, if it threw
+  std::string error;                                           // what the run threw, if it threw
   void add(const std::string& name, const torch::Tensor& t) {
     tensors.emplace_back(name, t.defined() ? t.detach().clone() : torch::Tensor());
   }
@@ -124,13 +125,14 @@ torch::Tensor cpu_rng_state() { return at::detail::getDefaultCPUGenerator().get_
 // checkpointing, and applied for the steps that follow.
 struct PlanSpec {
   int at_step = 0;
-  double budget = 0.5;       // where between the least and 1.05 of the bytes held
-  bool offload = false;      // OffloadMode::Always (on CPU: apply_offload and MUST_SWAP run)
+  double budget = 0.5;          // where between the least and 1.05 of the bytes held
+  bool offload = false;         // OffloadMode::Always (on CPU: apply_offload and MUST_SWAP run)
   bool optimizer_step = false;  // the profiled step also steps a stateless SGD
   bool plan_memory = false;  // plan_memory (profiling again) instead of solve_plan on the profile
   std::string str() const {
     return "plan{at_step=" + std::to_string(at_step) + " budget=" + std::to_string(budget) +
-           (offload ? " offload" : "") + (optimizer_step ? " sgd_step" : "") + (plan_memory ? " plan_memory" : "") + "}";
+           (offload ? " offload" : "") + (optimizer_step ? " sgd_step" : "") +
+           (plan_memory ? " plan_memory" : "") + "}";
   }
 };
 
@@ -150,7 +152,8 @@ int64_t g_planned_modules = 0;
 
 // Profiles the plain `model` with a step like the case's, solves and applies the plan.
 void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::RandModelImpl& model,
-                            const torch::Tensor& x, const std::shared_ptr<recompose::SwapManager>& manager);
+                            const torch::Tensor& x,
+                            const std::shared_ptr<recompose::SwapManager>& manager);
 
 // Trains the case's model for its steps, plain (checkpointed = false) or with recompose; with
 // `plan`, plain until the plan is made and applied.
@@ -159,14 +162,16 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
   Record rec;
   try {
     at::autocast::clear_cache();  // nothing left over from an earlier case
-    auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(c.prefetch));
+    auto manager = recompose::SwapManager::create(
+        recompose::SwapOptions().min_bytes(0).prefetch_groups(c.prefetch));
     torch::manual_seed(static_cast<uint64_t>(c.seed));
     auto model = std::make_shared<rt::diff::RandModelImpl>(c, checkpointed, manager);
     model->to(g_device);
     // Each parameter once: a shared BatchNorm is reached through every block that uses it.
     std::vector<torch::Tensor> params;
     for (const auto& p : model->parameters()) {
-      if (std::none_of(params.begin(), params.end(), [&](const torch::Tensor& q) { return q.is_same(p); })) {
+      if (std::none_of(params.begin(), params.end(),
+                       [&](const torch::Tensor& q) { return q.is_same(p); })) {
         params.push_back(p);
       }
     }
@@ -174,7 +179,8 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
     if (c.adam) {
       opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
     } else {
-      opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+      opt =
+          std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
     }
     const auto named = model->named_parameters();
     for (int step = 0; step < c.steps; ++step) {
@@ -182,17 +188,21 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
       torch::Tensor x = inputs[static_cast<size_t>(step)].clone();
       if (c.x_grad) x.requires_grad_(true);
       model->train(!c.eval);
-      torch::manual_seed(static_cast<uint64_t>(c.seed) * 1000003ULL + static_cast<uint64_t>(step) + 1);
-      if (plan && plan->at_step == step) profile_and_apply_plan(c, *plan, *model, inputs[0], manager);
+      torch::manual_seed(static_cast<uint64_t>(c.seed) * 1000003ULL + static_cast<uint64_t>(step) +
+                         1);
+      if (plan && plan->at_step == step)
+        profile_and_apply_plan(c, *plan, *model, inputs[0], manager);
       opt->zero_grad();
       torch::Tensor loss;
       {
         std::optional<recompose::SwitchGuard> es;
-        if (checkpointed && c.es_guard != 0) es.emplace(recompose::set_checkpoint_early_stop(c.es_guard == 1));
+        if (checkpointed && c.es_guard != 0)
+          es.emplace(recompose::set_checkpoint_early_stop(c.es_guard == 1));
         std::optional<recompose::AsyncSaveOnCpu> offload;
         if (checkpointed && c.async_save) offload.emplace(manager);
         AutocastScope autocast(c.autocast);
-        torch::Tensor out = model->forward(x, checkpointed && c.async_save && c.async_groups ? manager.get() : nullptr);
+        torch::Tensor out = model->forward(
+            x, checkpointed && c.async_save && c.async_groups ? manager.get() : nullptr);
         loss = out.to(torch::kFloat).pow(2).mean();
       }
       if (c.eval_switch) model->train(c.eval);  // flipped between forward and backward
@@ -206,7 +216,9 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
       for (const auto& p : named) rec.add(at + "param " + p.key(), p.value());
       for (const auto& b : model->named_buffers()) rec.add(at + "buffer " + b.key(), b.value());
       rec.add(at + "cpu generator state", cpu_rng_state());
-      if (g_device.is_cuda()) rec.add(at + "cuda generator state", at::globalContext().defaultGenerator(g_device).get_state());
+      if (g_device.is_cuda())
+        rec.add(at + "cuda generator state",
+                at::globalContext().defaultGenerator(g_device).get_state());
     }
     if (c.nograd) {
       torch::NoGradGuard no_grad;
@@ -225,7 +237,8 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
 }
 
 void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::RandModelImpl& model,
-                            const torch::Tensor& x, const std::shared_ptr<recompose::SwapManager>& manager) {
+                            const torch::Tensor& x,
+                            const std::shared_ptr<recompose::SwapManager>& manager) {
   torch::optim::SGD stateless(model.parameters(), torch::optim::SGDOptions(0.1));
   auto step = [&] {
     torch::Tensor loss;
@@ -237,17 +250,20 @@ void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::R
     if (spec.optimizer_step) stateless.step();
   };
   const auto profile = recompose::profile_memory(model, step);
-  const auto options = recompose::SolveOptions().offload(spec.offload ? recompose::OffloadMode::Always
-                                                                      : recompose::OffloadMode::Auto);
+  const auto options = recompose::SolveOptions().offload(
+      spec.offload ? recompose::OffloadMode::Always : recompose::OffloadMode::Auto);
   const int64_t least = recompose::min_plan_bytes(profile, options);
   const auto budget = recompose::Budget::bytes(
-      least + static_cast<int64_t>(spec.budget * std::max(0.0, 1.05 * static_cast<double>(profile.bytes_held) -
-                                                                    static_cast<double>(least))));
+      least + static_cast<int64_t>(spec.budget *
+                                   std::max(0.0, 1.05 * static_cast<double>(profile.bytes_held) -
+                                                     static_cast<double>(least))));
   const recompose::Plan plan =
-      spec.plan_memory ? recompose::plan_memory(model, step, budget, recompose::PlannerOptions().solve(options))
-                       : recompose::solve_plan(profile, budget, options);
+      spec.plan_memory
+          ? recompose::plan_memory(model, step, budget, recompose::PlannerOptions().solve(options))
+          : recompose::solve_plan(profile, budget, options);
   recompose::apply_plan(model, plan, recompose::ApplyPlanOptions().swap_manager(manager));
-  for (const auto& m : plan.modules) g_planned_modules += m.choice != recompose::ModuleChoice::None ? 1 : 0;
+  for (const auto& m : plan.modules)
+    g_planned_modules += m.choice != recompose::ModuleChoice::None ? 1 : 0;
 }
 
 std::string one_line(std::string s) {
@@ -270,18 +286,21 @@ std::vector<std::string> compare(const Record& plain, const Record& ckpt) {
       break;
     }
     if (a.defined() != b.defined()) {
-      diffs.push_back(name + ": " + (a.defined() ? "undefined with recompose" : "defined only with recompose"));
+      diffs.push_back(name + ": " +
+                      (a.defined() ? "undefined with recompose" : "defined only with recompose"));
       continue;
     }
     if (!a.defined()) continue;
     if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
       std::ostringstream s;
-      s << name << ": " << a.sizes() << " " << a.scalar_type() << " vs " << b.sizes() << " " << b.scalar_type();
+      s << name << ": " << a.sizes() << " " << a.scalar_type() << " vs " << b.sizes() << " "
+        << b.scalar_type();
       diffs.push_back(s.str());
       continue;
     }
     // Bitwise: NaN equals NaN at the same place (a model may blow up; both runs must agree).
-    const bool same = torch::equal(a, b) || (a.is_floating_point() && torch::allclose(a, b, 0.0, 0.0, /*equal_nan=*/true));
+    const bool same = torch::equal(a, b) || (a.is_floating_point() &&
+                                             torch::allclose(a, b, 0.0, 0.0, /*equal_nan=*/true));
     if (!same) {
       std::ostringstream s;
       s << name << ": max|d|=";
@@ -332,7 +351,8 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
   g_device = device;
   const std::string spec = env_str("RECOMPOSE_DIFF_FEATURES");
   if (spec == "help") {
-    for (const auto& [name, what] : Features::all()) std::printf("  %-18s %s\n", name.c_str(), what.c_str());
+    for (const auto& [name, what] : Features::all())
+      std::printf("  %-18s %s\n", name.c_str(), what.c_str());
     return;
   }
   Features features = Features::parse(spec);
@@ -363,14 +383,16 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
     std::vector<torch::Tensor> inputs;
     torch::manual_seed(static_cast<uint64_t>(seed) + 99991);
     for (int s = 0; s < c.steps; ++s) {
-      inputs.push_back((c.seq ? torch::randn({c.batch, c.seq, c.width}) : torch::randn({c.batch, c.width})).to(device));
+      inputs.push_back(
+          (c.seq ? torch::randn({c.batch, c.seq, c.width}) : torch::randn({c.batch, c.width}))
+              .to(device));
     }
     const Record plain = run_case(c, false, inputs);
     if (!plain.error.empty()) {
       // The model itself is invalid: a bug of the generator, not of recompose.
       ++invalid;
-      std::printf("[differential] INVALID CASE (the plain model threw: %s)\n  %s\n", one_line(plain.error).c_str(),
-                  c.str().c_str());
+      std::printf("[differential] INVALID CASE (the plain model threw: %s)\n  %s\n",
+                  one_line(plain.error).c_str(), c.str().c_str());
       continue;
     }
     const Record ckpt = run_case(c, true, inputs);
@@ -396,8 +418,10 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
         Features off = features;
         for (const auto& name : Features::known()) off.on[name] = false;
         const CaseDesc variant = rt::diff::generate(static_cast<uint64_t>(seed), off);
-        const bool passes = compare(run_case(variant, false, inputs), run_case(variant, true, inputs)).empty();
-        attribution = passes ? "-known only (several known bugs)" : "NOTHING KNOWN (fails with -known: a new bug)";
+        const bool passes =
+            compare(run_case(variant, false, inputs), run_case(variant, true, inputs)).empty();
+        attribution = passes ? "-known only (several known bugs)"
+                             : "NOTHING KNOWN (fails with -known: a new bug)";
       }
       by_attribution[attribution].push_back(seed);
     }
@@ -412,25 +436,30 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
   }
   at::set_num_threads(threads);
 
-  std::printf("[differential] %s: %lld cases (seeds %lld..%lld), features %s: %lld failed, %lld invalid"
-              " (%lld tensors swapped)\n",
-              device.str().c_str(), static_cast<long long>(cases), static_cast<long long>(first), static_cast<long long>(first + cases - 1),
-              features.str().c_str(), static_cast<long long>(failed), static_cast<long long>(invalid),
-              static_cast<long long>(g_offloaded));
+  std::printf(
+      "[differential] %s: %lld cases (seeds %lld..%lld), features %s: %lld failed, %lld invalid"
+      " (%lld tensors swapped)\n",
+      device.str().c_str(), static_cast<long long>(cases), static_cast<long long>(first),
+      static_cast<long long>(first + cases - 1), features.str().c_str(),
+      static_cast<long long>(failed), static_cast<long long>(invalid),
+      static_cast<long long>(g_offloaded));
   for (const auto& [what, seeds] : by_category) {
     std::printf("[differential]   %4zu x %s  (seeds", seeds.size(), what.c_str());
-    for (size_t i = 0; i < seeds.size() && i < 8; ++i) std::printf(" %lld", static_cast<long long>(seeds[i]));
+    for (size_t i = 0; i < seeds.size() && i < 8; ++i)
+      std::printf(" %lld", static_cast<long long>(seeds[i]));
     std::printf("%s)\n", seeds.size() > 8 ? " ..." : "");
   }
   for (const auto& [what, seeds] : by_attribution) {
     std::printf("[differential]   %4zu x passes with %s  (seeds", seeds.size(), what.c_str());
-    for (size_t i = 0; i < seeds.size() && i < 8; ++i) std::printf(" %lld", static_cast<long long>(seeds[i]));
+    for (size_t i = 0; i < seeds.size() && i < 8; ++i)
+      std::printf(" %lld", static_cast<long long>(seeds[i]));
     std::printf("%s)\n", seeds.size() > 8 ? " ..." : "");
   }
   std::fflush(stdout);
   CHECK_MESSAGE(invalid == 0, "the generator built models that fail without recompose");
-  const std::string verdict = std::to_string(failed) + " of " + std::to_string(cases) +
-                              " cases differ with recompose; rerun one with RECOMPOSE_DIFF_ONLY=<seed>";
+  const std::string verdict =
+      std::to_string(failed) + " of " + std::to_string(cases) +
+      " cases differ with recompose; rerun one with RECOMPOSE_DIFF_ONLY=<seed>";
   CHECK_MESSAGE(failed == 0, doctest::String(verdict.c_str()));
   g_device = c10::Device(c10::kCPU);
 }
@@ -440,7 +469,8 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
 // plan from there on. Both must agree bitwise, the eval output after training included: profiling
 // leaves the model as it found it, and a plan changes nothing that training computes.
 // RECOMPOSE_DIFF_PLAN_CASES=N cases (default 300), from RECOMPOSE_DIFF_SEED; RECOMPOSE_DIFF_ONLY
-// and RECOMPOSE_DIFF_FEATURES as above (retain_graph is left out: plans may hold selective regions).
+// and RECOMPOSE_DIFF_FEATURES as above (retain_graph is left out: plans may hold selective
+// regions).
 void run_planned_differential(int64_t default_cases) {
   Features features = Features::parse(env_str("RECOMPOSE_DIFF_FEATURES"));
   features.on["retain"] = false;
@@ -458,7 +488,8 @@ void run_planned_differential(int64_t default_cases) {
     std::vector<torch::Tensor> inputs;
     torch::manual_seed(static_cast<uint64_t>(seed) + 99991);
     for (int s = 0; s < c.steps; ++s) {
-      inputs.push_back(c.seq ? torch::randn({c.batch, c.seq, c.width}) : torch::randn({c.batch, c.width}));
+      inputs.push_back(c.seq ? torch::randn({c.batch, c.seq, c.width})
+                             : torch::randn({c.batch, c.width}));
     }
     const Record plain = run_case(c, false, inputs);
     if (!plain.error.empty()) continue;  // an invalid model: the plain differential reports it
@@ -471,13 +502,17 @@ void run_planned_differential(int64_t default_cases) {
     }
   }
   at::set_num_threads(threads);
-  std::printf("[planned differential] %lld cases (seeds %lld..%lld): %lld failed (%lld modules checkpointed or "
-              "offloaded by the plans)\n",
-              static_cast<long long>(cases), static_cast<long long>(first), static_cast<long long>(first + cases - 1),
-              static_cast<long long>(failed), static_cast<long long>(g_planned_modules));
+  std::printf(
+      "[planned differential] %lld cases (seeds %lld..%lld): %lld failed (%lld modules "
+      "checkpointed or "
+      "offloaded by the plans)\n",
+      static_cast<long long>(cases), static_cast<long long>(first),
+      static_cast<long long>(first + cases - 1), static_cast<long long>(failed),
+      static_cast<long long>(g_planned_modules));
   std::fflush(stdout);
-  const std::string verdict = std::to_string(failed) + " of " + std::to_string(cases) +
-                              " planned cases differ from plain training; rerun one with RECOMPOSE_DIFF_ONLY=<seed>";
+  const std::string verdict =
+      std::to_string(failed) + " of " + std::to_string(cases) +
+      " planned cases differ from plain training; rerun one with RECOMPOSE_DIFF_ONLY=<seed>";
   CHECK_MESSAGE(failed == 0, doctest::String(verdict.c_str()));
   CHECK(g_planned_modules > 0);
 }
@@ -490,22 +525,24 @@ bool cuda_here() {
 }  // namespace
 
 TEST_SUITE("differential") {
+  TEST_CASE("differential: random models train bitwise the same with and without recompose") {
+    run_differential(c10::Device(c10::kCPU), env_int("RECOMPOSE_DIFF_CASES", 500));
+  }
 
-TEST_CASE("differential: random models train bitwise the same with and without recompose") {
-  run_differential(c10::Device(c10::kCPU), env_int("RECOMPOSE_DIFF_CASES", 500));
-}
-
-TEST_CASE("differential: random models profiled, planned and trained under the plan train bitwise as never profiled") {
-  run_planned_differential(300);
-}
+  TEST_CASE(
+      "differential: random models profiled, planned and trained under the plan train bitwise as "
+      "never profiled") {
+    run_planned_differential(300);
+  }
 
 }  // TEST_SUITE
 
 TEST_SUITE("cuda" * doctest::skip(!cuda_here())) {
-
-TEST_CASE("cuda differential: random models on CUDA train bitwise the same with and without recompose") {
-  rt::DeterministicCuda deterministic;
-  run_differential(c10::Device(c10::kCUDA, 0), env_int("RECOMPOSE_DIFF_CUDA_CASES", 300));
-}
+  TEST_CASE(
+      "cuda differential: random models on CUDA train bitwise the same with and without "
+      "recompose") {
+    rt::DeterministicCuda deterministic;
+    run_differential(c10::Device(c10::kCUDA, 0), env_int("RECOMPOSE_DIFF_CUDA_CASES", 300));
+  }
 
 }  // TEST_SUITE

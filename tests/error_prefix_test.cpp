@@ -39,14 +39,16 @@ TEST_SUITE("error prefix") {
                  }),
                  "recompose: GraphExecGroup: groups cannot be nested");
     torch::nn::Sequential seq(torch::nn::Linear(2, 2));
-    check_prefix(message_of<std::invalid_argument>(
-                     [&] { recompose::checkpoint_sequential(seq, 0, torch::ones({1, 2})); }),
+    check_prefix(message_of<std::invalid_argument>([&] {
+                   recompose::checkpoint_sequential(seq, 0, torch::ones({1, 2}));
+                 }),
                  "recompose: checkpoint_sequential: segments must be");
   }
 
   TEST_CASE("the CPU generator adapter raises a CheckpointError, not a c10::Error") {
     // It used TORCH_CHECK, outside the documented error policy.
-    CHECK_THROWS_AS(recompose::detail::read_cpu_generator(at::Generator()), recompose::CheckpointError);
+    CHECK_THROWS_AS(recompose::detail::read_cpu_generator(at::Generator()),
+                    recompose::CheckpointError);
     check_prefix(message_of<recompose::CheckpointError>(
                      [] { recompose::detail::read_cpu_generator(at::Generator()); }),
                  "recompose: ");
@@ -54,8 +56,9 @@ TEST_SUITE("error prefix") {
 
 #ifndef RECOMPOSE_TEST_NO_SWAP
   TEST_CASE("swap errors start with 'recompose: '") {
-    check_prefix(message_of<std::invalid_argument>(
-                     [] { recompose::SwapManager::create(recompose::SwapOptions().min_bytes(-1)); }),
+    check_prefix(message_of<std::invalid_argument>([] {
+                   recompose::SwapManager::create(recompose::SwapOptions().min_bytes(-1));
+                 }),
                  "recompose: SwapOptions: min_bytes");
     auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
     check_prefix(message_of<recompose::CheckpointError>([&] { manager->end_group(99); }),
@@ -87,9 +90,8 @@ TEST_SUITE("error prefix") {
     check_prefix(message_of<std::invalid_argument>(
                      [] { recompose::SelectivePolicy({"aten::no_such_op_anywhere"}); }),
                  "recompose: selective checkpoint: unknown op");
-    check_prefix(message_of<std::invalid_argument>([] {
-                   recompose::SelectivePolicy(recompose::PolicyFn{});
-                 }),
+    check_prefix(message_of<std::invalid_argument>(
+                     [] { recompose::SelectivePolicy(recompose::PolicyFn{}); }),
                  "recompose: SelectivePolicy: the policy function is empty");
   }
 #endif
@@ -99,12 +101,16 @@ TEST_SUITE("error prefix") {
                  "recompose: Budget::parse");
     check_prefix(message_of<std::invalid_argument>([] { recompose::Plan::from_json("{}"); }),
                  "recompose: Plan::from_json");
-    check_prefix(message_of<std::invalid_argument>([] { recompose::MemoryProfile::from_json("{}"); }),
-                 "recompose: MemoryProfile::from_json");
+    check_prefix(
+        message_of<std::invalid_argument>([] { recompose::MemoryProfile::from_json("{}"); }),
+        "recompose: MemoryProfile::from_json");
     check_prefix(message_of<recompose::CheckpointError>(
                      [] { recompose::Plan::load("/nonexistent-folder-of-recompose/plan.json"); }),
                  "recompose: cannot read");
-    check_prefix(message_of<std::invalid_argument>([] { recompose::solve_plan(recompose::MemoryProfile{}, recompose::Budget::parse("50%")); }),
+    check_prefix(message_of<std::invalid_argument>([] {
+                   recompose::solve_plan(recompose::MemoryProfile{},
+                                         recompose::Budget::parse("50%"));
+                 }),
                  "recompose: solve_plan");
   }
 #endif

@@ -61,7 +61,8 @@ TEST_CASE("GraphExecGroup: overlapping backward calls, nesting and other threads
     CHECK_THROWS_AS(recompose::GraphExecGroup(), recompose::CheckpointError);
     a.sum().backward({}, /*retain_graph=*/true);
     // The same saved tensor a second time under the group: a clear error, not a silent reuse.
-    CHECK_THROWS_WITH_AS(a.sum().backward(), doctest::Contains("GraphExecGroup"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(a.sum().backward(), doctest::Contains("GraphExecGroup"),
+                         recompose::CheckpointError);
     // A backward made on another thread is not in this thread's group: it recomputes.
     const int before = heads->runs;
     std::thread([&] { b.sum().backward(); }).join();

@@ -102,9 +102,11 @@ TEST_CASE("hooks run in registration order; prepend puts a hook first") {
   std::vector<int> order;
   register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(1); });
   register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(2); });
-  register_forward_pre_hook(*block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().prepend(true));
+  register_forward_pre_hook(
+      *block, [&](ForwardCall&) { order.push_back(0); }, HookOptions().prepend(true));
   register_forward_hook(*block, [&](ForwardCall&) { order.push_back(11); });
-  register_forward_hook(*block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().prepend(true));
+  register_forward_hook(
+      *block, [&](ForwardCall&) { order.push_back(10); }, HookOptions().prepend(true));
   block(torch::randn({1, 4}));
   CHECK(order == std::vector<int>{0, 1, 2, 10, 11});
   CHECK(hook_count(*block) == 5);
@@ -124,10 +126,13 @@ TEST_CASE("HookOptions is a builder, as every options struct of recompose") {
   rt::TinyBlock block(4);
   int mine = 0;
   std::shared_ptr<StoredCall> stored;
-  register_forward_pre_hook(*block, [&](ForwardCall& c) {
-    ++mine;
-    stored = c.store();
-  }, HookOptions().owner("my_api"));
+  register_forward_pre_hook(
+      *block,
+      [&](ForwardCall& c) {
+        ++mine;
+        stored = c.store();
+      },
+      HookOptions().owner("my_api"));
   block(torch::randn({1, 4}));
   stored->invoke({}, "my_api");
   CHECK(mine == 1);
@@ -139,16 +144,16 @@ TEST_CASE("hooks fire however the module is called") {
   register_forward_hook(*block, [&](ForwardCall&) { ++fired; });
   torch::Tensor x = torch::randn({1, 4});
 
-  block(x);                                   // ModuleHolder
-  block->forward(x);                          // the Impl directly
-  torch::nn::Sequential seq(block);           // Sequential
+  block(x);                          // ModuleHolder
+  block->forward(x);                 // the Impl directly
+  torch::nn::Sequential seq(block);  // Sequential
   seq->forward(x);
-  torch::nn::AnyModule any(block);            // AnyModule
+  torch::nn::AnyModule any(block);  // AnyModule
   any.forward(x);
-  torch::nn::ModuleList list;                 // ModuleList
+  torch::nn::ModuleList list;  // ModuleList
   list->push_back(block);
   list[0]->as<rt::TinyBlockImpl>()->forward(x);
-  torch::nn::ModuleDict dict;                 // ModuleDict
+  torch::nn::ModuleDict dict;  // ModuleDict
   dict->update({{"blk", block.ptr()}});
   dict["blk"]->as<rt::TinyBlockImpl>()->forward(x);
   CHECK(fired == 6);
@@ -171,15 +176,18 @@ TEST_CASE("always_call post-hooks run when the body throws, then the exception g
   int plain = 0, always = 0;
   std::string message;
   register_forward_hook(*m, [&](ForwardCall&) { ++plain; });
-  register_forward_hook(*m, [&](ForwardCall& c) {
-    ++always;
-    if (!c.error()) return;
-    try {
-      std::rethrow_exception(c.error());
-    } catch (const std::runtime_error& e) {
-      message = e.what();
-    }
-  }, HookOptions().always_call(true));
+  register_forward_hook(
+      *m,
+      [&](ForwardCall& c) {
+        ++always;
+        if (!c.error()) return;
+        try {
+          std::rethrow_exception(c.error());
+        } catch (const std::runtime_error& e) {
+          message = e.what();
+        }
+      },
+      HookOptions().always_call(true));
   CHECK_THROWS_WITH_AS(m(torch::ones({1}), true), "body failed", std::runtime_error);
   CHECK(plain == 0);
   CHECK(always == 1);
@@ -196,11 +204,14 @@ TEST_CASE("exceptions in hooks: a throwing pre-hook stops the call; always_call 
   rt::TinyBlock block(4);
   int always = 0, after = 0;
   register_forward_pre_hook(*block, [&](ForwardCall&) { throw std::logic_error("pre failed"); });
-  register_forward_hook(*block, [&](ForwardCall& c) {
-    ++always;
-    CHECK(c.error() != nullptr);
-    throw std::runtime_error("dropped");  // the original exception must win
-  }, HookOptions().always_call(true));
+  register_forward_hook(
+      *block,
+      [&](ForwardCall& c) {
+        ++always;
+        CHECK(c.error() != nullptr);
+        throw std::runtime_error("dropped");  // the original exception must win
+      },
+      HookOptions().always_call(true));
   register_forward_hook(*block, [&](ForwardCall&) { ++after; });
   CHECK_THROWS_WITH_AS(block(torch::randn({1, 4})), "pre failed", std::logic_error);
   CHECK(always == 1);
@@ -212,7 +223,8 @@ TEST_CASE("a throwing post-hook: later always_call hooks run, the exception goes
   rt::TinyBlock block(4);
   int always = 0;
   register_forward_hook(*block, [&](ForwardCall&) { throw std::runtime_error("post failed"); });
-  register_forward_hook(*block, [&](ForwardCall&) { ++always; }, HookOptions().always_call(true));
+  register_forward_hook(
+      *block, [&](ForwardCall&) { ++always; }, HookOptions().always_call(true));
   CHECK_THROWS_WITH(block(torch::randn({1, 4})), "post failed");
   CHECK(always == 1);
   // The layer is still usable afterwards (no stale body marker).
@@ -282,8 +294,8 @@ TEST_CASE("registering on a module whose forward is not annotated fails, naming 
     CHECK(msg.find("RECOMPOSE_FORWARD") != std::string::npos);
   }
   CHECK_THROWS_AS(register_forward_pre_hook(*plain, [](ForwardCall&) {}), std::invalid_argument);
-  CHECK_THROWS_AS(register_forward_pre_hook(*rt::TinyBlock(4), [](ForwardCall&) {},
-                                            HookOptions().always_call(true)),
+  CHECK_THROWS_AS(register_forward_pre_hook(
+                      *rt::TinyBlock(4), [](ForwardCall&) {}, HookOptions().always_call(true)),
                   std::invalid_argument);
 }
 
@@ -294,7 +306,9 @@ TEST_CASE("a module not owned by a shared_ptr is refused with a clear message") 
 }
 
 TEST_CASE("attachable typed state, like composable contract") {
-  struct ApiState { int value = 7; };
+  struct ApiState {
+    int value = 7;
+  };
   struct OtherState {};
   rt::TinyBlock block(4);
   CHECK(applied_apis(*block).empty());
@@ -321,12 +335,18 @@ struct CounterState {
 };
 const ComposableApi<CounterState> kCounterApi("test.counter", "test::apply_counter");
 std::shared_ptr<CounterState> apply_counter(torch::nn::Module& module) {
-  return kCounterApi.apply(module, std::make_shared<CounterState>(),
-                           [](ApiHooks& hooks, std::weak_ptr<CounterState> state) {
-    hooks.pre([state](ForwardCall&) { if (auto s = state.lock()) ++s->pre_calls; });
-    hooks.post([state](ForwardCall&) { if (auto s = state.lock()) ++s->post_calls; },
-               HookOptions().always_call(true).owner("ignored: the API owns its hooks"));
-  });
+  return kCounterApi.apply(
+      module, std::make_shared<CounterState>(),
+      [](ApiHooks& hooks, std::weak_ptr<CounterState> state) {
+        hooks.pre([state](ForwardCall&) {
+          if (auto s = state.lock()) ++s->pre_calls;
+        });
+        hooks.post(
+            [state](ForwardCall&) {
+              if (auto s = state.lock()) ++s->post_calls;
+            },
+            HookOptions().always_call(true).owner("ignored: the API owns its hooks"));
+      });
 }
 }  // namespace
 
@@ -375,10 +395,13 @@ TEST_CASE("ComposableApi: the hooks are owned by the API, so its re-invocation s
 TEST_CASE("ComposableApi: an install that throws leaves the module as it was") {
   rt::TinyBlock block(4);
   CHECK_THROWS_WITH_AS(
-      kCounterApi.apply(*block, std::make_shared<CounterState>(), [](ApiHooks& hooks, std::weak_ptr<CounterState>) {
-        hooks.pre([](ForwardCall&) {});
-        hooks.pre([](ForwardCall&) {}, HookOptions().always_call(true));  // always_call on a pre-hook: refused
-      }),
+      kCounterApi.apply(
+          *block, std::make_shared<CounterState>(),
+          [](ApiHooks& hooks, std::weak_ptr<CounterState>) {
+            hooks.pre([](ForwardCall&) {});
+            hooks.pre([](ForwardCall&) {},
+                      HookOptions().always_call(true));  // always_call on a pre-hook: refused
+          }),
       doctest::Contains("always_call"), std::invalid_argument);
   CHECK(hook_count(*block) == 0);
   CHECK_FALSE(kCounterApi.is_applied(*block));
@@ -412,10 +435,13 @@ TEST_CASE("ComposableApi: a module that cannot be hooked is refused with what to
     CHECK(msg.find("one of LibTorch's own modules") != std::string::npos);
     CHECK(msg.find("LinearImpl::forward") == std::string::npos);
   }
-  const ComposableApi<CounterState> advised("test.advised", "test::apply_advised",
-                                            [](const torch::nn::Module& m) { return "Use X for " + m.name() + "."; });
-  CHECK_THROWS_WITH_AS(advised.apply(*linear, std::make_shared<CounterState>(), [](ApiHooks&, std::weak_ptr<CounterState>) {}),
-                       doctest::Contains("Use X for torch::nn::LinearImpl."), std::invalid_argument);
+  const ComposableApi<CounterState> advised(
+      "test.advised", "test::apply_advised",
+      [](const torch::nn::Module& m) { return "Use X for " + m.name() + "."; });
+  CHECK_THROWS_WITH_AS(advised.apply(*linear, std::make_shared<CounterState>(),
+                                     [](ApiHooks&, std::weak_ptr<CounterState>) {}),
+                       doctest::Contains("Use X for torch::nn::LinearImpl."),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(register_forward_hook(*linear, [](ForwardCall&) {}),
                        doctest::Contains("one of LibTorch's own modules"), std::invalid_argument);
 }
@@ -434,11 +460,15 @@ TEST_CASE("re-invocation: the owner's hooks are off, other owners' hooks run") {
   rt::TinyBlock block(4);
   int mine = 0, theirs = 0;
   std::shared_ptr<StoredCall> stored;
-  register_forward_pre_hook(*block, [&](ForwardCall& c) {
-    ++mine;
-    if (!stored) stored = c.store();
-  }, HookOptions().owner("me"));
-  register_forward_pre_hook(*block, [&](ForwardCall&) { ++theirs; }, HookOptions().owner("them"));
+  register_forward_pre_hook(
+      *block,
+      [&](ForwardCall& c) {
+        ++mine;
+        if (!stored) stored = c.store();
+      },
+      HookOptions().owner("me"));
+  register_forward_pre_hook(
+      *block, [&](ForwardCall&) { ++theirs; }, HookOptions().owner("them"));
   torch::Tensor x = torch::randn({2, 4});
   torch::Tensor y = block(x);
   REQUIRE(stored);
@@ -466,14 +496,17 @@ TEST_CASE("re-invocation with every argument kind, stored with and without tenso
   rt::MixedArgs m;
   std::shared_ptr<StoredCall> full, bare;
   std::vector<torch::Tensor> leaves;
-  register_forward_pre_hook(*m, [&](ForwardCall& c) {
-    if (full) return;
-    full = c.store(true);
-    bare = c.store(false);
-    leaves = c.input_leaves();
-  }, HookOptions().owner("me"));
-  torch::Tensor x = torch::randn({3}), b = torch::randn({3}), e1 = torch::randn({3}), e2 = torch::randn({3}),
-                s = torch::randn({3});
+  register_forward_pre_hook(
+      *m,
+      [&](ForwardCall& c) {
+        if (full) return;
+        full = c.store(true);
+        bare = c.store(false);
+        leaves = c.input_leaves();
+      },
+      HookOptions().owner("me"));
+  torch::Tensor x = torch::randn({3}), b = torch::randn({3}), e1 = torch::randn({3}),
+                e2 = torch::randn({3}), s = torch::randn({3});
   torch::Tensor y = m(x, b, std::vector<torch::Tensor>{e1, e2}, std::make_tuple(s, 0.5),
                       std::make_pair(int64_t{3}, std::string("tag")), rt::Mode::Mul);
   // leaves: x, bias, e1, e2, s
@@ -505,7 +538,8 @@ TEST_CASE("a stored call keeps its module alive") {
   {
     rt::TinyBlock block(4);
     weak = block.ptr();
-    register_forward_pre_hook(*block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().owner("me"));
+    register_forward_pre_hook(
+        *block, [&](ForwardCall& c) { stored = c.store(); }, HookOptions().owner("me"));
     block(x);
   }
   CHECK_FALSE(weak.expired());
@@ -526,8 +560,11 @@ TEST_CASE("per-call slots carry data from a pre-hook to the post-hook of the sam
   rt::TinyBlock block(4);
   std::vector<int> seen;
   int counter = 0;
-  register_forward_pre_hook(*block, [&](ForwardCall& c) { c.slot("me") = std::make_shared<int>(++counter); });
-  register_forward_hook(*block, [&](ForwardCall& c) { seen.push_back(*std::static_pointer_cast<int>(c.slot("me"))); });
+  register_forward_pre_hook(
+      *block, [&](ForwardCall& c) { c.slot("me") = std::make_shared<int>(++counter); });
+  register_forward_hook(*block, [&](ForwardCall& c) {
+    seen.push_back(*std::static_pointer_cast<int>(c.slot("me")));
+  });
   block(torch::randn({1, 4}));
   block(torch::randn({1, 4}));
   CHECK(seen == std::vector<int>{1, 2});
@@ -644,7 +681,8 @@ TORCH_MODULE(BatchUser);
 TEST_CASE("custom argument types through the ArgTraits customisation point") {
   BatchUser m;
   std::shared_ptr<StoredCall> stored;
-  register_forward_pre_hook(*m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().owner("me"));
+  register_forward_pre_hook(
+      *m, [&](ForwardCall& c) { stored = c.store(false); }, HookOptions().owner("me"));
   torch::Tensor t = torch::arange(3.0);
   torch::Tensor y = m(Batch{t, 2});
   REQUIRE(stored);
@@ -679,27 +717,37 @@ TEST_CASE("nested re-invocations, several levels deep, keep each module's owner 
   std::vector<int> own_hooks_inside(kDepth, 0), others_inside(kDepth, 0);
   bool replaying = false;
   for (int i = 0; i < kDepth; ++i) {
-    register_forward_pre_hook(*links[i], [&, i](ForwardCall& c) {
-      if (inside[i]) {
-        ++own_hooks_inside[i];  // must never happen: "ck" is off for this module's re-invocation
-        return;
-      }
-      if (!replaying) {
-        if (!stored[i]) stored[i] = c.store();
-        return;
-      }
-      if (reinvoked[i]) return;
-      reinvoked[i] = true;
-      inside[i] = true;
-      stored[i]->invoke({}, "ck");
-      inside[i] = false;
-    }, HookOptions().owner("ck"));
-    register_forward_hook(*links[i], [&, i](ForwardCall&) {
-      if (inside[i]) ++own_hooks_inside[i];
-    }, HookOptions().owner("ck"));
-    register_forward_hook(*links[i], [&, i](ForwardCall&) {
-      if (inside[i]) ++others_inside[i];
-    }, HookOptions().owner("other"));
+    register_forward_pre_hook(
+        *links[i],
+        [&, i](ForwardCall& c) {
+          if (inside[i]) {
+            ++own_hooks_inside[i];  // must never happen: "ck" is off for this module's
+                                    // re-invocation
+            return;
+          }
+          if (!replaying) {
+            if (!stored[i]) stored[i] = c.store();
+            return;
+          }
+          if (reinvoked[i]) return;
+          reinvoked[i] = true;
+          inside[i] = true;
+          stored[i]->invoke({}, "ck");
+          inside[i] = false;
+        },
+        HookOptions().owner("ck"));
+    register_forward_hook(
+        *links[i],
+        [&, i](ForwardCall&) {
+          if (inside[i]) ++own_hooks_inside[i];
+        },
+        HookOptions().owner("ck"));
+    register_forward_hook(
+        *links[i],
+        [&, i](ForwardCall&) {
+          if (inside[i]) ++others_inside[i];
+        },
+        HookOptions().owner("other"));
   }
   torch::Tensor x = torch::zeros({2});
   torch::Tensor y = links[0]->forward(x);
@@ -716,8 +764,9 @@ TEST_CASE("nested re-invocations, several levels deep, keep each module's owner 
   for (int i = 0; i < kDepth; ++i) {
     CAPTURE(i);
     CHECK(reinvoked[i]);
-    CHECK(own_hooks_inside[i] == 0);  // the suppressed owner stayed off, before and after the inner calls
-    CHECK(others_inside[i] == 1);     // and every other owner's hooks ran, once per re-invocation
+    CHECK(own_hooks_inside[i] ==
+          0);  // the suppressed owner stayed off, before and after the inner calls
+    CHECK(others_inside[i] == 1);  // and every other owner's hooks ran, once per re-invocation
   }
 }
 
@@ -759,7 +808,9 @@ void start_from_empty_registry() {
 }
 }  // namespace
 
-TEST_CASE("a destroyed module's hooks and state die at the next registration, and the fast path comes back") {
+TEST_CASE(
+    "a destroyed module's hooks and state die at the next registration, and the fast path comes "
+    "back") {
   start_from_empty_registry();
   Leftovers left;
   hooked_block_that_dies(left);
@@ -781,7 +832,9 @@ TEST_CASE("a destroyed module's hooks and state die at the next registration, an
   CHECK(registry_stats().hooked_modules == 0);
 }
 
-TEST_CASE("a destroyed module's hooks and state die within kForwardPurgePeriod forwards of any annotated module") {
+TEST_CASE(
+    "a destroyed module's hooks and state die within kForwardPurgePeriod forwards of any annotated "
+    "module") {
   start_from_empty_registry();
   Leftovers left;
   hooked_block_that_dies(left);
@@ -927,11 +980,13 @@ TEST_CASE("slots: short and long owner names, each its own slot, found again by 
   const std::vector<std::string> owners = {"a", std::string(32, 'b'), std::string(33, 'c'), "d",
                                            std::string(40, 'a')};
   register_forward_pre_hook(*block, [&](ForwardCall& c) {
-    for (std::size_t i = 0; i < owners.size(); ++i) c.slot(owners[i]) = std::make_shared<std::size_t>(i);
+    for (std::size_t i = 0; i < owners.size(); ++i)
+      c.slot(owners[i]) = std::make_shared<std::size_t>(i);
   });
   std::vector<std::size_t> seen;
   register_forward_hook(*block, [&](ForwardCall& c) {
-    for (const auto& owner : owners) seen.push_back(*std::static_pointer_cast<std::size_t>(c.slot(owner)));
+    for (const auto& owner : owners)
+      seen.push_back(*std::static_pointer_cast<std::size_t>(c.slot(owner)));
     CHECK_FALSE(c.slot("never set"));
   });
   block(torch::randn({1, 4}));

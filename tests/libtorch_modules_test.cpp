@@ -27,7 +27,9 @@ std::string refusal_of(const std::function<void()>& apply) {
 
 TEST_SUITE_BEGIN("libtorch modules");
 
-TEST_CASE("apply_checkpoint on a torch::nn::Sequential names checkpoint_sequential, not LibTorch's source") {
+TEST_CASE(
+    "apply_checkpoint on a torch::nn::Sequential names checkpoint_sequential, not LibTorch's "
+    "source") {
   torch::nn::Sequential seq(torch::nn::Linear(4, 4), torch::nn::ReLU());
   const std::string msg = refusal_of([&] { recompose::apply_checkpoint(seq); });
   CHECK(msg.find("recompose::apply_checkpoint") != std::string::npos);
@@ -37,7 +39,8 @@ TEST_CASE("apply_checkpoint on a torch::nn::Sequential names checkpoint_sequenti
   CHECK_FALSE(recompose::is_checkpointed(*seq));
 }
 
-TEST_CASE("apply_checkpoint on other LibTorch modules names checkpoint(fn, ...) with state_modules") {
+TEST_CASE(
+    "apply_checkpoint on other LibTorch modules names checkpoint(fn, ...) with state_modules") {
   torch::nn::TransformerEncoderLayer layer(torch::nn::TransformerEncoderLayerOptions(8, 2));
   torch::nn::Linear linear(4, 4);
   for (const std::string& msg : {refusal_of([&] { recompose::apply_checkpoint(layer); }),
@@ -76,37 +79,45 @@ TEST_CASE("modules you cannot annotate: a model's own modules still get the anno
 TEST_CASE("guide: a torch::nn::Sequential through checkpoint_sequential, bitwise as without") {
   torch::manual_seed(0);
   torch::nn::Sequential seq(torch::nn::Linear(16, 32), torch::nn::ReLU(), torch::nn::Dropout(0.1),
-                            torch::nn::Linear(32, 32), torch::nn::ReLU(), torch::nn::Linear(32, 16));
+                            torch::nn::Linear(32, 32), torch::nn::ReLU(),
+                            torch::nn::Linear(32, 16));
   torch::Tensor x = torch::randn({8, 16});
 
   torch::manual_seed(1);
   auto plain = rt::grads_of([&] { return seq->forward(x).pow(2).sum(); }, seq->parameters());
   torch::manual_seed(1);
-  auto checkpointed = rt::grads_of([&] {
-    // [guide:sequential]
-    torch::Tensor y = recompose::checkpoint_sequential(seq, /*segments=*/3, x);
-    // [/guide:sequential]
-    return y.pow(2).sum();
-  }, seq->parameters());
+  auto checkpointed = rt::grads_of(
+      [&] {
+        // [guide:sequential]
+        torch::Tensor y = recompose::checkpoint_sequential(seq, /*segments=*/3, x);
+        // [/guide:sequential]
+        return y.pow(2).sum();
+      },
+      seq->parameters());
   CHECK(rt::bitwise_equal(plain, checkpointed));
 }
 
-TEST_CASE("guide: a TransformerEncoderLayer through checkpoint(fn, ...) with state_modules, bitwise as without") {
+TEST_CASE(
+    "guide: a TransformerEncoderLayer through checkpoint(fn, ...) with state_modules, bitwise as "
+    "without") {
   torch::manual_seed(0);
-  torch::nn::TransformerEncoderLayer layer(torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64).dropout(0.1));
+  torch::nn::TransformerEncoderLayer layer(
+      torch::nn::TransformerEncoderLayerOptions(32, 4).dim_feedforward(64).dropout(0.1));
   torch::Tensor x = torch::randn({10, 2, 32});  // (sequence, batch, features)
 
   torch::manual_seed(1);
   auto plain = rt::grads_of([&] { return layer->forward(x).pow(2).sum(); }, layer->parameters());
   torch::manual_seed(1);
-  auto checkpointed = rt::grads_of([&] {
-    // [guide:layer]
-    torch::Tensor y = recompose::checkpoint(
-        recompose::CheckpointOptions().state_modules({layer.ptr()}),
-        [&](const torch::Tensor& src) { return layer->forward(src); }, x);
-    // [/guide:layer]
-    return y.pow(2).sum();
-  }, layer->parameters());
+  auto checkpointed = rt::grads_of(
+      [&] {
+        // [guide:layer]
+        torch::Tensor y = recompose::checkpoint(
+            recompose::CheckpointOptions().state_modules({layer.ptr()}),
+            [&](const torch::Tensor& src) { return layer->forward(src); }, x);
+        // [/guide:layer]
+        return y.pow(2).sum();
+      },
+      layer->parameters());
   CHECK(rt::bitwise_equal(plain, checkpointed));
 }
 
@@ -120,8 +131,9 @@ TEST_CASE("guide: state_modules keeps BatchNorm's running statistics as without 
   torch::Tensor x = torch::randn({4, 3, 8, 8});
   plain_net->forward(x).sum().backward();
   // [guide:batchnorm]
-  torch::Tensor y = recompose::checkpoint(recompose::CheckpointOptions().state_modules({net.ptr()}),
-                                          [&](const torch::Tensor& in) { return net->forward(in); }, x);
+  torch::Tensor y = recompose::checkpoint(
+      recompose::CheckpointOptions().state_modules({net.ptr()}),
+      [&](const torch::Tensor& in) { return net->forward(in); }, x);
   y.sum().backward();  // the recomputation does not update the running statistics a second time
   // [/guide:batchnorm]
   auto bn_plain = plain_net[1]->as<torch::nn::BatchNorm2d>();

@@ -21,7 +21,8 @@ namespace {
 bool has_cuda_device() {
   static const bool yes = [] {
     const bool available = torch::cuda::is_available();
-    if (!available) std::cout << "[link_probe_test] no CUDA device at run time: suite \"cuda_link\" skipped\n";
+    if (!available)
+      std::cout << "[link_probe_test] no CUDA device at run time: suite \"cuda_link\" skipped\n";
     return available;
   }();
   return yes;
@@ -70,8 +71,8 @@ int64_t cuda_peak() {
 }  // namespace
 
 TEST_CASE("measure_link: refuses a device it cannot measure, with a clear error") {
-  CHECK_THROWS_WITH_AS(recompose::measure_link(c10::Device(c10::kCPU)), doctest::Contains("not a CUDA device"),
-                       recompose::CheckpointError);
+  CHECK_THROWS_WITH_AS(recompose::measure_link(c10::Device(c10::kCPU)),
+                       doctest::Contains("not a CUDA device"), recompose::CheckpointError);
   if (!has_cuda_device()) {
     CHECK_THROWS_AS(recompose::measure_link(kCuda), recompose::CheckpointError);
   }
@@ -104,10 +105,11 @@ TEST_CASE("device memory: the caching allocator's peak and current bytes") {
 
 TEST_CASE("measure_link: both directions and the cost per copy, in plausible ranges") {
   const auto link = recompose::measure_link(kCuda);
-  MESSAGE("D2H " << link.d2h_bytes_per_second / 1e9 << " GB/s, H2D " << link.h2d_bytes_per_second / 1e9
-                 << " GB/s, " << link.seconds_per_copy * 1e6 << " us per copy");
+  MESSAGE("D2H " << link.d2h_bytes_per_second / 1e9 << " GB/s, H2D "
+                 << link.h2d_bytes_per_second / 1e9 << " GB/s, " << link.seconds_per_copy * 1e6
+                 << " us per copy");
   CHECK(link.valid());
-  CHECK(link.d2h_bytes_per_second > 1e9);   // any PCIe 3 x16 link or better
+  CHECK(link.d2h_bytes_per_second > 1e9);  // any PCIe 3 x16 link or better
   CHECK(link.d2h_bytes_per_second < 1e12);
   CHECK(link.h2d_bytes_per_second > 1e9);
   CHECK(link.h2d_bytes_per_second < 1e12);

@@ -9,7 +9,8 @@
 
 using recompose::CheckpointOptions;
 
-TEST_CASE("nesting: an inner region inside an outer one; gradients equal, inputs go to the parent") {
+TEST_CASE(
+    "nesting: an inner region inside an outer one; gradients equal, inputs go to the parent") {
   torch::manual_seed(11);
   torch::Tensor x = torch::randn({4, 6}, torch::requires_grad());
   torch::Tensor w = torch::randn({6, 6}, torch::requires_grad());
@@ -24,10 +25,12 @@ TEST_CASE("nesting: an inner region inside an outer one; gradients equal, inputs
     torch::Tensor g = recompose::checkpoint(inner, h);  // h: saved to the outer region (rule 2)
     return (g * h).cos();
   };
-  auto plain = rt::grads_of([&] {
-    torch::Tensor h = x.matmul(w).sigmoid();
-    return (torch::tanh(h.matmul(w)).sin() * h).cos().sum();
-  }, {x, w});
+  auto plain = rt::grads_of(
+      [&] {
+        torch::Tensor h = x.matmul(w).sigmoid();
+        return (torch::tanh(h.matmul(w)).sin() * h).cos().sum();
+      },
+      {x, w});
   recompose::SavedTensorMeter meter;
   torch::Tensor x_in = x * 1.0;  // a non-leaf input, so the meter counts it
   auto loss = recompose::checkpoint(outer, x_in).sum();
@@ -47,15 +50,25 @@ TEST_CASE("nesting: three levels deep, with early stop on and off") {
   torch::manual_seed(12);
   torch::Tensor x = torch::randn({8}, torch::requires_grad());
   auto level3 = [](const torch::Tensor& t) { return t.sin().exp(); };
-  auto level2 = [&](const torch::Tensor& t) { return recompose::checkpoint(level3, t.cos()).tanh(); };
-  auto level1 = [&](const torch::Tensor& t) { return recompose::checkpoint(level2, t.sigmoid()) * t; };
-  auto plain = rt::grads_of([&] {
-    torch::Tensor s = x.sigmoid();
-    return ((s.cos().sin().exp()).tanh() * x).sum();
-  }, {x});
+  auto level2 = [&](const torch::Tensor& t) {
+    return recompose::checkpoint(level3, t.cos()).tanh();
+  };
+  auto level1 = [&](const torch::Tensor& t) {
+    return recompose::checkpoint(level2, t.sigmoid()) * t;
+  };
+  auto plain = rt::grads_of(
+      [&] {
+        torch::Tensor s = x.sigmoid();
+        return ((s.cos().sin().exp()).tanh() * x).sum();
+      },
+      {x});
   for (bool early : {true, false}) {
     CAPTURE(early);
-    auto g = rt::grads_of([&] { return recompose::checkpoint(CheckpointOptions().early_stop(early), level1, x).sum(); }, {x});
+    auto g = rt::grads_of(
+        [&] {
+          return recompose::checkpoint(CheckpointOptions().early_stop(early), level1, x).sum();
+        },
+        {x});
     CHECK(rt::bitwise_equal(plain, g));
   }
 }
@@ -81,18 +94,22 @@ TEST_CASE("rule 6: torch::autograd::grad inside a region's forward, retain_graph
   auto fn = [](const torch::Tensor& t) {
     torch::Tensor y = t.sin();
     torch::Tensor z = y.cos();
-    torch::Tensor gx = torch::autograd::grad({z.sum()}, {t}, {}, /*retain_graph=*/true, /*create_graph=*/false)[0];
+    torch::Tensor gx =
+        torch::autograd::grad({z.sum()}, {t}, {}, /*retain_graph=*/true, /*create_graph=*/false)[0];
     return gx * z;
   };
   auto plain = rt::grads_of([&] { return fn(x).sum(); }, {x});
   for (bool early : {true, false}) {
     CAPTURE(early);
-    auto g = rt::grads_of([&] { return recompose::checkpoint(CheckpointOptions().early_stop(early), fn, x).sum(); }, {x});
+    auto g = rt::grads_of(
+        [&] { return recompose::checkpoint(CheckpointOptions().early_stop(early), fn, x).sum(); },
+        {x});
     CHECK(rt::bitwise_equal(plain, g));
   }
 }
 
-TEST_CASE("rule 6: backward inside a region's forward, retain_graph false, then the outer backward") {
+TEST_CASE(
+    "rule 6: backward inside a region's forward, retain_graph false, then the outer backward") {
   torch::manual_seed(15);
   torch::Tensor x = torch::randn({5}, torch::requires_grad());
   auto fn = [](const torch::Tensor& t) {
@@ -104,7 +121,9 @@ TEST_CASE("rule 6: backward inside a region's forward, retain_graph false, then 
   auto plain = rt::grads_of([&] { return fn(x).sum(); }, {x});
   for (bool early : {true, false}) {
     CAPTURE(early);
-    auto g = rt::grads_of([&] { return recompose::checkpoint(CheckpointOptions().early_stop(early), fn, x).sum(); }, {x});
+    auto g = rt::grads_of(
+        [&] { return recompose::checkpoint(CheckpointOptions().early_stop(early), fn, x).sum(); },
+        {x});
     CHECK(rt::bitwise_equal(plain, g));
   }
 }

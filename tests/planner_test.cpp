@@ -89,7 +89,8 @@ const recompose::MemoryProfile& shared_profile() {
 }
 
 std::vector<double> budget_grid(const recompose::MemoryProfile& profile, int n) {
-  const double lo = static_cast<double>(recompose::min_plan_bytes(profile)) / static_cast<double>(profile.bytes_held);
+  const double lo = static_cast<double>(recompose::min_plan_bytes(profile)) /
+                    static_cast<double>(profile.bytes_held);
   std::vector<double> out;
   for (int i = 0; i <= n; ++i) out.push_back(lo + (1.05 - lo) * i / n);
   return out;
@@ -109,7 +110,8 @@ std::vector<torch::Tensor> grads_under(const Plan* plan) {
 
 }  // namespace
 
-TEST_CASE("planner: the profile names each block, its ops, what it saves and what its inputs hold") {
+TEST_CASE(
+    "planner: the profile names each block, its ops, what it saves and what its inputs hold") {
   const auto& p = shared_profile();
   REQUIRE(p.modules.size() == kLayers);
   CHECK(p.modules[0].name == "blocks.0");
@@ -149,13 +151,16 @@ TEST_CASE("planner: the profile names each block, its ops, what it saves and wha
   CHECK(p.to_string().find("blocks.2") != std::string::npos);
 }
 
-TEST_CASE("planner: a larger budget never holds fewer bytes nor takes more time; no plan exceeds its budget") {
+TEST_CASE(
+    "planner: a larger budget never holds fewer bytes nor takes more time; no plan exceeds its "
+    "budget") {
   for (auto offload : {recompose::OffloadMode::Never, recompose::OffloadMode::Always}) {
     const auto options = recompose::SolveOptions().offload(offload).copy_bandwidth(2e9);
     const auto& p = shared_profile();
     int64_t last_bytes = 0;
     double last_seconds = INFINITY;
-    const double lo = static_cast<double>(recompose::min_plan_bytes(p, options)) / static_cast<double>(p.bytes_held);
+    const double lo = static_cast<double>(recompose::min_plan_bytes(p, options)) /
+                      static_cast<double>(p.bytes_held);
     for (int i = 0; i <= 200; ++i) {
       const double f = lo + (1.1 - lo) * i / 200.0;
       const Plan plan = recompose::solve_plan(p, Budget::fraction(f), options);
@@ -170,7 +175,8 @@ TEST_CASE("planner: a larger budget never holds fewer bytes nor takes more time;
     for (const auto& m : top.modules) CHECK(m.choice == ModuleChoice::None);
     CHECK(top.step_seconds == doctest::Approx(p.step_seconds));
   }
-  const Plan bottom = recompose::solve_plan(shared_profile(), Budget::bytes(recompose::min_plan_bytes(shared_profile())));
+  const Plan bottom = recompose::solve_plan(
+      shared_profile(), Budget::bytes(recompose::min_plan_bytes(shared_profile())));
   for (const auto& m : bottom.modules) CHECK(m.choice == ModuleChoice::Full);
 }
 
@@ -211,7 +217,9 @@ TEST_CASE("planner: applied plans hold at most the budget (+5%) and give bitwise
     selective.modules[i].choice = ModuleChoice::Selective;
     selective.modules[i].save.clear();
     for (size_t k = 0; k < p.modules[i].ops.size(); k += 2) {
-      if (!p.modules[i].ops[k].mutated) selective.modules[i].save.push_back({p.modules[i].ops[k].op, p.modules[i].ops[k].call_index});
+      if (!p.modules[i].ops[k].mutated)
+        selective.modules[i].save.push_back(
+            {p.modules[i].ops[k].op, p.modules[i].ops[k].call_index});
     }
     REQUIRE(!selective.modules[i].save.empty());
   }
@@ -221,24 +229,30 @@ TEST_CASE("planner: applied plans hold at most the budget (+5%) and give bitwise
 TEST_CASE("planner: plan_memory profiles and solves in one call; remove_plan takes the plan off") {
   PNet net = make_net();
   auto x = input();
-  const Plan plan = recompose::plan_memory(*net, [&] { loss_of(net, x).backward(); }, Budget::parse("50%"));
+  const Plan plan = recompose::plan_memory(
+      *net, [&] { loss_of(net, x).backward(); }, Budget::parse("50%"));
   CHECK(plan.bytes <= plan.budget_bytes);
   CHECK(plan.solve_seconds >= 0);
   recompose::apply_plan(*net, plan);
   int64_t applied = 0;
   for (auto& b : net->blocks) applied += recompose::is_checkpointed(b) ? 1 : 0;
   CHECK(applied > 0);
-  CHECK_THROWS_AS(recompose::apply_plan(*net, plan), recompose::CheckpointError);  // already applied
-  CHECK_THROWS_AS(recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); }), recompose::CheckpointError);
+  CHECK_THROWS_AS(recompose::apply_plan(*net, plan),
+                  recompose::CheckpointError);  // already applied
+  CHECK_THROWS_AS(recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); }),
+                  recompose::CheckpointError);
   CHECK(recompose::remove_plan(*net, plan) == applied);
   for (auto& b : net->blocks) CHECK(!recompose::is_checkpointed(b));
   CHECK(plan.to_table().find("blocks.0") != std::string::npos);
 }
 
-TEST_CASE("planner: remove_plan takes off what apply_plan attached, not what the user attached afterwards") {
+TEST_CASE(
+    "planner: remove_plan takes off what apply_plan attached, not what the user attached "
+    "afterwards") {
   PNet net = make_net();
   auto x = input();
-  const recompose::MemoryProfile profile = recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); });
+  const recompose::MemoryProfile profile =
+      recompose::profile_memory(*net, [&] { loss_of(net, x).backward(); });
   const Plan keep_all = recompose::solve_plan(profile, Budget::fraction(1.0));  // every block None
   recompose::apply_plan(*net, keep_all);
   recompose::apply_checkpoint(net->blocks[0]);  // the user's own, after the plan
@@ -284,7 +298,8 @@ TEST_CASE("planner: plans and profiles survive JSON, in memory and in files") {
   CHECK(recompose::MemoryProfile::load(dir / "profile.json").to_json() == p.to_json());
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(Plan::load(dir / "missing.json"), recompose::CheckpointError);
-  CHECK_THROWS_AS(Plan::from_json("{\"format\": \"recompose.plan\", \"version\": 1"), std::invalid_argument);
+  CHECK_THROWS_AS(Plan::from_json("{\"format\": \"recompose.plan\", \"version\": 1"),
+                  std::invalid_argument);
   CHECK_THROWS_AS(Plan::from_json(p.to_json()), std::invalid_argument);  // a profile is no plan
   CHECK_THROWS_AS(Plan::from_json("[1, 2]"), std::invalid_argument);
 }
@@ -304,25 +319,32 @@ TEST_CASE("planner: bad budgets and misuse are clear errors") {
   const int64_t least = recompose::min_plan_bytes(shared_profile());
   CHECK_THROWS_WITH_AS(recompose::solve_plan(shared_profile(), Budget::bytes(least - 1)),
                        doctest::Contains("below the least any plan holds"), std::invalid_argument);
-  CHECK_THROWS_AS(recompose::solve_plan(recompose::MemoryProfile{}, Budget::fraction(0.5)), std::invalid_argument);
+  CHECK_THROWS_AS(recompose::solve_plan(recompose::MemoryProfile{}, Budget::fraction(0.5)),
+                  std::invalid_argument);
 
   PNet net = make_net();
   auto x = input();
   auto step = [&] { loss_of(net, x).backward(); };
   CHECK_THROWS_AS(recompose::profile_memory(*net, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.9"})),
+  CHECK_THROWS_AS(
+      recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.9"})),
+      std::invalid_argument);
+  CHECK_THROWS_AS(
+      recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"head"})),
+      std::invalid_argument);  // not annotated
+  CHECK_THROWS_AS(recompose::profile_memory(
+                      *net, step, recompose::ProfileOptions().modules({"blocks.1", "blocks.1"})),
                   std::invalid_argument);
-  CHECK_THROWS_AS(recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"head"})),
-                  std::invalid_argument);  // not annotated
-  CHECK_THROWS_AS(recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.1", "blocks.1"})),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(recompose::profile_memory(*net, [] {}), recompose::CheckpointError);  // nothing saved
+  CHECK_THROWS_AS(recompose::profile_memory(*net, [] {}),
+                  recompose::CheckpointError);  // nothing saved
   {
     torch::NoGradGuard no_grad;
-    CHECK_THROWS_AS(recompose::profile_memory(*net, [&] { loss_of(net, x); }), recompose::CheckpointError);
+    CHECK_THROWS_AS(recompose::profile_memory(*net, [&] { loss_of(net, x); }),
+                    recompose::CheckpointError);
   }
   // Only two blocks profiled: the plan names only those.
-  const auto two = recompose::profile_memory(*net, step, recompose::ProfileOptions().modules({"blocks.1", "blocks.3"}));
+  const auto two = recompose::profile_memory(
+      *net, step, recompose::ProfileOptions().modules({"blocks.1", "blocks.3"}));
   REQUIRE(two.modules.size() == 2);
   CHECK(two.modules[1].name == "blocks.3");
 
@@ -341,7 +363,9 @@ TEST_CASE("planner: bad budgets and misuse are clear errors") {
   for (auto& b : net->blocks) CHECK(!recompose::is_checkpointed(b));  // all or nothing
 }
 
-TEST_CASE("planner: offload, forced on CPU, is applied with apply_offload and MUST_SWAP; gradients bitwise equal") {
+TEST_CASE(
+    "planner: offload, forced on CPU, is applied with apply_offload and MUST_SWAP; gradients "
+    "bitwise equal") {
   const auto& p = shared_profile();
   // Auto never offloads on CPU (it frees nothing there).
   for (double f : budget_grid(p, 10)) {
@@ -352,7 +376,8 @@ TEST_CASE("planner: offload, forced on CPU, is applied with apply_offload and MU
   }
   // Copies that cost nothing: offloading every module is the fastest plan that holds only what
   // one module saves during its own call (its copies start when the call ends) on top of the rest.
-  const auto forced = recompose::SolveOptions().offload(recompose::OffloadMode::Always).copy_bandwidth(1e15);
+  const auto forced =
+      recompose::SolveOptions().offload(recompose::OffloadMode::Always).copy_bandwidth(1e15);
   int64_t largest = 0;
   for (const auto& m : p.modules) largest = std::max(largest, m.saved_bytes);
   // With a device, full checkpointing with the inputs in host memory holds nothing.
@@ -380,7 +405,8 @@ TEST_CASE("planner: offload, forced on CPU, is applied with apply_offload and MU
     {
       recompose::SavedTensorMeter meter;
       auto loss = loss_of(net, x);
-      if (plan == &all_offload) CHECK(static_cast<double>(meter.peak_bytes_held()) <= 1.05 * static_cast<double>(least));
+      if (plan == &all_offload)
+        CHECK(static_cast<double>(meter.peak_bytes_held()) <= 1.05 * static_cast<double>(least));
       loss.backward();
     }
     CHECK(recompose::remove_plan(*net, *plan) >= 2);
@@ -389,10 +415,12 @@ TEST_CASE("planner: offload, forced on CPU, is applied with apply_offload and MU
   }
 }
 
-TEST_CASE("planner: on a device the least plan checkpoints every module with its inputs in host memory") {
+TEST_CASE(
+    "planner: on a device the least plan checkpoints every module with its inputs in host memory") {
   const auto& p = shared_profile();
   // A slow link (1 GB/s): offloading what a module saves costs more than recomputing it.
-  const auto slow = recompose::SolveOptions().offload(recompose::OffloadMode::Always).copy_bandwidth(1e9);
+  const auto slow =
+      recompose::SolveOptions().offload(recompose::OffloadMode::Always).copy_bandwidth(1e9);
   const int64_t least = recompose::min_plan_bytes(p, slow);
   CHECK(least == p.other_bytes);
   const Plan plan = recompose::solve_plan(p, Budget::bytes(least), slow);
@@ -420,7 +448,8 @@ TEST_CASE("planner: on a device the least plan checkpoints every module with its
     recompose::SavedTensorMeter meter;
     auto loss = loss_of(net, x);
     // What is left on the "device": the tensors saved outside the blocks.
-    CHECK(meter.peak_bytes_held() <= static_cast<int64_t>(1.05 * static_cast<double>(p.other_bytes)) + 1024);
+    CHECK(meter.peak_bytes_held() <=
+          static_cast<int64_t>(1.05 * static_cast<double>(p.other_bytes)) + 1024);
     loss.backward();
   }
   CHECK(recompose::remove_plan(*net, plan) == kLayers);
@@ -454,7 +483,9 @@ TORCH_MODULE(TwinNet);
 
 }  // namespace
 
-TEST_CASE("planner: twin modules get the same estimates, and the same model profiled twice the same plan") {
+TEST_CASE(
+    "planner: twin modules get the same estimates, and the same model profiled twice the same "
+    "plan") {
   torch::manual_seed(1);
   TwinNet net;
   const auto x = torch::randn({256, 64});
@@ -476,7 +507,8 @@ TEST_CASE("planner: twin modules get the same estimates, and the same model prof
   const Plan plan_second = recompose::solve_plan(second, budget);
   for (const Plan* plan : {&plan_first, &plan_second}) {
     REQUIRE(plan->modules.size() == 2);
-    CHECK((plan->modules[0].choice == ModuleChoice::None) != (plan->modules[1].choice == ModuleChoice::None));
+    CHECK((plan->modules[0].choice == ModuleChoice::None) !=
+          (plan->modules[1].choice == ModuleChoice::None));
   }
   for (size_t i = 0; i < 2; ++i) {
     CAPTURE(i);
@@ -489,7 +521,8 @@ TEST_CASE("planner: twin modules get the same estimates, and the same model prof
   REQUIRE(least.modules[0].choice == ModuleChoice::Full);
   CHECK(least.modules[0].seconds == least.modules[1].seconds);
   // ...at the faster twin's time: the 30 ms one call picked up is not in the estimate.
-  CHECK(least.modules[0].seconds == std::min(first.modules[0].forward_seconds, first.modules[1].forward_seconds));
+  CHECK(least.modules[0].seconds ==
+        std::min(first.modules[0].forward_seconds, first.modules[1].forward_seconds));
   CHECK(first.modules[0].forward_seconds > 0.03);
   // Blocks that differ are no twins: their own times stay.
   const auto different = [&] {
@@ -497,7 +530,8 @@ TEST_CASE("planner: twin modules get the same estimates, and the same model prof
     p.modules[1].input_bytes += 4;
     return p;
   }();
-  const Plan apart = recompose::solve_plan(different, Budget::bytes(recompose::min_plan_bytes(different)));
+  const Plan apart =
+      recompose::solve_plan(different, Budget::bytes(recompose::min_plan_bytes(different)));
   CHECK(apart.modules[0].seconds != apart.modules[1].seconds);
 }
 
@@ -537,7 +571,9 @@ struct ReplaySwitch {
 
 }  // namespace
 
-TEST_CASE("planner: the profile times each region's recomputation as training runs it: the replay, else the forward again") {
+TEST_CASE(
+    "planner: the profile times each region's recomputation as training runs it: the replay, else "
+    "the forward again") {
   auto x = input();
   SUBCASE("replay on (the default): every block replays, and its recomputation is the replay's") {
     ReplaySwitch on(true);
@@ -590,7 +626,8 @@ TEST_CASE("planner: the profile times each region's recomputation as training ru
     CHECK(stats.fallbacks >= 1);
     CHECK(stats.last_fallback_reason.find("another checkpointed region") != std::string::npos);
     // Plans for it still give gradients bitwise equal to no checkpointing.
-    const double lo = static_cast<double>(recompose::min_plan_bytes(p)) / static_cast<double>(p.bytes_held);
+    const double lo =
+        static_cast<double>(recompose::min_plan_bytes(p)) / static_cast<double>(p.bytes_held);
     for (double f : {lo, (lo + 1) / 2, 1.05}) {
       const Plan plan = recompose::solve_plan(p, Budget::fraction(f));
       auto grads_of = [&](const Plan* pl) {
@@ -607,7 +644,8 @@ TEST_CASE("planner: the profile times each region's recomputation as training ru
   }
 }
 
-TEST_CASE("planner: the profile measures each module's backward, and the time line and the plan use it") {
+TEST_CASE(
+    "planner: the profile measures each module's backward, and the time line and the plan use it") {
   const auto& p = shared_profile();
   REQUIRE(p.modules.size() == kLayers);
   double backwards = 0, forwards = 0;
@@ -620,7 +658,8 @@ TEST_CASE("planner: the profile measures each module's backward, and the time li
   // Spans inside the step, beside the forwards: never more than the step.
   CHECK(backwards + forwards <= p.step_seconds);
   const auto c = recompose::detail::step_compute_of(p);
-  for (size_t i = 0; i < kLayers; ++i) CHECK(c.modules[i].backward_seconds == doctest::Approx(p.modules[i].backward_seconds));
+  for (size_t i = 0; i < kLayers; ++i)
+    CHECK(c.modules[i].backward_seconds == doctest::Approx(p.modules[i].backward_seconds));
   CHECK(p.to_string().find("backward: measured per module") != std::string::npos);
   const Plan plan = recompose::solve_plan(p, Budget::fraction(0.5));
   CHECK(plan.backward_measured);

@@ -20,9 +20,13 @@ namespace {
 // A residual CNN block, as in a CIFAR ResNet.
 struct ConvBlockImpl : torch::nn::Module {
   explicit ConvBlockImpl(int64_t channels)
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1).bias(false)))),
+      : conv1(register_module(
+            "conv1", torch::nn::Conv2d(
+                         torch::nn::Conv2dOptions(channels, channels, 3).padding(1).bias(false)))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(channels))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1).bias(false)))),
+        conv2(register_module(
+            "conv2", torch::nn::Conv2d(
+                         torch::nn::Conv2dOptions(channels, channels, 3).padding(1).bias(false)))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(channels))) {}
   torch::Tensor forward(torch::Tensor x) {
     RECOMPOSE_FORWARD(x);
@@ -65,13 +69,16 @@ int count_containing(const std::vector<std::string>& messages, const std::string
 
 TEST_SUITE_BEGIN("policy report");
 
-TEST_CASE("inspect_policy: a CNN block's ops as policies see them, and what keeping aten::convolution does") {
+TEST_CASE(
+    "inspect_policy: a CNN block's ops as policies see them, and what keeping aten::convolution "
+    "does") {
   torch::manual_seed(0);
   ConvBlock block(4);
   torch::Tensor x = torch::randn({2, 4, 8, 8});
   const torch::Tensor running_mean = block->bn1->running_mean.clone();
   // [guide:inspect]
-  recompose::PolicyReport report = recompose::inspect_policy(recompose::SelectivePolicy({"aten::convolution"}), block, x);
+  recompose::PolicyReport report =
+      recompose::inspect_policy(recompose::SelectivePolicy({"aten::convolution"}), block, x);
   std::cout << report;
   // [/guide:inspect]
   const int64_t conv_out_bytes = 2 * 4 * 8 * 8 * 4;
@@ -79,7 +86,8 @@ TEST_CASE("inspect_policy: a CNN block's ops as policies see them, and what keep
   bool saw_hidden_view = false, saw_batch_norm = false;
   for (const auto& op : report.ops) {
     if (op.op == "aten::convolution.default") convs.push_back(&op);
-    if (op.op.starts_with("aten::view") && !op.shown_to_policy) saw_hidden_view = op.why_hidden.find("view") != std::string::npos;
+    if (op.op.starts_with("aten::view") && !op.shown_to_policy)
+      saw_hidden_view = op.why_hidden.find("view") != std::string::npos;
     if (op.op.find("batch_norm") != std::string::npos && op.shown_to_policy) saw_batch_norm = true;
   }
   REQUIRE(convs.size() == 2);
@@ -109,7 +117,9 @@ TEST_CASE("inspect_policy: a CNN block's ops as policies see them, and what keep
   CHECK(block->bn1->num_batches_tracked.item<int64_t>() == 0);
 }
 
-TEST_CASE("inspect_policy leaves the RNG where it found it, and a dropout block draws the same in both runs") {
+TEST_CASE(
+    "inspect_policy leaves the RNG where it found it, and a dropout block draws the same in both "
+    "runs") {
   torch::nn::Sequential net(torch::nn::Linear(8, 8), torch::nn::Dropout(0.5));
   torch::Tensor x = torch::randn({4, 8});
   torch::manual_seed(7);
@@ -136,7 +146,9 @@ TEST_CASE("inspect_policy warns, once per region, when a policy keeps nothing") 
 // Ops in an order no other test runs: the warning is said once per kind of region and process.
 struct TanhConvImpl : torch::nn::Module {
   explicit TanhConvImpl(int64_t channels)
-      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)))) {}
+      : conv(register_module(
+            "conv",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)))) {}
   torch::Tensor forward(torch::Tensor x) {
     RECOMPOSE_FORWARD(x);
     return torch::sigmoid(torch::tanh(conv(x)) * 1.5);
@@ -150,15 +162,18 @@ TEST_CASE("training with a policy that keeps nothing warns once, for twin blocks
   c10::WarningUtils::WarningHandlerGuard guard(&collector);
   recompose::detail::reset_policy_warnings();  // earlier tests may have used the process's few
   TanhConv a(3), b(3);
-  recompose::apply_checkpoint(a, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
-  recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+  recompose::apply_checkpoint(
+      a, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+  recompose::apply_checkpoint(
+      b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
   torch::Tensor x = torch::randn({1, 3, 6, 6});
   for (int step = 0; step < 2; ++step) b(a(x)).sum().backward();
   INFO("warnings: " << collector.messages.size());
   CHECK(count_containing(collector.messages, "the policy kept no output") == 1);
   // A policy that keeps something says nothing.
   TanhConv c(5);
-  recompose::apply_checkpoint(c, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::convolution"})));
+  recompose::apply_checkpoint(
+      c, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::convolution"})));
   c(torch::randn({1, 5, 6, 6})).sum().backward();
   CHECK(count_containing(collector.messages, "the policy kept no output") == 1);
 }
@@ -170,14 +185,17 @@ TEST_CASE("inspect_policy warns when a policy holds more than no checkpointing w
   // plain training, which keeps the narrow input and the relu output.
   torch::nn::Sequential net(torch::nn::Linear(4, 64), torch::nn::ReLU());
   torch::Tensor x = torch::randn({16, 4});
-  auto report = recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm", "aten::relu"}), net, x);
+  auto report =
+      recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm", "aten::relu"}), net, x);
   CHECK(report.holds_more_than_no_checkpointing());
   CHECK(report.bytes_held_with_policy > report.bytes_held_without_checkpointing);
   CHECK(count_containing(collector.messages, "more than no checkpointing") == 1);
   CHECK(report.to_string().find("warning: the policy holds") != std::string::npos);
 }
 
-TEST_CASE("training with a policy that holds more than no checkpointing warns once, for twin blocks too") {
+TEST_CASE(
+    "training with a policy that holds more than no checkpointing warns once, for twin blocks "
+    "too") {
   WarningCollector collector;
   c10::WarningUtils::WarningHandlerGuard guard(&collector);
   recompose::detail::reset_policy_warnings();
@@ -186,7 +204,8 @@ TEST_CASE("training with a policy that holds more than no checkpointing warns on
   WideRelu a, b, plain_a, plain_b;
   for (auto [from, to] : {std::pair{a, plain_a}, std::pair{b, plain_b}}) {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < from->parameters().size(); ++i) to->parameters()[i].copy_(from->parameters()[i]);
+    for (size_t i = 0; i < from->parameters().size(); ++i)
+      to->parameters()[i].copy_(from->parameters()[i]);
   }
   // Keeping the addmm output as well as the ReLU's holds two wide tensors where plain holds one.
   const recompose::SelectivePolicy keeps_more({"aten::addmm", "aten::relu"});
@@ -204,20 +223,24 @@ TEST_CASE("training with a policy that holds more than no checkpointing warns on
   CHECK(torch::equal(b->linear->weight.grad(), plain_b->linear->weight.grad()));
   // Keeping only what plain training keeps says nothing.
   WideRelu c;
-  recompose::apply_checkpoint(c, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::relu"})));
+  recompose::apply_checkpoint(
+      c, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::relu"})));
   c(x).sum().backward();
   CHECK(count_containing(collector.messages, warning) == 1);
 }
 
-TEST_CASE("inspect_policy on a function: the decisions of a callable policy, swapped ops counted apart") {
+TEST_CASE(
+    "inspect_policy on a function: the decisions of a callable policy, swapped ops counted apart") {
   torch::Tensor w = torch::randn({8, 8}, torch::requires_grad());
   torch::Tensor x = torch::randn({4, 8});
-  recompose::SelectivePolicy policy([](const recompose::SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                                       const torch::jit::Stack&) {
+  recompose::SelectivePolicy policy([](const recompose::SelectiveCheckpointContext& ctx,
+                                       const c10::OperatorHandle& op, const torch::jit::Stack&) {
     if (op.schema().name() != "aten::mm") return recompose::CheckpointPolicy::PREFER_RECOMPUTE;
-    return ctx.call_index == 0 ? recompose::CheckpointPolicy::MUST_SAVE : recompose::CheckpointPolicy::MUST_SWAP;
+    return ctx.call_index == 0 ? recompose::CheckpointPolicy::MUST_SAVE
+                               : recompose::CheckpointPolicy::MUST_SWAP;
   });
-  auto report = recompose::inspect_policy(policy, [&] { (void)torch::mm(torch::mm(x, w).tanh(), w); }, {}, "two matmuls");
+  auto report = recompose::inspect_policy(
+      policy, [&] { (void)torch::mm(torch::mm(x, w).tanh(), w); }, {}, "two matmuls");
   CHECK(report.region == "two matmuls");
   CHECK(report.ops_kept == 1);
   CHECK(report.ops_swapped == 1);

@@ -28,7 +28,8 @@ using recompose::SelectivePolicy;
 namespace {
 
 SelectivePolicy always(CheckpointPolicy p) {
-  return SelectivePolicy([p](const SelectiveCheckpointContext&, const c10::OperatorHandle&, const torch::jit::Stack&) { return p; });
+  return SelectivePolicy([p](const SelectiveCheckpointContext&, const c10::OperatorHandle&,
+                             const torch::jit::Stack&) { return p; });
 }
 
 bool bitwise_equal(const std::vector<torch::Tensor>& x, const std::vector<torch::Tensor>& y) {
@@ -42,7 +43,8 @@ bool bitwise_equal(const std::vector<torch::Tensor>& x, const std::vector<torch:
 
 std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& leaves) {
   std::vector<torch::Tensor> out;
-  for (const auto& t : leaves) out.push_back(t.grad().defined() ? t.grad().clone() : torch::Tensor());
+  for (const auto& t : leaves)
+    out.push_back(t.grad().defined() ? t.grad().clone() : torch::Tensor());
   return out;
 }
 
@@ -57,7 +59,8 @@ std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& leaves) {
 // `options`, from the same generator state; checks outputs, gradients and the generator state
 // after the step bitwise; returns the replay counters of the checkpointed step.
 using Fn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
-recompose::SelectiveReplayStats check_against_plain(const Fn& fn, const std::vector<torch::Tensor>& leaves,
+recompose::SelectiveReplayStats check_against_plain(const Fn& fn,
+                                                    const std::vector<torch::Tensor>& leaves,
                                                     const CheckpointOptions& options) {
   auto plain = copies(leaves);
   torch::manual_seed(7);
@@ -68,7 +71,8 @@ recompose::SelectiveReplayStats check_against_plain(const Fn& fn, const std::vec
   auto ckpt = copies(leaves);
   torch::manual_seed(7);
   recompose::reset_selective_replay_stats();
-  torch::Tensor y = recompose::checkpoint(options, [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+  torch::Tensor y = recompose::checkpoint(
+      options, [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
   y.square().sum().backward();
   const auto stats = recompose::selective_replay_stats();
   const torch::Tensor rng_ckpt = torch::rand({4});
@@ -88,7 +92,10 @@ torch::Tensor gpt_block(const std::vector<torch::Tensor>& p) {
   const torch::Tensor& x = p[0];
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), heads = 2;
   auto h = torch::layer_norm(x, {d}, p[1], p[2]);
-  auto qkv = torch::linear(h, p[3], p[4]).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv = torch::linear(h, p[3], p[4])
+                 .view({b, t, 3, heads, d / heads})
+                 .permute({2, 0, 3, 1, 4})
+                 .unbind(0);
   auto y = torch::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, 0.1, true);
   auto r = x + torch::dropout(torch::linear(y.transpose(1, 2).reshape({b, t, d}), p[5]), 0.2, true);
   auto m = torch::layer_norm(r, {d}, p[1], p[2]);
@@ -98,8 +105,14 @@ torch::Tensor gpt_block(const std::vector<torch::Tensor>& p) {
 std::vector<torch::Tensor> gpt_leaves() {
   torch::manual_seed(0);
   const int64_t d = 8;
-  return {torch::randn({2, 5, d}), torch::randn({d}), torch::randn({d}), torch::randn({3 * d, d}) * 0.3,
-          torch::randn({3 * d}), torch::randn({d, d}) * 0.3, torch::randn({4 * d, d}) * 0.3, torch::randn({d, 4 * d}) * 0.3};
+  return {torch::randn({2, 5, d}),
+          torch::randn({d}),
+          torch::randn({d}),
+          torch::randn({3 * d, d}) * 0.3,
+          torch::randn({3 * d}),
+          torch::randn({d, d}) * 0.3,
+          torch::randn({4 * d, d}) * 0.3,
+          torch::randn({d, 4 * d}) * 0.3};
 }
 
 // Counts the aten::bernoulli_ calls dispatched on this thread while alive (dropout's draw on CPU).
@@ -108,10 +121,12 @@ class DrawCounter {
  public:
   DrawCounter() {
     g_draws = 0;
-    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-      if (std::strcmp(fn.name(), "aten::bernoulli_") == 0) ++g_draws;
-      return nullptr;
-    }).scopes({at::RecordScope::FUNCTION}));
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                       -> std::unique_ptr<at::ObserverContext> {
+          if (std::strcmp(fn.name(), "aten::bernoulli_") == 0) ++g_draws;
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
   }
   ~DrawCounter() { at::removeCallback(handle_); }
   DrawCounter(const DrawCounter&) = delete;
@@ -125,341 +140,394 @@ class DrawCounter {
 }  // namespace
 
 TEST_SUITE("selective replay") {
-
-TEST_CASE("a GPT-like block with dropout: bitwise the gradients of plain autograd, for every policy, replayed") {
-  const auto leaves = gpt_leaves();
-  struct Case {
-    const char* name;
-    SelectivePolicy policy;
-  };
-  const std::vector<Case> cases = {
-      {"transformer_policy", recompose::transformer_policy()},
-      {"transformer_policy, every second mm",
-       recompose::transformer_policy(recompose::TransformerPolicyOptions().recompute_every_second_mm(true))},
-      {"MUST_SAVE everything", always(CheckpointPolicy::MUST_SAVE)},
-      {"PREFER_SAVE everything", always(CheckpointPolicy::PREFER_SAVE)},
-      {"PREFER_RECOMPUTE everything", always(CheckpointPolicy::PREFER_RECOMPUTE)},
-      {"MUST_RECOMPUTE everything", always(CheckpointPolicy::MUST_RECOMPUTE)},
-      {"save list", SelectivePolicy({"aten::addmm", "aten::native_layer_norm"})},
-  };
-  for (const auto& c : cases) {
-    CAPTURE(c.name);
-    const auto stats = check_against_plain(gpt_block, leaves, with(c.policy));
-    CHECK(stats.replayed == 1);
-    CHECK(stats.fallbacks == 0);
-    CHECK(stats.last_fallback_reason == "");
-  }
-}
-
-TEST_CASE("the replay runs only the ops whose outputs backward needs") {
-  // gelu saves its input (u): backward needs `add` alone. Nothing saves the outputs of gelu,
-  // neg, the second add and the last neg (neg and add save nothing): they must not run.
-  const Fn fn = [](const std::vector<torch::Tensor>& p) {
-    torch::Tensor u = p[0] + p[1];
-    torch::Tensor g = torch::gelu(u);
-    return ((-g) + p[1]).neg();
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
-  const auto stats = check_against_plain(fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
-  CHECK(stats.replayed == 1);
-  CHECK(stats.ops_run == 1);
-  CHECK(stats.ops_skipped == 4);
-}
-
-TEST_CASE("the replay runs every op a dropped saved tensor depends on, however deep") {
-  // sin saves its input e = exp(...): exp must run, and the add before it; cos saves s = sin(e):
-  // sin must run too. mm is kept (answered from its cache entry, never run); neg is not needed.
-  const Fn fn = [](const std::vector<torch::Tensor>& p) {
-    torch::Tensor e = (torch::mm(p[0], p[1]) + p[1]).exp();
-    torch::Tensor s = e.sin();
-    return s.cos().neg();
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}) * 0.3, torch::randn({4, 4}) * 0.3};
-  const auto stats = check_against_plain(fn, leaves, with(SelectivePolicy({"aten::mm"})));
-  CHECK(stats.replayed == 1);
-  CHECK(stats.fallbacks == 0);
-  CHECK(stats.ops_run == 3);      // add, exp, sin
-  CHECK(stats.ops_skipped == 2);  // cos, neg
-}
-
-TEST_CASE("views of op outputs and of the inputs are re-created, not recomputed") {
-  const Fn fn = [](const std::vector<torch::Tensor>& p) {
-    torch::Tensor x = p[0];
-    torch::Tensor h = torch::sigmoid(x.t());  // a view of the input
-    torch::Tensor parts = h.reshape({2, 2, 3}).select(1, 1).unsqueeze(0);  // sigmoid's output, viewed
-    torch::Tensor s = torch::sin(parts.expand({2, 2, 3}));
-    return torch::mm(s.reshape({4, 3}).narrow(0, 1, 3), x.narrow(1, 1, 3).t().contiguous()).tanh();
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({3, 4})};
-  for (const auto& policy : {always(CheckpointPolicy::PREFER_RECOMPUTE), SelectivePolicy({"aten::mm"})}) {
-    const auto stats = check_against_plain(fn, leaves, with(policy));
-    CHECK(stats.replayed == 1);
-    CHECK(stats.fallbacks == 0);
-  }
-}
-
-TEST_CASE("in-place ops are replayed in order, on the versions the forward saved") {
-  // relu_ saves its result; dropout on CPU is empty_like, bernoulli_, div_, mul; the 3-d
-  // Linear on a non-contiguous input is mm, _unsafe_view, add_ (into the storage of mm's output,
-  // kept by transformer_policy: the replay writes into a copy, never into the cache).
-  const Fn fn = [](const std::vector<torch::Tensor>& p) {
-    torch::Tensor a = (p[0] * 2).relu_();
-    torch::Tensor b = torch::dropout(a.sin(), 0.5, true);
-    torch::Tensor c = torch::linear(b.transpose(0, 1), p[1], p[2]);
-    torch::Tensor d = torch::gelu(c);
-    d.mul_(3);
-    return d.exp();
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({3, 2, 4}), torch::randn({5, 4}) * 0.5, torch::randn({5})};
-  for (const auto& policy : {recompose::transformer_policy(), always(CheckpointPolicy::PREFER_RECOMPUTE),
-                             always(CheckpointPolicy::MUST_SAVE)}) {
-    const auto stats = check_against_plain(fn, leaves, with(policy));
-    CHECK(stats.replayed == 1);
-    CHECK(stats.fallbacks == 0);
-  }
-}
-
-TEST_CASE("random ops draw what they drew in the forward, and the generator ends where backward found it") {
-  const Fn fn = [](const std::vector<torch::Tensor>& p) {
-    torch::Tensor noise = torch::rand_like(p[0]);  // not saved: needed only through mul
-    torch::Tensor d = torch::dropout(p[0].exp(), 0.3, true);
-    torch::Tensor later = torch::randn({3, 3});  // drawn after: not needed, must not run
-    return (d * noise).sin() + later.sum();
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({3, 3})};
-  const auto stats = check_against_plain(fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
-  CHECK(stats.replayed == 1);
-  CHECK(stats.fallbacks == 0);
-}
-
-TEST_CASE("autocast: the casts and low-precision ops of the forward are replayed as they ran") {
-  const Fn fn = [](const std::vector<torch::Tensor>& p) {
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-    torch::Tensor y = torch::gelu(torch::mm(p[0], p[1])).sin();
-    torch::Tensor z = torch::mm(y, p[1]).to(torch::kFloat);
-    at::autocast::set_autocast_enabled(at::kCPU, false);
-    at::autocast::clear_cache();
-    return z;
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
-  const auto stats = check_against_plain(fn, leaves, with(recompose::transformer_policy()));
-  CHECK(stats.replayed == 1);
-  CHECK(stats.fallbacks == 0);
-}
-
-TEST_CASE("regions the replay cannot serve run their forward again, counted with the reason") {
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
-  const auto policy = always(CheckpointPolicy::PREFER_RECOMPUTE);
-
-  SUBCASE("a region nested in the region: the outer one falls back, the inner one replays") {
-    const Fn fn = [&](const std::vector<torch::Tensor>& p) {
-      torch::Tensor h = p[0].sin();
-      torch::Tensor inner = recompose::checkpoint(with(policy), [&](const torch::Tensor& a) { return a.exp().cos(); }, h);
-      return (inner * p[1]).tanh();
+  TEST_CASE(
+      "a GPT-like block with dropout: bitwise the gradients of plain autograd, for every policy, "
+      "replayed") {
+    const auto leaves = gpt_leaves();
+    struct Case {
+      const char* name;
+      SelectivePolicy policy;
     };
-    const auto stats = check_against_plain(fn, leaves, with(policy));
-    CHECK(stats.fallbacks >= 1);
-    CHECK(stats.replayed >= 1);
-    CHECK(stats.last_fallback_reason.find("another checkpointed region") != std::string::npos);
-  }
-  SUBCASE("a random op it needs under preserve_rng_state(false)") {
-    const Fn fn = [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0], 0.5, true).sin(); };
-    auto plain = copies(leaves);
-    auto ckpt = copies(leaves);
-    recompose::reset_selective_replay_stats();
-    torch::Tensor y = recompose::checkpoint(with(policy).preserve_rng_state(false),
-                                            [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
-    y.sum().backward();
-    const auto stats = recompose::selective_replay_stats();
-    CHECK(stats.replayed == 0);
-    CHECK(stats.fallbacks == 1);
-    CHECK(stats.last_fallback_reason.find("preserve_rng_state") != std::string::npos);
-  }
-  SUBCASE("debug mode") {
-    const Fn fn = [](const std::vector<torch::Tensor>& p) { return p[0].exp().sin(); };
-    const auto stats = check_against_plain(fn, leaves, with(policy).debug(true));
-    CHECK(stats.replayed == 0);
-    CHECK(stats.fallbacks == 1);
-  }
-  SUBCASE("an op it needs writes into a tensor from outside the region") {
-    torch::Tensor outside = torch::zeros({4, 4});
-    const Fn fn = [&](const std::vector<torch::Tensor>& p) {
-      torch::Tensor e = p[0].exp();
-      {
-        torch::NoGradGuard no_grad;
-        outside.zero_();
-        outside.add_(e);  // a side effect on a tensor of the caller's
-      }
-      return (e + outside).sin();  // sin saves e + outside, which reads outside after the write
+    const std::vector<Case> cases = {
+        {"transformer_policy", recompose::transformer_policy()},
+        {"transformer_policy, every second mm",
+         recompose::transformer_policy(
+             recompose::TransformerPolicyOptions().recompute_every_second_mm(true))},
+        {"MUST_SAVE everything", always(CheckpointPolicy::MUST_SAVE)},
+        {"PREFER_SAVE everything", always(CheckpointPolicy::PREFER_SAVE)},
+        {"PREFER_RECOMPUTE everything", always(CheckpointPolicy::PREFER_RECOMPUTE)},
+        {"MUST_RECOMPUTE everything", always(CheckpointPolicy::MUST_RECOMPUTE)},
+        {"save list", SelectivePolicy({"aten::addmm", "aten::native_layer_norm"})},
     };
-    const auto stats = check_against_plain(fn, leaves, with(policy));
-    CHECK(stats.replayed == 0);
-    CHECK(stats.fallbacks == 1);
-    CHECK(stats.last_fallback_reason.find("outside") != std::string::npos);
-  }
-  SUBCASE("replay switched off") {
-    recompose::set_selective_replay_enabled(false);
-    const Fn fn = [](const std::vector<torch::Tensor>& p) { return p[0].exp().sin(); };
-    const auto stats = check_against_plain(fn, leaves, with(policy));
-    recompose::set_selective_replay_enabled(true);
-    CHECK(stats.replayed == 0);
-    CHECK(stats.fallbacks == 1);
-  }
-}
-
-TEST_CASE("backward twice over a replayed region with kept outputs is 'backward an extra time'") {
-  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
-  torch::Tensor y = recompose::checkpoint(with(SelectivePolicy({"aten::mm"})),
-                                          [](const torch::Tensor& x) { return torch::mm(x, x).sin(); }, a);
-  recompose::reset_selective_replay_stats();
-  y.sum().backward({}, /*retain_graph=*/true);
-  CHECK(recompose::selective_replay_stats().replayed == 1);
-  CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("Trying to backward an extra time"), CheckpointError);
-}
-
-TEST_CASE("backward twice over a replayed region that keeps nothing works") {
-  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
-  torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
-                                          [](const torch::Tensor& x) { return torch::mm(x, x).sin(); }, a);
-  y.sum().backward({}, /*retain_graph=*/true);
-  const torch::Tensor first = a.grad().clone();
-  a.mutable_grad() = torch::Tensor();
-  recompose::reset_selective_replay_stats();
-  y.sum().backward();
-  CHECK(recompose::selective_replay_stats().replayed == 1);
-  CHECK(torch::equal(a.grad(), first));
-}
-
-TEST_CASE("a kept output modified in place before backward is still an error") {
-  torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
-  torch::Tensor kept_alias;
-  torch::Tensor y = recompose::checkpoint(with(SelectivePolicy({"aten::mm"})), [&](const torch::Tensor& x) {
-    torch::Tensor m = torch::mm(x, x);
-    kept_alias = m.detach();
-    return m.sin();
-  }, a);
-  kept_alias.add_(1);
-  CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("modified in place"), CheckpointError);
-}
-
-TEST_CASE("dropout's draws are written back from the forward's kept bits, not drawn again") {
-  // The GPT-like block draws three times (attention, residual and MLP dropout); backward replays
-  // what they drew without drawing, bitwise as plain autograd, the generator as without checkpointing.
-  const auto leaves = gpt_leaves();
-  for (const SelectivePolicy& policy : {recompose::transformer_policy(), always(CheckpointPolicy::PREFER_RECOMPUTE)}) {
-    auto ckpt = copies(leaves);
-    torch::manual_seed(7);
-    const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
-    DrawCounter counter;
-    torch::Tensor y = recompose::checkpoint(with(policy), [&](const torch::Tensor&) { return gpt_block(ckpt); }, ckpt[0]);
-    CHECK(counter.draws() >= 3);  // the forward drew (each draw may be seen at several dispatch levels)
-    CHECK(recompose::selective_checkpoint_bytes_kept() > kept_before);
-    recompose::reset_selective_replay_stats();
-    const int64_t before_backward = counter.draws();
-    y.square().sum().backward();
-    CHECK(counter.draws() == before_backward);  // no draw in backward
-    CHECK(recompose::selective_replay_stats().replayed == 1);
-    CHECK(recompose::selective_replay_stats().fallbacks == 0);
-    CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before);  // the bits go with the replay
-  }
-  check_against_plain(gpt_block, leaves, with(recompose::transformer_policy()));
-}
-
-TEST_CASE("a kept draw costs one bit per element, counted in the bytes kept") {
-  torch::manual_seed(0);
-  torch::Tensor a = torch::randn({7, 9}, torch::requires_grad());  // 63 elements: 8 bytes of bits
-  const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
-  torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
-                                          [](const torch::Tensor& x) { return torch::dropout(x, 0.5, true).sin(); }, a);
-  CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before + 8);
-  y.sum().backward();
-  CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before);
-}
-
-TEST_CASE("kept draws of every floating dtype are bitwise the draw; other layouts draw again") {
-  struct Case {
-    const char* name;
-    Fn fn;
-    int64_t backward_draws;
-  };
-  const std::vector<Case> cases = {
-      {"double", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].to(torch::kDouble), 0.3, true).exp(); }, 0},
-      {"bfloat16", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].to(torch::kBFloat16), 0.3, true).exp(); }, 0},
-      {"half", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].to(torch::kHalf), 0.3, true).exp(); }, 0},
-      {"float, nearly all dropped", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].exp(), 0.97, true).exp(); }, 0},
-      // empty_like of a transposed tensor is not contiguous: not kept, drawn again from the
-      // forward's generator state.
-      {"transposed", [](const std::vector<torch::Tensor>& p) { return torch::dropout(p[0].exp().t(), 0.3, true).exp(); }, 1},
-  };
-  torch::manual_seed(0);
-  const std::vector<torch::Tensor> leaves = {torch::randn({5, 13})};
-  for (const auto& c : cases) {
-    CAPTURE(c.name);
-    auto ckpt = copies(leaves);
-    torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
-                                            [&](const torch::Tensor&) { return c.fn(ckpt); }, ckpt[0]);
-    DrawCounter counter;
-    y.to(torch::kFloat).sum().backward();
-    CHECK(counter.draws() == c.backward_draws);
-    const auto stats = check_against_plain(c.fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
-    CHECK(stats.replayed == 1);
-    CHECK(stats.fallbacks == 0);
-  }
-}
-
-TEST_CASE("a second backward over a region with dropout draws again, as the forward drew") {
-  torch::manual_seed(0);
-  torch::Tensor a = torch::randn({4, 6}, torch::requires_grad());
-  const auto fn = [](const torch::Tensor& x) { return torch::dropout(x.exp(), 0.4, true).sin(); };
-  torch::manual_seed(3);
-  torch::Tensor y_plain = fn(a);
-  y_plain.sum().backward({}, /*retain_graph=*/true);
-  y_plain.sum().backward();
-  const torch::Tensor plain = a.grad().clone();
-  a.mutable_grad() = torch::Tensor();
-
-  torch::manual_seed(3);
-  torch::Tensor y = recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)), fn, a);
-  y.sum().backward({}, /*retain_graph=*/true);  // writes the kept draw back, then frees it
-  DrawCounter counter;
-  recompose::reset_selective_replay_stats();
-  y.sum().backward();
-  CHECK(counter.draws() == 1);
-  CHECK(recompose::selective_replay_stats().replayed == 1);
-  CHECK(torch::equal(a.grad(), plain));
-}
-
-TEST_CASE("DrawMask keeps only exact draws, and writes back bitwise what it kept") {
-  using recompose::detail::DrawMask;
-  torch::manual_seed(1);
-  for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000}) {
-    CAPTURE(n);
-    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
-      const torch::Tensor drawn = torch::empty({n}, dtype).bernoulli_(0.6);
-      auto mask = DrawMask::capture(drawn);
-      REQUIRE(mask != nullptr);
-      torch::Tensor target = torch::full({n}, 7.0, dtype);
-      CHECK(mask->write_into(target));
-      CHECK(torch::equal(target, drawn));
-      CHECK_FALSE(mask->write_into(torch::empty({n + 1}, dtype)));  // another size: nothing written
+    for (const auto& c : cases) {
+      CAPTURE(c.name);
+      const auto stats = check_against_plain(gpt_block, leaves, with(c.policy));
+      CHECK(stats.replayed == 1);
+      CHECK(stats.fallbacks == 0);
+      CHECK(stats.last_fallback_reason == "");
     }
   }
-  torch::Tensor half_value = torch::ones({20});
-  half_value[13] = 0.5;
-  CHECK(DrawMask::capture(half_value) == nullptr);
-  torch::Tensor negative_zero = torch::zeros({20});
-  negative_zero[3] = -0.0;
-  CHECK(DrawMask::capture(negative_zero) == nullptr);  // -0 is not what a draw writes, nor +0
-  CHECK(DrawMask::capture(torch::ones({4, 6}).t()) == nullptr);  // not contiguous
-  CHECK(DrawMask::capture(torch::ones({5}, torch::kInt)) == nullptr);  // not floating
-}
+
+  TEST_CASE("the replay runs only the ops whose outputs backward needs") {
+    // gelu saves its input (u): backward needs `add` alone. Nothing saves the outputs of gelu,
+    // neg, the second add and the last neg (neg and add save nothing): they must not run.
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor u = p[0] + p[1];
+      torch::Tensor g = torch::gelu(u);
+      return ((-g) + p[1]).neg();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+    const auto stats =
+        check_against_plain(fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.ops_run == 1);
+    CHECK(stats.ops_skipped == 4);
+  }
+
+  TEST_CASE("the replay runs every op a dropped saved tensor depends on, however deep") {
+    // sin saves its input e = exp(...): exp must run, and the add before it; cos saves s = sin(e):
+    // sin must run too. mm is kept (answered from its cache entry, never run); neg is not needed.
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor e = (torch::mm(p[0], p[1]) + p[1]).exp();
+      torch::Tensor s = e.sin();
+      return s.cos().neg();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}) * 0.3,
+                                               torch::randn({4, 4}) * 0.3};
+    const auto stats = check_against_plain(fn, leaves, with(SelectivePolicy({"aten::mm"})));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+    CHECK(stats.ops_run == 3);      // add, exp, sin
+    CHECK(stats.ops_skipped == 2);  // cos, neg
+  }
+
+  TEST_CASE("views of op outputs and of the inputs are re-created, not recomputed") {
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor x = p[0];
+      torch::Tensor h = torch::sigmoid(x.t());  // a view of the input
+      torch::Tensor parts =
+          h.reshape({2, 2, 3}).select(1, 1).unsqueeze(0);  // sigmoid's output, viewed
+      torch::Tensor s = torch::sin(parts.expand({2, 2, 3}));
+      return torch::mm(s.reshape({4, 3}).narrow(0, 1, 3), x.narrow(1, 1, 3).t().contiguous())
+          .tanh();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({3, 4})};
+    for (const auto& policy :
+         {always(CheckpointPolicy::PREFER_RECOMPUTE), SelectivePolicy({"aten::mm"})}) {
+      const auto stats = check_against_plain(fn, leaves, with(policy));
+      CHECK(stats.replayed == 1);
+      CHECK(stats.fallbacks == 0);
+    }
+  }
+
+  TEST_CASE("in-place ops are replayed in order, on the versions the forward saved") {
+    // relu_ saves its result; dropout on CPU is empty_like, bernoulli_, div_, mul; the 3-d
+    // Linear on a non-contiguous input is mm, _unsafe_view, add_ (into the storage of mm's output,
+    // kept by transformer_policy: the replay writes into a copy, never into the cache).
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor a = (p[0] * 2).relu_();
+      torch::Tensor b = torch::dropout(a.sin(), 0.5, true);
+      torch::Tensor c = torch::linear(b.transpose(0, 1), p[1], p[2]);
+      torch::Tensor d = torch::gelu(c);
+      d.mul_(3);
+      return d.exp();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({3, 2, 4}), torch::randn({5, 4}) * 0.5,
+                                               torch::randn({5})};
+    for (const auto& policy :
+         {recompose::transformer_policy(), always(CheckpointPolicy::PREFER_RECOMPUTE),
+          always(CheckpointPolicy::MUST_SAVE)}) {
+      const auto stats = check_against_plain(fn, leaves, with(policy));
+      CHECK(stats.replayed == 1);
+      CHECK(stats.fallbacks == 0);
+    }
+  }
+
+  TEST_CASE(
+      "random ops draw what they drew in the forward, and the generator ends where backward found "
+      "it") {
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor noise = torch::rand_like(p[0]);  // not saved: needed only through mul
+      torch::Tensor d = torch::dropout(p[0].exp(), 0.3, true);
+      torch::Tensor later = torch::randn({3, 3});  // drawn after: not needed, must not run
+      return (d * noise).sin() + later.sum();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({3, 3})};
+    const auto stats =
+        check_against_plain(fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+  }
+
+  TEST_CASE("autocast: the casts and low-precision ops of the forward are replayed as they ran") {
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      torch::Tensor y = torch::gelu(torch::mm(p[0], p[1])).sin();
+      torch::Tensor z = torch::mm(y, p[1]).to(torch::kFloat);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      at::autocast::clear_cache();
+      return z;
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+    const auto stats = check_against_plain(fn, leaves, with(recompose::transformer_policy()));
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+  }
+
+  TEST_CASE("regions the replay cannot serve run their forward again, counted with the reason") {
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+    const auto policy = always(CheckpointPolicy::PREFER_RECOMPUTE);
+
+    SUBCASE("a region nested in the region: the outer one falls back, the inner one replays") {
+      const Fn fn = [&](const std::vector<torch::Tensor>& p) {
+        torch::Tensor h = p[0].sin();
+        torch::Tensor inner = recompose::checkpoint(
+            with(policy), [&](const torch::Tensor& a) { return a.exp().cos(); }, h);
+        return (inner * p[1]).tanh();
+      };
+      const auto stats = check_against_plain(fn, leaves, with(policy));
+      CHECK(stats.fallbacks >= 1);
+      CHECK(stats.replayed >= 1);
+      CHECK(stats.last_fallback_reason.find("another checkpointed region") != std::string::npos);
+    }
+    SUBCASE("a random op it needs under preserve_rng_state(false)") {
+      const Fn fn = [](const std::vector<torch::Tensor>& p) {
+        return torch::dropout(p[0], 0.5, true).sin();
+      };
+      auto plain = copies(leaves);
+      auto ckpt = copies(leaves);
+      recompose::reset_selective_replay_stats();
+      torch::Tensor y = recompose::checkpoint(
+          with(policy).preserve_rng_state(false), [&](const torch::Tensor&) { return fn(ckpt); },
+          ckpt[0]);
+      y.sum().backward();
+      const auto stats = recompose::selective_replay_stats();
+      CHECK(stats.replayed == 0);
+      CHECK(stats.fallbacks == 1);
+      CHECK(stats.last_fallback_reason.find("preserve_rng_state") != std::string::npos);
+    }
+    SUBCASE("debug mode") {
+      const Fn fn = [](const std::vector<torch::Tensor>& p) { return p[0].exp().sin(); };
+      const auto stats = check_against_plain(fn, leaves, with(policy).debug(true));
+      CHECK(stats.replayed == 0);
+      CHECK(stats.fallbacks == 1);
+    }
+    SUBCASE("an op it needs writes into a tensor from outside the region") {
+      torch::Tensor outside = torch::zeros({4, 4});
+      const Fn fn = [&](const std::vector<torch::Tensor>& p) {
+        torch::Tensor e = p[0].exp();
+        {
+          torch::NoGradGuard no_grad;
+          outside.zero_();
+          outside.add_(e);  // a side effect on a tensor of the caller's
+        }
+        return (e + outside).sin();  // sin saves e + outside, which reads outside after the write
+      };
+      const auto stats = check_against_plain(fn, leaves, with(policy));
+      CHECK(stats.replayed == 0);
+      CHECK(stats.fallbacks == 1);
+      CHECK(stats.last_fallback_reason.find("outside") != std::string::npos);
+    }
+    SUBCASE("replay switched off") {
+      recompose::set_selective_replay_enabled(false);
+      const Fn fn = [](const std::vector<torch::Tensor>& p) { return p[0].exp().sin(); };
+      const auto stats = check_against_plain(fn, leaves, with(policy));
+      recompose::set_selective_replay_enabled(true);
+      CHECK(stats.replayed == 0);
+      CHECK(stats.fallbacks == 1);
+    }
+  }
+
+  TEST_CASE("backward twice over a replayed region with kept outputs is 'backward an extra time'") {
+    torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+    torch::Tensor y = recompose::checkpoint(
+        with(SelectivePolicy({"aten::mm"})),
+        [](const torch::Tensor& x) { return torch::mm(x, x).sin(); }, a);
+    recompose::reset_selective_replay_stats();
+    y.sum().backward({}, /*retain_graph=*/true);
+    CHECK(recompose::selective_replay_stats().replayed == 1);
+    CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("Trying to backward an extra time"),
+                         CheckpointError);
+  }
+
+  TEST_CASE("backward twice over a replayed region that keeps nothing works") {
+    torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+    torch::Tensor y = recompose::checkpoint(
+        with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+        [](const torch::Tensor& x) { return torch::mm(x, x).sin(); }, a);
+    y.sum().backward({}, /*retain_graph=*/true);
+    const torch::Tensor first = a.grad().clone();
+    a.mutable_grad() = torch::Tensor();
+    recompose::reset_selective_replay_stats();
+    y.sum().backward();
+    CHECK(recompose::selective_replay_stats().replayed == 1);
+    CHECK(torch::equal(a.grad(), first));
+  }
+
+  TEST_CASE("a kept output modified in place before backward is still an error") {
+    torch::Tensor a = torch::randn({3, 3}, torch::requires_grad());
+    torch::Tensor kept_alias;
+    torch::Tensor y = recompose::checkpoint(
+        with(SelectivePolicy({"aten::mm"})),
+        [&](const torch::Tensor& x) {
+          torch::Tensor m = torch::mm(x, x);
+          kept_alias = m.detach();
+          return m.sin();
+        },
+        a);
+    kept_alias.add_(1);
+    CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("modified in place"),
+                         CheckpointError);
+  }
+
+  TEST_CASE("dropout's draws are written back from the forward's kept bits, not drawn again") {
+    // The GPT-like block draws three times (attention, residual and MLP dropout); backward replays
+    // what they drew without drawing, bitwise as plain autograd, the generator as without
+    // checkpointing.
+    const auto leaves = gpt_leaves();
+    for (const SelectivePolicy& policy :
+         {recompose::transformer_policy(), always(CheckpointPolicy::PREFER_RECOMPUTE)}) {
+      auto ckpt = copies(leaves);
+      torch::manual_seed(7);
+      const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
+      DrawCounter counter;
+      torch::Tensor y = recompose::checkpoint(
+          with(policy), [&](const torch::Tensor&) { return gpt_block(ckpt); }, ckpt[0]);
+      CHECK(counter.draws() >=
+            3);  // the forward drew (each draw may be seen at several dispatch levels)
+      CHECK(recompose::selective_checkpoint_bytes_kept() > kept_before);
+      recompose::reset_selective_replay_stats();
+      const int64_t before_backward = counter.draws();
+      y.square().sum().backward();
+      CHECK(counter.draws() == before_backward);  // no draw in backward
+      CHECK(recompose::selective_replay_stats().replayed == 1);
+      CHECK(recompose::selective_replay_stats().fallbacks == 0);
+      CHECK(recompose::selective_checkpoint_bytes_kept() ==
+            kept_before);  // the bits go with the replay
+    }
+    check_against_plain(gpt_block, leaves, with(recompose::transformer_policy()));
+  }
+
+  TEST_CASE("a kept draw costs one bit per element, counted in the bytes kept") {
+    torch::manual_seed(0);
+    torch::Tensor a = torch::randn({7, 9}, torch::requires_grad());  // 63 elements: 8 bytes of bits
+    const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
+    torch::Tensor y = recompose::checkpoint(
+        with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+        [](const torch::Tensor& x) { return torch::dropout(x, 0.5, true).sin(); }, a);
+    CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before + 8);
+    y.sum().backward();
+    CHECK(recompose::selective_checkpoint_bytes_kept() == kept_before);
+  }
+
+  TEST_CASE("kept draws of every floating dtype are bitwise the draw; other layouts draw again") {
+    struct Case {
+      const char* name;
+      Fn fn;
+      int64_t backward_draws;
+    };
+    const std::vector<Case> cases = {
+        {"double",
+         [](const std::vector<torch::Tensor>& p) {
+           return torch::dropout(p[0].to(torch::kDouble), 0.3, true).exp();
+         },
+         0},
+        {"bfloat16",
+         [](const std::vector<torch::Tensor>& p) {
+           return torch::dropout(p[0].to(torch::kBFloat16), 0.3, true).exp();
+         },
+         0},
+        {"half",
+         [](const std::vector<torch::Tensor>& p) {
+           return torch::dropout(p[0].to(torch::kHalf), 0.3, true).exp();
+         },
+         0},
+        {"float, nearly all dropped",
+         [](const std::vector<torch::Tensor>& p) {
+           return torch::dropout(p[0].exp(), 0.97, true).exp();
+         },
+         0},
+        // empty_like of a transposed tensor is not contiguous: not kept, drawn again from the
+        // forward's generator state.
+        {"transposed",
+         [](const std::vector<torch::Tensor>& p) {
+           return torch::dropout(p[0].exp().t(), 0.3, true).exp();
+         },
+         1},
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({5, 13})};
+    for (const auto& c : cases) {
+      CAPTURE(c.name);
+      auto ckpt = copies(leaves);
+      torch::Tensor y = recompose::checkpoint(
+          with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+          [&](const torch::Tensor&) { return c.fn(ckpt); }, ckpt[0]);
+      DrawCounter counter;
+      y.to(torch::kFloat).sum().backward();
+      CHECK(counter.draws() == c.backward_draws);
+      const auto stats =
+          check_against_plain(c.fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
+      CHECK(stats.replayed == 1);
+      CHECK(stats.fallbacks == 0);
+    }
+  }
+
+  TEST_CASE("a second backward over a region with dropout draws again, as the forward drew") {
+    torch::manual_seed(0);
+    torch::Tensor a = torch::randn({4, 6}, torch::requires_grad());
+    const auto fn = [](const torch::Tensor& x) { return torch::dropout(x.exp(), 0.4, true).sin(); };
+    torch::manual_seed(3);
+    torch::Tensor y_plain = fn(a);
+    y_plain.sum().backward({}, /*retain_graph=*/true);
+    y_plain.sum().backward();
+    const torch::Tensor plain = a.grad().clone();
+    a.mutable_grad() = torch::Tensor();
+
+    torch::manual_seed(3);
+    torch::Tensor y =
+        recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)), fn, a);
+    y.sum().backward({}, /*retain_graph=*/true);  // writes the kept draw back, then frees it
+    DrawCounter counter;
+    recompose::reset_selective_replay_stats();
+    y.sum().backward();
+    CHECK(counter.draws() == 1);
+    CHECK(recompose::selective_replay_stats().replayed == 1);
+    CHECK(torch::equal(a.grad(), plain));
+  }
+
+  TEST_CASE("DrawMask keeps only exact draws, and writes back bitwise what it kept") {
+    using recompose::detail::DrawMask;
+    torch::manual_seed(1);
+    for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000}) {
+      CAPTURE(n);
+      for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+        const torch::Tensor drawn = torch::empty({n}, dtype).bernoulli_(0.6);
+        auto mask = DrawMask::capture(drawn);
+        REQUIRE(mask != nullptr);
+        torch::Tensor target = torch::full({n}, 7.0, dtype);
+        CHECK(mask->write_into(target));
+        CHECK(torch::equal(target, drawn));
+        CHECK_FALSE(
+            mask->write_into(torch::empty({n + 1}, dtype)));  // another size: nothing written
+      }
+    }
+    torch::Tensor half_value = torch::ones({20});
+    half_value[13] = 0.5;
+    CHECK(DrawMask::capture(half_value) == nullptr);
+    torch::Tensor negative_zero = torch::zeros({20});
+    negative_zero[3] = -0.0;
+    CHECK(DrawMask::capture(negative_zero) == nullptr);  // -0 is not what a draw writes, nor +0
+    CHECK(DrawMask::capture(torch::ones({4, 6}).t()) == nullptr);        // not contiguous
+    CHECK(DrawMask::capture(torch::ones({5}, torch::kInt)) == nullptr);  // not floating
+  }
 
 }  // TEST_SUITE

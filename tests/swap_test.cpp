@@ -19,7 +19,8 @@
 namespace {
 
 std::shared_ptr<recompose::SwapManager> test_manager(int64_t prefetch_groups = 1) {
-  return recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
+  return recompose::SwapManager::create(
+      recompose::SwapOptions().min_bytes(0).prefetch_groups(prefetch_groups));
 }
 
 // Linear + ReLU layers; forward opens one swap group per layer when given a manager.
@@ -61,8 +62,8 @@ torch::Tensor sin_loss(const torch::Tensor& x) { return (x * 2).sin().sum(); }
 #ifndef RECOMPOSE_TEST_NO_SELECTIVE
 // Selective policy: every aten::mm output goes to host memory, the rest is recomputed.
 recompose::SelectivePolicy swap_mm_policy() {
-  return recompose::SelectivePolicy([](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle& op,
-                                       const torch::jit::Stack&) {
+  return recompose::SelectivePolicy([](const recompose::SelectiveCheckpointContext&,
+                                       const c10::OperatorHandle& op, const torch::jit::Stack&) {
     return op.schema().name() == "aten::mm" ? recompose::CheckpointPolicy::MUST_SWAP
                                             : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
   });
@@ -154,8 +155,8 @@ TEST_CASE("swap: the size threshold and the filter keep tensors on the device") 
   CHECK(big->stats().tensors_kept == 2);
   loss.backward();
 
-  auto filtered = recompose::SwapManager::create(
-      recompose::SwapOptions().min_bytes(0).filter([](const at::Tensor& t) { return t.dim() != 2; }));
+  auto filtered = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).filter(
+      [](const at::Tensor& t) { return t.dim() != 2; }));
   loss = run(filtered);
   CHECK(filtered->stats().tensors_offloaded == 0);
   CHECK(filtered->stats().tensors_kept == 2);
@@ -175,8 +176,8 @@ TEST_CASE("swap: eligibility rules") {
   CHECK_FALSE(manager->eligible(torch::Tensor()));
   CHECK_FALSE(manager->eligible(torch::empty({0})));
   auto default_threshold = recompose::SwapManager::create();
-  CHECK_FALSE(default_threshold->eligible(torch::randn({16, 16})));           // 1 KiB < 1 MiB
-  CHECK(default_threshold->eligible(torch::randn({512, 512})));               // 1 MiB
+  CHECK_FALSE(default_threshold->eligible(torch::randn({16, 16})));  // 1 KiB < 1 MiB
+  CHECK(default_threshold->eligible(torch::randn({512, 512})));      // 1 MiB
 }
 
 TEST_CASE("swap: offload and get keep values, sizes and strides") {
@@ -255,7 +256,8 @@ TEST_CASE("swap: per-layer groups in a real backward load only the last group on
 
 TEST_CASE("swap: implicit groups split by size without explicit groups") {
   // Every tensor is larger than the limit: one implicit group each.
-  auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).implicit_group_bytes(1));
+  auto manager =
+      recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).implicit_group_bytes(1));
   Mlp mlp(3);
   auto x = torch::randn({8, 16}, torch::requires_grad());
   {
@@ -310,7 +312,8 @@ TEST_CASE("swap: a saved tensor modified in place is an error at backward") {
       h.add_(1);
     }
     CHECK(manager->stats().tensors_offloaded == 1);
-    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("modified by an inplace operation"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("modified by an inplace operation"),
+                         recompose::CheckpointError);
   }
   SUBCASE("kept on the device") {
     auto manager = recompose::SwapManager::create();  // 1 MiB threshold: kept
@@ -322,7 +325,8 @@ TEST_CASE("swap: a saved tensor modified in place is an error at backward") {
       h.mul_(3);
     }
     CHECK(manager->stats().tensors_kept == 1);
-    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("is at version 1; expected version 0"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("is at version 1; expected version 0"),
+                         recompose::CheckpointError);
   }
 }
 
@@ -350,7 +354,8 @@ TEST_CASE("swap: host buffers are reused from the pool on the next step") {
   manager->clear_pool();
   CHECK(manager->pool_bytes() == 0);
 
-  auto unpooled = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).max_pool_bytes(0));
+  auto unpooled =
+      recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).max_pool_bytes(0));
   step(unpooled);
   step(unpooled);
   CHECK(unpooled->stats().pool_hits == 0);
@@ -415,8 +420,8 @@ TEST_CASE("swap: swap_inputs offloads the inputs of a checkpointed region") {
   auto manager = test_manager();
   const auto swapped = rt::grads_of(
       [&] {
-        auto out = recompose::checkpoint(recompose::CheckpointOptions().swap_inputs(true).swap_manager(manager),
-                                         body, x * 2);
+        auto out = recompose::checkpoint(
+            recompose::CheckpointOptions().swap_inputs(true).swap_manager(manager), body, x * 2);
         CHECK(manager->stats().tensors_offloaded == 1);
         CHECK(manager->stats().bytes_offloaded == static_cast<int64_t>(x.nbytes()));
         return out.sum();
@@ -454,7 +459,8 @@ TEST_CASE("swap: bookkeeping returns to its baseline after every step (explicit 
   for (bool grouped : {false, true}) {
     CAPTURE(grouped);
     // implicit_group_bytes(1): one implicit group per tensor when no explicit group is open.
-    auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0).implicit_group_bytes(1));
+    auto manager = recompose::SwapManager::create(
+        recompose::SwapOptions().min_bytes(0).implicit_group_bytes(1));
     const int64_t baseline = entries(*manager);
     for (int step = 0; step < 5; ++step) {
       CAPTURE(step);
@@ -518,7 +524,8 @@ TEST_CASE("swap: saved-tensor scopes closed out of order are reported and leave 
     auto inner = std::make_unique<recompose::AsyncSaveOnCpu>(second);
     outer.reset();  // not LIFO
     first.reset();  // and the outer scope's manager is gone
-    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("out of order"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("out of order"),
+                         recompose::CheckpointError);
     // Reported once; the inner scope still offloads through its own manager.
     auto loss = sin_loss(x);
     CHECK(second->stats().tensors_offloaded == 1);
@@ -531,7 +538,8 @@ TEST_CASE("swap: saved-tensor scopes closed out of order are reported and leave 
     auto meter = std::make_unique<recompose::SavedTensorMeter>();
     auto offload = std::make_unique<recompose::AsyncSaveOnCpu>(manager);
     meter.reset();  // not LIFO
-    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("recompose::SavedTensorMeter"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("recompose::SavedTensorMeter"),
+                         recompose::CheckpointError);
     auto loss = sin_loss(x);
     offload.reset();
     loss.backward();
@@ -543,7 +551,8 @@ TEST_CASE("swap: saved-tensor scopes closed out of order are reported and leave 
     auto meter = std::make_unique<recompose::SavedTensorMeter>();
     auto offload = std::make_unique<recompose::AsyncSaveOnCpu>(manager);
     meter.reset();
-    CHECK_THROWS_WITH_AS(recompose::SavedTensorMeter(), doctest::Contains("LIFO"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(recompose::SavedTensorMeter(), doctest::Contains("LIFO"),
+                         recompose::CheckpointError);
     recompose::SavedTensorMeter meter2;  // reported once: the next scope opens normally
     auto loss = sin_loss(x);
     CHECK(meter2.tensors_held() == 1);
@@ -554,7 +563,8 @@ TEST_CASE("swap: saved-tensor scopes closed out of order are reported and leave 
     offload.emplace(manager);
     std::thread([&] { offload.reset(); }).join();
     manager.reset();  // the scope's manager is gone
-    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("another thread"), recompose::CheckpointError);
+    CHECK_THROWS_WITH_AS(sin_loss(x), doctest::Contains("another thread"),
+                         recompose::CheckpointError);
     sin_loss(x).backward();  // the scope is closed: a plain save
     CHECK(torch::equal(x.grad(), 2 * (x * 2).cos()));
   }
@@ -593,7 +603,8 @@ TEST_CASE("swap: two threads with a manager each swap concurrently, with the pla
   std::vector<std::thread> threads;
   for (size_t i = 0; i < managers.size(); ++i) {
     threads.emplace_back([&, i] {
-      for (int step = 0; step < 20; ++step) equal[i] += rt::bitwise_equal(grads(managers[i]), plain);
+      for (int step = 0; step < 20; ++step)
+        equal[i] += rt::bitwise_equal(grads(managers[i]), plain);
     });
   }
   for (auto& t : threads) t.join();
@@ -657,13 +668,14 @@ TEST_CASE("swap: negative sizes in SwapOptions are rejected") {
   using recompose::SwapOptions;
   CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().implicit_group_bytes(-1)),
                        doctest::Contains("implicit_group_bytes"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().max_pool_bytes(-2)), doctest::Contains("max_pool_bytes"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().min_bytes(-1)), doctest::Contains("min_bytes"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().prefetch_groups(-1)), doctest::Contains("prefetch_groups"),
-                       std::invalid_argument);
-  CHECK(SwapManager::create(SwapOptions().max_pool_bytes(-1))->options().max_pool_bytes() == -1);  // no limit
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().max_pool_bytes(-2)),
+                       doctest::Contains("max_pool_bytes"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().min_bytes(-1)),
+                       doctest::Contains("min_bytes"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(SwapManager::create(SwapOptions().prefetch_groups(-1)),
+                       doctest::Contains("prefetch_groups"), std::invalid_argument);
+  CHECK(SwapManager::create(SwapOptions().max_pool_bytes(-1))->options().max_pool_bytes() ==
+        -1);  // no limit
 }
 
 // ---- recompose's own swap ops are invisible to selective checkpointing ----
@@ -677,7 +689,9 @@ TEST_CASE("swap: nested selective regions that both MUST_SWAP mm give the plain 
   auto a = torch::randn({4, 6}, torch::requires_grad());
   auto b = torch::randn({6, 5}, torch::requires_grad());
   auto c = torch::randn({5, 3}, torch::requires_grad());
-  auto inner = [](const torch::Tensor& h, const torch::Tensor& w) { return torch::mm(h, w).tanh(); };
+  auto inner = [](const torch::Tensor& h, const torch::Tensor& w) {
+    return torch::mm(h, w).tanh();
+  };
   auto outer = [&](bool ckpt) {
     return [&, ckpt](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
       torch::Tensor h = torch::mm(a, b).sin();
@@ -687,8 +701,9 @@ TEST_CASE("swap: nested selective regions that both MUST_SWAP mm give the plain 
   };
   const auto plain = rt::grads_of([&] { return outer(false)(a, b, c).sum(); }, {a, b, c});
   std::vector<torch::Tensor> swapped;
-  REQUIRE_NOTHROW(swapped = rt::grads_of(
-                      [&] { return recompose::checkpoint(options, outer(true), a, b, c).sum(); }, {a, b, c}));
+  REQUIRE_NOTHROW(
+      swapped = rt::grads_of(
+          [&] { return recompose::checkpoint(options, outer(true), a, b, c).sum(); }, {a, b, c}));
   CHECK(rt::bitwise_equal(plain, swapped));
   CHECK(manager->stats().tensors_offloaded > 0);
   CHECK(manager->stats().bytes_reloaded > 0);
@@ -700,12 +715,15 @@ TEST_CASE("swap: nested selective regions that both MUST_SWAP mm give the plain 
 // SwapManager exposes no accessor to its internals, and SwappedTensor holds only its core and its
 // entry (before: the manager had core() and the tensor 14 state fields in the public header).
 template <class M>
-concept HasCoreAccessor = requires(const M& m) { m.core(); };
+concept HasCoreAccessor = requires(const M& m) {
+  m.core();
+};
 static_assert(!HasCoreAccessor<recompose::SwapManager>);
 static_assert(sizeof(recompose::SwappedTensor) <=
               sizeof(std::weak_ptr<int>) + sizeof(std::shared_ptr<int>) + sizeof(void*));
 
-TEST_CASE("swap: a SwappedTensor is a handle: its entry goes with its last reference, shared or not") {
+TEST_CASE(
+    "swap: a SwappedTensor is a handle: its entry goes with its last reference, shared or not") {
   auto manager = test_manager();
   const int64_t baseline = entries(*manager);
   torch::Tensor t = torch::arange(16, torch::kFloat);
@@ -725,7 +743,9 @@ TEST_CASE("swap: a SwappedTensor is a handle: its entry goes with its last refer
   CHECK(entries(*manager) == baseline);
 }
 
-TEST_CASE("swap: threads offloading, sharing, reading and dropping the same tensors leave nothing behind") {
+TEST_CASE(
+    "swap: threads offloading, sharing, reading and dropping the same tensors leave nothing "
+    "behind") {
   auto manager = test_manager();
   const int64_t baseline = entries(*manager);
   const std::vector<torch::Tensor> sources = {torch::arange(32, torch::kFloat), torch::ones({8, 8}),

@@ -16,10 +16,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <ctime>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -30,17 +30,20 @@ namespace {
 
 struct Config {
   int64_t layers = 8, width = 128, heads = 4, seq = 64, batch = 8, reps = 7, threads = 0;
-  std::string device = "auto";  // auto: CUDA when available
+  std::string device = "auto";       // auto: CUDA when available
   std::vector<std::string> budgets;  // --budget: planner budgets ("50%", "12MiB")
   bool print_plans = false;          // --print-plans 1: each plan's table
   bool print_profile = false;        // --print-profile 1: the planner's profile (modules, then ops)
 };
 
 const char* kUsage =
-    "usage: checkpoint_bench [--device auto|cpu|cuda] [--layers 8] [--width 128] [--heads 4] [--seq 64]\n"
-    "                        [--batch 8] [--reps 7] [--threads 0] [--budget B1,B2,...] [--print-plans 1]\n"
+    "usage: checkpoint_bench [--device auto|cpu|cuda] [--layers 8] [--width 128] [--heads 4] "
+    "[--seq 64]\n"
+    "                        [--batch 8] [--reps 7] [--threads 0] [--budget B1,B2,...] "
+    "[--print-plans 1]\n"
     "                        [--print-profile 1]\n"
-    "  --budget: also run the planner's plan for each budget (\"50%\" of no checkpointing, or bytes)\n"
+    "  --budget: also run the planner's plan for each budget (\"50%\" of no checkpointing, or "
+    "bytes)\n"
     "  selective: every block under transformer_policy(), the fixed policy a plan must beat\n";
 
 Config parse(int argc, char** argv) {
@@ -65,16 +68,26 @@ Config parse(int argc, char** argv) {
       continue;
     }
     const int64_t v = examples::int_flag(k, argv[i + 1]);
-    if (k == "--layers") c.layers = v;
-    else if (k == "--width") c.width = v;
-    else if (k == "--heads") c.heads = v;
-    else if (k == "--seq") c.seq = v;
-    else if (k == "--batch") c.batch = v;
-    else if (k == "--reps") c.reps = v;
-    else if (k == "--threads") c.threads = v;
-    else if (k == "--print-plans") c.print_plans = v != 0;
-    else if (k == "--print-profile") c.print_profile = v != 0;
-    else throw std::invalid_argument("unknown flag " + k);
+    if (k == "--layers")
+      c.layers = v;
+    else if (k == "--width")
+      c.width = v;
+    else if (k == "--heads")
+      c.heads = v;
+    else if (k == "--seq")
+      c.seq = v;
+    else if (k == "--batch")
+      c.batch = v;
+    else if (k == "--reps")
+      c.reps = v;
+    else if (k == "--threads")
+      c.threads = v;
+    else if (k == "--print-plans")
+      c.print_plans = v != 0;
+    else if (k == "--print-profile")
+      c.print_profile = v != 0;
+    else
+      throw std::invalid_argument("unknown flag " + k);
   }
   return c;
 }
@@ -173,14 +186,16 @@ int main(int argc, char** argv) {
   variants.push_back(variant("full", true));
   variants.push_back(variant("selective", false));
   for (auto& block : variants.back().stack->blocks) {
-    recompose::apply_checkpoint(block, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+    recompose::apply_checkpoint(
+        block, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
   }
   step(*variants[0].stack, x);  // warm-up before profiling: allocator, thread pools
   double profile_seconds = 0, solve_seconds = 0;
   if (!c.budgets.empty()) {
     Stack profiled(c, device, false);
     step(profiled, x);
-    const auto profile = recompose::profile_memory(profiled, [&] { profiled.forward(x).pow(2).mean().backward(); });
+    const auto profile =
+        recompose::profile_memory(profiled, [&] { profiled.forward(x).pow(2).mean().backward(); });
     profile_seconds = profile.profile_seconds;
     if (c.print_profile) std::printf("%s\n", profile.to_string().c_str());
     for (const auto& text : c.budgets) {
@@ -203,17 +218,21 @@ int main(int argc, char** argv) {
     return median(values);
   };
 
-  std::printf("recompose checkpoint_bench: %lld transformer blocks, width %lld, heads %lld, seq %lld, batch %lld, "
-              "%lld interleaved reps, LibTorch %s, %s, %d threads\n",
-              (long long)c.layers, (long long)c.width, (long long)c.heads, (long long)c.seq, (long long)c.batch,
-              (long long)c.reps, TORCH_VERSION, device.str().c_str(), at::get_num_threads());
+  std::printf(
+      "recompose checkpoint_bench: %lld transformer blocks, width %lld, heads %lld, seq %lld, "
+      "batch %lld, "
+      "%lld interleaved reps, LibTorch %s, %s, %d threads\n",
+      (long long)c.layers, (long long)c.width, (long long)c.heads, (long long)c.seq,
+      (long long)c.batch, (long long)c.reps, TORCH_VERSION, device.str().c_str(),
+      at::get_num_threads());
   std::printf("memory: %s\n", examples::describe(malloc_tuning));
   const bool cuda = device.is_cuda();
   const Variant& none = variants[0];
   const double tp = median_of(none, &Sample::seconds), cp = median_of(none, &Sample::cpu_seconds);
-  const int64_t held_plain = none.samples.back().bytes_held, peak_plain = none.samples.back().peak_bytes;
-  std::printf("%-16s %10s %10s %18s%s %8s %8s %8s\n", "", "step (ms)", "CPU (ms)", "held for bwd (MiB)",
-              cuda ? "  step peak (MiB)" : "", "time x", "CPU x", "held x");
+  const int64_t held_plain = none.samples.back().bytes_held,
+                peak_plain = none.samples.back().peak_bytes;
+  std::printf("%-16s %10s %10s %18s%s %8s %8s %8s\n", "", "step (ms)", "CPU (ms)",
+              "held for bwd (MiB)", cuda ? "  step peak (MiB)" : "", "time x", "CPU x", "held x");
   for (const auto& v : variants) {
     const double t = median_of(v, &Sample::seconds), cpu = median_of(v, &Sample::cpu_seconds);
     const int64_t held = v.samples.back().bytes_held;
@@ -232,13 +251,16 @@ int main(int argc, char** argv) {
     std::printf("ratio full/none: step peak device memory %.3f\n",
                 static_cast<double>(full.samples.back().peak_bytes) / peak_plain);
   }
-  std::printf("ratios full/none: step time %.3f, CPU time %.3f, bytes held %.4f (1/L = %.4f; held = %.2f block inputs)\n",
-              median_of(full, &Sample::seconds) / tp, median_of(full, &Sample::cpu_seconds) / cp,
-              static_cast<double>(held_ckpt) / held_plain, 1.0 / c.layers,
-              static_cast<double>(held_ckpt) / input_bytes);
+  std::printf(
+      "ratios full/none: step time %.3f, CPU time %.3f, bytes held %.4f (1/L = %.4f; held = %.2f "
+      "block inputs)\n",
+      median_of(full, &Sample::seconds) / tp, median_of(full, &Sample::cpu_seconds) / cp,
+      static_cast<double>(held_ckpt) / held_plain, 1.0 / c.layers,
+      static_cast<double>(held_ckpt) / input_bytes);
   if (!c.budgets.empty()) {
-    std::printf("planner: profiling %.1f ms (%.2f steps of none), solving %.3f ms for %zu budgets\n",
-                profile_seconds * 1e3, profile_seconds / tp, solve_seconds * 1e3, c.budgets.size());
+    std::printf(
+        "planner: profiling %.1f ms (%.2f steps of none), solving %.3f ms for %zu budgets\n",
+        profile_seconds * 1e3, profile_seconds / tp, solve_seconds * 1e3, c.budgets.size());
   }
   return 0;
 }

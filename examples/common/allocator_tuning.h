@@ -32,10 +32,11 @@ inline MallocTuning tune_malloc_for_training() {
   const char* off = std::getenv("RECOMPOSE_MALLOC_TUNING");
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   if (off && std::strcmp(off, "0") == 0) return MallocTuning::TurnedOff;
-  if (tunables && (std::strstr(tunables, "trim_threshold") || std::strstr(tunables, "mmap_threshold"))) {
+  if (tunables &&
+      (std::strstr(tunables, "trim_threshold") || std::strstr(tunables, "mmap_threshold"))) {
     return MallocTuning::FromTunables;  // the user chose: leave it
   }
-  mallopt(M_TRIM_THRESHOLD, -1);               // never give the top of the heap back (man mallopt)
+  mallopt(M_TRIM_THRESHOLD, -1);                // never give the top of the heap back (man mallopt)
   mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);  // glibc's maximum; also fixes it (no adaptation)
   return MallocTuning::Applied;
 #else
@@ -45,10 +46,15 @@ inline MallocTuning tune_malloc_for_training() {
 
 inline const char* describe(MallocTuning t) {
   switch (t) {
-    case MallocTuning::Applied: return "glibc malloc tuned for training (no trim, mmap above 32 MiB; RECOMPOSE_MALLOC_TUNING=0 turns it off)";
-    case MallocTuning::TurnedOff: return "glibc malloc defaults (RECOMPOSE_MALLOC_TUNING=0)";
-    case MallocTuning::FromTunables: return "glibc malloc thresholds from GLIBC_TUNABLES (left as set)";
-    case MallocTuning::NotGlibc: return "system malloc (not glibc: left as is)";
+    case MallocTuning::Applied:
+      return "glibc malloc tuned for training (no trim, mmap above 32 MiB; "
+             "RECOMPOSE_MALLOC_TUNING=0 turns it off)";
+    case MallocTuning::TurnedOff:
+      return "glibc malloc defaults (RECOMPOSE_MALLOC_TUNING=0)";
+    case MallocTuning::FromTunables:
+      return "glibc malloc thresholds from GLIBC_TUNABLES (left as set)";
+    case MallocTuning::NotGlibc:
+      return "system malloc (not glibc: left as is)";
   }
   return "";
 }

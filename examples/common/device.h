@@ -27,7 +27,8 @@ inline torch::Device pick_device(const std::string& requested) {
 #endif
   if (requested == "cuda" && !cuda) {
     throw std::runtime_error(
-        "--device cuda, but this build has no CUDA (configure with -Dcuda=enabled) or no GPU is visible");
+        "--device cuda, but this build has no CUDA (configure with -Dcuda=enabled) or no GPU is "
+        "visible");
   }
   return (requested == "cuda" || (requested == "auto" && cuda)) ? torch::Device(torch::kCUDA, 0)
                                                                 : torch::Device(torch::kCPU);

@@ -24,8 +24,10 @@ struct TransformerBlockImpl : torch::nn::Module {
     RECOMPOSE_FORWARD(x);
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hd = c / heads_;
     auto parts = qkv(ln1(x)).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});
-    auto att = torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    auto mask = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    auto att =
+        torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+    auto mask =
+        torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     att = att.masked_fill(mask, -INFINITY).softmax(-1);
     auto y = torch::matmul(att, parts[2]).transpose(1, 2).reshape({b, t, c});
     x = x + proj(y);

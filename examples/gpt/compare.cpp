@@ -20,11 +20,14 @@ double max_relative_difference(const TrainResult& a, const TrainResult& b) {
   return worst;
 }
 
-double ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN; }
+double ratio(int64_t a, int64_t b) {
+  return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : NAN;
+}
 
 }  // namespace
 
-CompareOutcome compare_policies(const Config& config, const CharDataset& data, TrainOptions options) {
+CompareOutcome compare_policies(const Config& config, const CharDataset& data,
+                                TrainOptions options) {
   CompareOutcome outcome;
   for (Policy policy : kAllPolicies) {
     options.policy = policy;
@@ -34,36 +37,47 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
 
   const auto& base = outcome.results.front().second;
   const double tolerance = loss_tolerance(options.bf16);
-  std::printf("\n%zu steps, batch %lld x context %lld, %lld blocks of width %lld, device %s\n\n", base.steps.size(),
-              static_cast<long long>(options.batch), static_cast<long long>(config.context),
-              static_cast<long long>(config.layers), static_cast<long long>(config.width),
-              options.device.str().c_str());
-  std::printf("| policy          | loss after %3zu | max rel. diff | step ms | time x | held for backward | x     "
-              "| step peak | x     |\n",
-              base.steps.size());
-  std::printf("|-----------------|----------------|---------------|---------|--------|-------------------|-------"
-              "|-----------|-------|\n");
+  std::printf("\n%zu steps, batch %lld x context %lld, %lld blocks of width %lld, device %s\n\n",
+              base.steps.size(), static_cast<long long>(options.batch),
+              static_cast<long long>(config.context), static_cast<long long>(config.layers),
+              static_cast<long long>(config.width), options.device.str().c_str());
+  std::printf(
+      "| policy          | loss after %3zu | max rel. diff | step ms | time x | held for backward "
+      "| x     "
+      "| step peak | x     |\n",
+      base.steps.size());
+  std::printf(
+      "|-----------------|----------------|---------------|---------|--------|-------------------|-"
+      "------"
+      "|-----------|-------|\n");
   for (const auto& [policy, result] : outcome.results) {
     const double diff = max_relative_difference(base, result);
     const bool ok = diff <= tolerance;
     outcome.losses_match = outcome.losses_match && ok;
     std::printf("| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f |\n",
                 std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
-                result.mean_step_seconds() * 1e3, result.mean_step_seconds() / base.mean_step_seconds(),
-                format_bytes(result.peak_bytes_held()).c_str(), ratio(result.peak_bytes_held(), base.peak_bytes_held()),
+                result.mean_step_seconds() * 1e3,
+                result.mean_step_seconds() / base.mean_step_seconds(),
+                format_bytes(result.peak_bytes_held()).c_str(),
+                ratio(result.peak_bytes_held(), base.peak_bytes_held()),
                 format_bytes(result.peak_step_memory()).c_str(),
                 ratio(result.peak_step_memory(), base.peak_step_memory()));
   }
   std::printf(
-      "\nx: against none. held for backward: peak bytes held for backward on the device (SavedTensorMeter:\n"
-      "tensors autograd saves and the products selective checkpointing keeps; swapped ones are not).\n"
+      "\nx: against none. held for backward: peak bytes held for backward on the device "
+      "(SavedTensorMeter:\n"
+      "tensors autograd saves and the products selective checkpointing keeps; swapped ones are "
+      "not).\n"
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
       "gradients, temporaries).%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",
-      options.device.is_cuda() ? "" : " On CPU, swap and offload copy host to host: they save no memory there.");
+      options.device.is_cuda()
+          ? ""
+          : " On CPU, swap and offload copy host to host: they save no memory there.");
   if (!outcome.losses_match) {
-    std::printf("FAILED: losses differ across policies by more than %.0e (relative); marked with !\n",
-                tolerance);
+    std::printf(
+        "FAILED: losses differ across policies by more than %.0e (relative); marked with !\n",
+        tolerance);
   } else {
     std::printf("losses agree across policies within %.0e (relative)\n", tolerance);
   }

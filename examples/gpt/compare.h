@@ -15,7 +15,9 @@ inline constexpr double kLossTolerance = 1e-4;
 // The same under --bf16 on CUDA: bfloat16 rounding amplifies the last-bit differences of CUDA
 // kernels that accumulate with atomics (attention backward), under every policy alike.
 inline constexpr double kBf16LossTolerance = 1e-2;
-inline constexpr double loss_tolerance(bool bf16) { return bf16 ? kBf16LossTolerance : kLossTolerance; }
+inline constexpr double loss_tolerance(bool bf16) {
+  return bf16 ? kBf16LossTolerance : kLossTolerance;
+}
 
 struct CompareOutcome {
   PolicyResults results;
@@ -23,6 +25,7 @@ struct CompareOutcome {
 };
 
 // Trains once per policy and prints the table.
-CompareOutcome compare_policies(const Config& config, const CharDataset& data, TrainOptions options);
+CompareOutcome compare_policies(const Config& config, const CharDataset& data,
+                                TrainOptions options);
 
 }  // namespace gpt

@@ -12,9 +12,9 @@ namespace gpt {
 
 struct PolicyCost {
   std::string name;
-  double time_x = 0;           // mean step time, x of no checkpointing
-  double held_mib = 0;         // peak bytes held for backward
-  double step_peak_mib = 0;    // peak memory of a step above weights and optimizer state
+  double time_x = 0;         // mean step time, x of no checkpointing
+  double held_mib = 0;       // peak bytes held for backward
+  double step_peak_mib = 0;  // peak memory of a step above weights and optimizer state
 };
 
 // Two panels: time against bytes held, time against step peak; one dot per policy.

@@ -7,7 +7,8 @@
 
 namespace gpt {
 
-CharDataset::CharDataset(const std::filesystem::path& path, int64_t context, double validation_fraction)
+CharDataset::CharDataset(const std::filesystem::path& path, int64_t context,
+                         double validation_fraction)
     : context_(context) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -34,12 +35,14 @@ CharDataset::CharDataset(const std::filesystem::path& path, int64_t context, dou
   validation_ = all.slice(0, n - n_validation);
   if (std::min(train_.numel(), validation_.numel()) <= context_ + 1) {
     throw std::runtime_error("the training text '" + path.string() + "' (" + std::to_string(n) +
-                             " characters) is too short for a context of " + std::to_string(context_));
+                             " characters) is too short for a context of " +
+                             std::to_string(context_));
   }
 }
 
-std::pair<torch::Tensor, torch::Tensor> CharDataset::batch(int64_t batch, bool validation, at::Generator& generator,
-                                                          const torch::Device& device) const {
+std::pair<torch::Tensor, torch::Tensor> CharDataset::batch(int64_t batch, bool validation,
+                                                           at::Generator& generator,
+                                                           const torch::Device& device) const {
   const auto& source = validation ? validation_ : train_;
   auto starts = torch::randint(source.numel() - context_ - 1, {batch, 1}, generator, torch::kLong);
   auto index = starts + torch::arange(context_ + 1, torch::kLong);  // [batch, context + 1]
@@ -51,7 +54,8 @@ torch::Tensor CharDataset::encode(const std::string& s) const {
   auto out = torch::empty({static_cast<int64_t>(s.size())}, torch::kLong);
   auto* p = out.data_ptr<int64_t>();
   for (unsigned char c : s) {
-    if (index_[c] < 0) throw std::invalid_argument(std::string("character not in the vocabulary: ") + char(c));
+    if (index_[c] < 0)
+      throw std::invalid_argument(std::string("character not in the vocabulary: ") + char(c));
     *p++ = index_[c];
   }
   return out;

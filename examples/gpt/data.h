@@ -23,7 +23,8 @@ class CharDataset {
 
   // Inputs and targets, [batch, context] int64 each, on `device`. Sampling uses its own
   // generator, so the data a step sees does not depend on how much randomness the model drew.
-  std::pair<torch::Tensor, torch::Tensor> batch(int64_t batch, bool validation, at::Generator& generator,
+  std::pair<torch::Tensor, torch::Tensor> batch(int64_t batch, bool validation,
+                                                at::Generator& generator,
                                                 const torch::Device& device) const;
 
   std::string decode(const torch::Tensor& tokens) const;
@@ -32,9 +33,9 @@ class CharDataset {
 
  private:
   std::string text_;
-  std::string alphabet_;               // token id -> byte
-  std::array<int64_t, 256> index_{};   // byte -> token id, -1 when not in the text
-  torch::Tensor train_, validation_;   // token ids, int64
+  std::string alphabet_;              // token id -> byte
+  std::array<int64_t, 256> index_{};  // byte -> token id, -1 when not in the text
+  torch::Tensor train_, validation_;  // token ids, int64
   int64_t context_;
 };
 

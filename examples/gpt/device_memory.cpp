@@ -26,7 +26,8 @@ class CountingCPUAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
-    if (data == nullptr || inner.get_context() != data || inner.get_deleter() != inner_->raw_deleter()) {
+    if (data == nullptr || inner.get_context() != data ||
+        inner.get_deleter() != inner_->raw_deleter()) {
       return inner;  // not the shape we expect: pass it through uncounted
     }
     inner.release_context();  // ownership moves to the DataPtr returned below
@@ -89,22 +90,28 @@ void install_cpu_memory_counter() {
 
 void reset_peak_memory(const torch::Device& device) {
   recompose::reset_peak_device_memory(device);
-  if (device.is_cpu() && CountingCPUAllocator::instance) CountingCPUAllocator::instance->reset_peak();
+  if (device.is_cpu() && CountingCPUAllocator::instance)
+    CountingCPUAllocator::instance->reset_peak();
 }
 
 int64_t peak_memory(const torch::Device& device) {
   if (device.is_cuda()) return recompose::peak_device_memory(device);
-  return device.is_cpu() && CountingCPUAllocator::instance ? CountingCPUAllocator::instance->peak() : 0;
+  return device.is_cpu() && CountingCPUAllocator::instance ? CountingCPUAllocator::instance->peak()
+                                                           : 0;
 }
 
 int64_t current_memory(const torch::Device& device) {
   if (device.is_cuda()) return recompose::current_device_memory(device);
-  return device.is_cpu() && CountingCPUAllocator::instance ? CountingCPUAllocator::instance->current() : 0;
+  return device.is_cpu() && CountingCPUAllocator::instance
+             ? CountingCPUAllocator::instance->current()
+             : 0;
 }
 
 void cap_device_memory(const torch::Device& device, double fraction) {
 #ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.has_index() ? device.index() : 0);
+  if (device.is_cuda())
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
+                                                       device.has_index() ? device.index() : 0);
 #else
   (void)device;
   (void)fraction;

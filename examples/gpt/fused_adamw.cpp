@@ -13,9 +13,13 @@ std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
 
 }  // namespace
 
-FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, double beta1, double beta2, double weight_decay,
-                       double eps)
-    : params_(std::move(params)), beta1_(beta1), beta2_(beta2), weight_decay_(weight_decay), eps_(eps) {
+FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, double beta1, double beta2,
+                       double weight_decay, double eps)
+    : params_(std::move(params)),
+      beta1_(beta1),
+      beta2_(beta2),
+      weight_decay_(weight_decay),
+      eps_(eps) {
   torch::NoGradGuard no_grad;
   for (const auto& p : params_) {
     exp_avgs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
@@ -38,8 +42,8 @@ void FusedAdamW::step(double lr) {
   }
   if (params.empty()) return;
   at::_foreach_add_(steps, 1);  // the kernel reads the step count after this update's increment
-  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_,
-                    weight_decay_, eps_, /*amsgrad=*/false, /*maximize=*/false);
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_,
+                    beta2_, weight_decay_, eps_, /*amsgrad=*/false, /*maximize=*/false);
 }
 
 void FusedAdamW::zero_grad() {
@@ -51,7 +55,8 @@ void clip_grad_norm_foreach(const std::vector<torch::Tensor>& params, double max
   auto grads = grads_of(params);
   if (grads.empty()) return;
   const auto total = torch::linalg_vector_norm(torch::stack(at::_foreach_norm(grads, 2.0)), 2.0);
-  const auto coefficient = torch::clamp(max_norm / (total + 1e-6), /*min=*/std::nullopt, /*max=*/1.0);
+  const auto coefficient =
+      torch::clamp(max_norm / (total + 1e-6), /*min=*/std::nullopt, /*max=*/1.0);
   at::_foreach_mul_(grads, coefficient);
 }
 

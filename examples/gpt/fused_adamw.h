@@ -16,7 +16,8 @@ namespace gpt {
 
 class FusedAdamW {
  public:
-  FusedAdamW(std::vector<torch::Tensor> params, double beta1, double beta2, double weight_decay, double eps = 1e-8);
+  FusedAdamW(std::vector<torch::Tensor> params, double beta1, double beta2, double weight_decay,
+             double eps = 1e-8);
   // One update of every parameter that has a gradient, at learning rate `lr`.
   void step(double lr);
   // Drops the gradients (set to none, as zero_grad does by default).

@@ -9,7 +9,8 @@ namespace gpt {
 
 void save_initial_state(const std::filesystem::path& path, GPTImpl& model) {
   c10::Dict<std::string, at::Tensor> state;
-  for (const auto& item : model.named_parameters()) state.insert("param." + item.key(), item.value().detach().cpu());
+  for (const auto& item : model.named_parameters())
+    state.insert("param." + item.key(), item.value().detach().cpu());
   // Dropout draws from the global CPU generator, which building the model has already advanced.
   auto generator = at::detail::getDefaultCPUGenerator();
   {

@@ -8,8 +8,8 @@
 #include "data.h"
 #include "device_memory.h"
 #include "model.h"
-#include "options.h"
 #include "offload_link.h"
+#include "options.h"
 #include "planning.h"
 #include "report.h"
 #include "sample.h"
@@ -31,10 +31,11 @@ namespace {
 torch::Device pick_device(const std::string& requested) {
   const bool cuda = torch::cuda::is_available();
   if (requested == "cuda" && !cuda) {
-    throw gpt::UsageError("--device cuda: no CUDA device (or this build of recompose/LibTorch has no CUDA)");
+    throw gpt::UsageError(
+        "--device cuda: no CUDA device (or this build of recompose/LibTorch has no CUDA)");
   }
   return (requested == "cuda" || (requested == "auto" && cuda)) ? torch::Device(torch::kCUDA, 0)
-                                                                 : torch::Device(torch::kCPU);
+                                                                : torch::Device(torch::kCPU);
 }
 
 int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
@@ -57,7 +58,8 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   train_options.lr = options.lr;
   train_options.seed = options.seed;
   train_options.device = device;
-  if (options.bf16 && !device.is_cuda()) throw gpt::UsageError("--bf16 needs --device cuda (CUDA autocast)");
+  if (options.bf16 && !device.is_cuda())
+    throw gpt::UsageError("--bf16 needs --device cuda (CUDA autocast)");
   train_options.bf16 = options.bf16;
   train_options.phase_times = options.phase_times;
   train_options.no_meter = options.no_meter;
@@ -65,19 +67,23 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
 
   std::filesystem::create_directories(options.out);
   std::printf("data %s: %lld characters, vocabulary of %lld\n", options.data.string().c_str(),
-              static_cast<long long>(data.text().size()), static_cast<long long>(data.vocab_size()));
-  std::printf("model: %lld blocks, width %lld, %lld heads, context %lld, batch %lld, dropout %g%s; device %s, %d threads\n",
-              static_cast<long long>(config.layers), static_cast<long long>(config.width),
-              static_cast<long long>(config.heads), static_cast<long long>(config.context),
-              static_cast<long long>(options.batch), config.dropout, options.bf16 ? ", bf16 autocast" : "",
-              device.str().c_str(), torch::get_num_threads());
+              static_cast<long long>(data.text().size()),
+              static_cast<long long>(data.vocab_size()));
+  std::printf(
+      "model: %lld blocks, width %lld, %lld heads, context %lld, batch %lld, dropout %g%s; device "
+      "%s, %d threads\n",
+      static_cast<long long>(config.layers), static_cast<long long>(config.width),
+      static_cast<long long>(config.heads), static_cast<long long>(config.context),
+      static_cast<long long>(options.batch), config.dropout, options.bf16 ? ", bf16 autocast" : "",
+      device.str().c_str(), torch::get_num_threads());
   std::printf("memory: %s\n", examples::describe(malloc_tuning));
 
   if (options.compare) {
     auto outcome = gpt::compare_policies(config, data, train_options);
     gpt::write_csv(options.out / "compare.csv", outcome.results);
     gpt::write_cost_plot(options.out / "compare.svg", outcome.results, device);
-    gpt::write_loss_plot(options.out / "compare_loss.svg", outcome.results, "Training loss under each policy");
+    gpt::write_loss_plot(options.out / "compare_loss.svg", outcome.results,
+                         "Training loss under each policy");
     std::printf("wrote %s, %s (cost against saving per policy) and %s (loss curves)\n",
                 (options.out / "compare.csv").c_str(), (options.out / "compare.svg").c_str(),
                 (options.out / "compare_loss.svg").c_str());
@@ -88,22 +94,26 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   gpt::set_offload_window(options.offload_window_ms * 1e-3);
   if (options.memory_fraction > 0) {
     gpt::cap_device_memory(device, options.memory_fraction);
-    std::printf("device memory capped at %.3f of the device (caching allocator)\n", options.memory_fraction);
+    std::printf("device memory capped at %.3f of the device (caching allocator)\n",
+                options.memory_fraction);
   }
-  if (options.sweep) return gpt::run_sweep(config, data, train_options, options.out, options.sweep_peak);
+  if (options.sweep)
+    return gpt::run_sweep(config, data, train_options, options.out, options.sweep_peak);
   if (!options.budget.empty() || !options.plan.empty()) {
     recompose::Plan plan;
     if (!options.plan.empty()) {
       plan = recompose::Plan::load(options.plan);
       std::printf("plan %s:\n", options.plan.c_str());
     } else {
-      const auto budget = recompose::Budget::parse(options.budget);  // bad text fails before profiling
+      const auto budget =
+          recompose::Budget::parse(options.budget);  // bad text fails before profiling
       const auto profile = gpt::profile_training_step(config, data, train_options);
       plan = recompose::solve_plan(profile, budget, gpt::solve_options(device));
       profile.save(options.out / "profile.json");
       plan.save(options.out / "plan.json");
-      std::printf("planned for %s in %.1f ms (profile) + %.3f ms (solve), saved to %s:\n", options.budget.c_str(),
-                  profile.profile_seconds * 1e3, plan.solve_seconds * 1e3, (options.out / "plan.json").c_str());
+      std::printf("planned for %s in %.1f ms (profile) + %.3f ms (solve), saved to %s:\n",
+                  options.budget.c_str(), profile.profile_seconds * 1e3, plan.solve_seconds * 1e3,
+                  (options.out / "plan.json").c_str());
     }
     std::printf("%s\n", plan.to_table().c_str());
     train_options.policy = gpt::Policy::Planned;
@@ -124,11 +134,17 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
               gpt::validation_loss(model, data, options.batch, 8, options.seed, device));
   const gpt::PolicyResults results{{train_options.policy, result}};
   gpt::write_csv(options.out / "loss.csv", results);
-  gpt::write_loss_plot(options.out / "loss.svg", results,
-                       "Training loss, policy " + std::string(gpt::policy_name(train_options.policy)));
-  std::printf("wrote %s and %s\n", (options.out / "loss.csv").c_str(), (options.out / "loss.svg").c_str());
+  gpt::write_loss_plot(
+      options.out / "loss.svg", results,
+      "Training loss, policy " + std::string(gpt::policy_name(train_options.policy)));
+  std::printf("wrote %s and %s\n", (options.out / "loss.csv").c_str(),
+              (options.out / "loss.svg").c_str());
   if (options.sample > 0) {
-    std::printf("\nsample:\n%s\n", gpt::sample(model, data, data.can_encode("Alice ") ? "Alice " : data.text().substr(0, 1), options.sample, options.seed, device).c_str());
+    std::printf(
+        "\nsample:\n%s\n",
+        gpt::sample(model, data, data.can_encode("Alice ") ? "Alice " : data.text().substr(0, 1),
+                    options.sample, options.seed, device)
+            .c_str());
   }
   return 0;
 }
@@ -150,7 +166,8 @@ int main(int argc, char** argv) {
     std::cerr << "gpt: " << e.what() << "\n\n" << gpt::usage(argv[0]);
     return 2;
   } catch (const c10::Error& e) {
-    std::cerr << "gpt: " << e.what_without_backtrace() << '\n';  // LibTorch's backtrace helps nobody here
+    std::cerr << "gpt: " << e.what_without_backtrace()
+              << '\n';  // LibTorch's backtrace helps nobody here
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "gpt: " << e.what() << '\n';

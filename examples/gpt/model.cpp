@@ -16,7 +16,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const Config& config)
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
   // [B, T, 3C] -> three [B, heads, T, C / heads] views.
-  auto split = qkv(x).view({batch, time, 3, heads, width / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto split =
+      qkv(x).view({batch, time, 3, heads, width / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
   // Fused kernel where the build has one (flash attention on CPU and CUDA); LibTorch falls back
   // to matmul + softmax itself when it cannot use it (e.g. with attention dropout on CPU).
   auto y = torch::scaled_dot_product_attention(split[0], split[1], split[2], /*attn_mask=*/{},
@@ -50,18 +51,21 @@ torch::Tensor BlockImpl::forward(torch::Tensor x) {
 GPTImpl::GPTImpl(const Config& cfg) : config(cfg) {
   if (config.vocab_size <= 0) throw std::invalid_argument("GPT: vocab_size must be positive");
   if (config.width % config.heads != 0) {
-    throw std::invalid_argument("GPT: width " + std::to_string(config.width) + " is not divisible by heads " +
-                                std::to_string(config.heads));
+    throw std::invalid_argument("GPT: width " + std::to_string(config.width) +
+                                " is not divisible by heads " + std::to_string(config.heads));
   }
-  token_embedding = register_module("token_embedding", torch::nn::Embedding(config.vocab_size, config.width));
-  position_embedding = register_module("position_embedding", torch::nn::Embedding(config.context, config.width));
+  token_embedding =
+      register_module("token_embedding", torch::nn::Embedding(config.vocab_size, config.width));
+  position_embedding =
+      register_module("position_embedding", torch::nn::Embedding(config.context, config.width));
   embedding_dropout = register_module("embedding_dropout", torch::nn::Dropout(config.dropout));
   block_list = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.layers; ++i) {
     blocks.emplace_back(config);
     block_list->push_back(blocks.back());
   }
-  ln_final = register_module("ln_final", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.width})));
+  ln_final = register_module("ln_final",
+                             torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.width})));
 
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual projections scaled down
   // by depth so that the residual stream does not grow with the number of blocks.
@@ -85,7 +89,8 @@ GPTImpl::GPTImpl(const Config& cfg) : config(cfg) {
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   const int64_t time = tokens.size(1);
   if (time > config.context) {
-    throw std::invalid_argument("GPT: sequence of " + std::to_string(time) + " tokens is longer than the context " +
+    throw std::invalid_argument("GPT: sequence of " + std::to_string(time) +
+                                " tokens is longer than the context " +
                                 std::to_string(config.context));
   }
   auto positions = torch::arange(time, tokens.options());

@@ -63,8 +63,9 @@ struct GPTImpl : torch::nn::Module {
   Config config;
   torch::nn::Embedding token_embedding{nullptr}, position_embedding{nullptr};
   torch::nn::Dropout embedding_dropout{nullptr};
-  torch::nn::ModuleList block_list{nullptr};  // registered as "blocks": names blocks.0.attn.qkv.weight, ...
-  std::vector<Block> blocks;                  // the same modules, typed
+  torch::nn::ModuleList block_list{
+      nullptr};               // registered as "blocks": names blocks.0.attn.qkv.weight, ...
+  std::vector<Block> blocks;  // the same modules, typed
   torch::nn::LayerNorm ln_final{nullptr};
 };
 TORCH_MODULE(GPT);

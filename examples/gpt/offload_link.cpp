@@ -17,23 +17,28 @@ std::optional<recompose::LinkModel>& given() {
 recompose::LinkModel parse_link(std::string_view text) {
   const std::string t(text);
   recompose::LinkModel link;
-  double* fields[] = {&link.d2h_bytes_per_second, &link.h2d_bytes_per_second, &link.seconds_per_copy};
+  double* fields[] = {&link.d2h_bytes_per_second, &link.h2d_bytes_per_second,
+                      &link.seconds_per_copy};
   const char* at = t.c_str();
   for (size_t i = 0; i < 3; ++i) {
     char* end = nullptr;
     *fields[i] = std::strtod(at, &end);
     if (end == at || (i < 2 ? *end != ',' : *end != '\0')) {
-      throw std::invalid_argument("'" + t + "' is not \"measure\" nor \"D2H,H2D,COST\" (\"53e9,35e9,10e-6\")");
+      throw std::invalid_argument(
+          "'" + t + "' is not \"measure\" nor \"D2H,H2D,COST\" (\"53e9,35e9,10e-6\")");
     }
     at = end + 1;
   }
-  if (!link.valid()) throw std::invalid_argument("'" + t + "': bandwidths must be positive, the cost not negative");
+  if (!link.valid())
+    throw std::invalid_argument("'" + t + "': bandwidths must be positive, the cost not negative");
   return link;
 }
 
 void set_link(std::string_view text) {
-  if (text == "measure") given().reset();
-  else given() = parse_link(text);
+  if (text == "measure")
+    given().reset();
+  else
+    given() = parse_link(text);
 }
 
 std::optional<recompose::LinkModel> link_for(const torch::Device& device) {

@@ -77,8 +77,10 @@ Options parse_options(int argc, char** argv) {
       auto name = value();
       auto p = parse_policy(name);
       if (!p) {
-        throw UsageError("--policy must be none, full, selective, swap, offload, every-second-mm or offload-window, got '" +
-                         std::string(name) + "'");
+        throw UsageError(
+            "--policy must be none, full, selective, swap, offload, every-second-mm or "
+            "offload-window, got '" +
+            std::string(name) + "'");
       }
       o.policy = *p;
     } else if (flag == "--device") {
@@ -125,8 +127,9 @@ Options parse_options(int argc, char** argv) {
       throw UsageError("unknown flag '" + std::string(flag) + "'");
     }
   }
-  if (static_cast<int>(o.compare) + static_cast<int>(o.sweep) + static_cast<int>(!o.budget.empty()) +
-          static_cast<int>(!o.plan.empty()) > 1) {
+  if (static_cast<int>(o.compare) + static_cast<int>(o.sweep) +
+          static_cast<int>(!o.budget.empty()) + static_cast<int>(!o.plan.empty()) >
+      1) {
     throw UsageError("--compare, --sweep, --budget and --plan exclude each other");
   }
   if (o.width % o.heads != 0) {
@@ -140,27 +143,38 @@ std::string usage(const char* program) {
   const Options d;
   std::ostringstream s;
   s << "Usage: " << program << " [flags]\n"
-    << "Trains a small character-level GPT on a public-domain text, with activation checkpointing.\n\n"
+    << "Trains a small character-level GPT on a public-domain text, with activation "
+       "checkpointing.\n\n"
     << "  --policy none|full|selective|swap|offload|every-second-mm|offload-window\n"
     << "                       checkpointing of every block (default none)\n"
-    << "  --budget B           plan per block for at most B held for backward (\"40%\" of no checkpointing,\n"
-    << "                       or bytes: \"12MiB\"), train under the plan; the plan goes to OUT/plan.json\n"
+    << "  --budget B           plan per block for at most B held for backward (\"40%\" of no "
+       "checkpointing,\n"
+    << "                       or bytes: \"12MiB\"), train under the plan; the plan goes to "
+       "OUT/plan.json\n"
     << "  --plan FILE          train under a saved plan (JSON from --budget), without profiling\n"
-    << "  --sweep              budgets from the least a plan holds to 100%, beside every policy, trained\n"
+    << "  --sweep              budgets from the least a plan holds to 100%, beside every policy, "
+       "trained\n"
     << "                       side by side for --steps steps: OUT/sweep.csv and OUT/sweep.svg\n"
-    << "  --budget peak=20GiB  plan for a peak of device memory for the whole step (weights, gradients,\n"
+    << "  --budget peak=20GiB  plan for a peak of device memory for the whole step (weights, "
+       "gradients,\n"
     << "                       optimizer state, temporaries and activations)\n"
-    << "  --sweep-peak         the sweep with budgets of peak device memory (50% to 100% of no checkpointing's)\n"
-    << "  --link measure|D2H,H2D,COST  the device <-> host link (bytes/s each way, seconds per copy) for the\n"
-    << "                       planner's copy windows and offload-window (default: measured on CUDA)\n"
-    << "  --offload-window-ms X  offload-window's forward window per block (default: each call's host time)\n"
+    << "  --sweep-peak         the sweep with budgets of peak device memory (50% to 100% of no "
+       "checkpointing's)\n"
+    << "  --link measure|D2H,H2D,COST  the device <-> host link (bytes/s each way, seconds per "
+       "copy) for the\n"
+    << "                       planner's copy windows and offload-window (default: measured on "
+       "CUDA)\n"
+    << "  --offload-window-ms X  offload-window's forward window per block (default: each call's "
+       "host time)\n"
     << "  --memory-fraction F  cap the CUDA caching allocator at F of the device's memory\n"
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"
     << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"
     << "  --bf16               forward under CUDA autocast to bfloat16 (needs --device cuda)\n"
-    << "  --phase-times        time forward, backward and the optimizer apart (synchronises between them)\n"
-    << "  --no-meter           do not count the bytes held for backward (SavedTensorMeter's hooks)\n"
+    << "  --phase-times        time forward, backward and the optimizer apart (synchronises "
+       "between them)\n"
+    << "  --no-meter           do not count the bytes held for backward (SavedTensorMeter's "
+       "hooks)\n"
     << "  --steps N            training steps (default " << d.steps << ")\n"
     << "  --layers N           transformer blocks (default " << d.layers << ")\n"
     << "  --width N            embedding width (default " << d.width << ")\n"
@@ -169,9 +183,11 @@ std::string usage(const char* program) {
     << "  --batch N            sequences per step (default " << d.batch << ")\n"
     << "  --lr X               AdamW learning rate (default " << d.lr << ")\n"
     << "  --dropout X          dropout probability (default " << d.dropout << ")\n"
-    << "  --seed N             seed of the weights, dropout and batches (default " << d.seed << ")\n"
+    << "  --seed N             seed of the weights, dropout and batches (default " << d.seed
+    << ")\n"
     << "  --threads N          CPU threads, 0 for one per core (default " << d.threads << ")\n"
-    << "  --sample N           characters to generate after training, 0 for none (default " << d.sample << ")\n"
+    << "  --sample N           characters to generate after training, 0 for none (default "
+    << d.sample << ")\n"
     << "  --data FILE          training text (default " << RECOMPOSE_GPT_DATA << ")\n"
     << "  --out DIR            where the loss CSV and SVG go (default " << d.out.string() << ")\n"
     << "  --save-initial-state FILE  write the initial weights and RNG state for torch.load\n"

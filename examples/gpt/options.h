@@ -13,17 +13,19 @@ namespace gpt {
 struct Options {
   Policy policy = Policy::None;
   bool compare = false;
-  std::string budget;          // --budget: plan for this many bytes held for backward ("40%", "12MiB")
-  std::filesystem::path plan;  // --plan: apply this saved plan (JSON) instead of a policy
-  bool sweep = false;          // --sweep: the planner's curve beside the fixed policies
-  bool sweep_peak = false;     // --sweep-peak: the sweep's budgets are peaks of device memory
+  std::string budget;  // --budget: plan for this many bytes held for backward ("40%", "12MiB")
+  std::filesystem::path plan;    // --plan: apply this saved plan (JSON) instead of a policy
+  bool sweep = false;            // --sweep: the planner's curve beside the fixed policies
+  bool sweep_peak = false;       // --sweep-peak: the sweep's budgets are peaks of device memory
   std::string link = "measure";  // --link: the device <-> host link (offload_link.h)
-  double offload_window_ms = 0;  // --offload-window-ms: offload-window's forward window (0: measured)
+  double offload_window_ms =
+      0;                       // --offload-window-ms: offload-window's forward window (0: measured)
   double memory_fraction = 0;  // --memory-fraction: cap of the CUDA caching allocator (0: none)
   std::string device = "auto";
-  bool bf16 = false;  // --bf16: CUDA autocast to bfloat16 for the forward
+  bool bf16 = false;         // --bf16: CUDA autocast to bfloat16 for the forward
   bool phase_times = false;  // --phase-times: forward and backward timed apart
-  bool no_meter = false;  // --no-meter: bytes held for backward not counted  // auto: CUDA when available, else CPU
+  bool no_meter = false;     // --no-meter: bytes held for backward not counted  // auto: CUDA when
+                             // available, else CPU
   int64_t steps = 300;
   int64_t layers = 4;
   int64_t width = 128;

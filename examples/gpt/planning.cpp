@@ -12,7 +12,9 @@ recompose::MemoryProfile profile_training_step(const Config& config, const CharD
   model->train();
   auto batches = at::detail::createCPUGenerator(options.seed + 1);
   auto [inputs, targets] = data.batch(options.batch, /*validation=*/false, batches, options.device);
-  auto step = [&, &inputs = inputs, &targets = targets] { loss_of(model, inputs, targets, options.bf16).backward(); };
+  auto step = [&, &inputs = inputs, &targets = targets] {
+    loss_of(model, inputs, targets, options.bf16).backward();
+  };
   step();  // warm-up: first-time allocations and kernel selection are no part of a step's cost
   model->zero_grad();
   return recompose::profile_memory(*model, step);

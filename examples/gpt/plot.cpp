@@ -31,11 +31,20 @@ std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -48,7 +57,8 @@ std::string number(double v) {
 }
 
 struct Range {
-  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  double lo = std::numeric_limits<double>::infinity(),
+         hi = -std::numeric_limits<double>::infinity();
   void add(double v) {
     if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   }
@@ -80,24 +90,24 @@ void draw_chart(std::ostringstream& svg, const Chart& chart, double x0) {
       << escape(chart.title) << "</text>\n";
   // Grid lines and tick labels.
   for (double x = xr.lo; x <= xr.hi + x_step / 2; x += x_step) {
-    svg << "<line x1=\"" << px(x) << "\" y1=\"" << kTop << "\" x2=\"" << px(x) << "\" y2=\"" << kTop + plot_h
-        << "\" stroke=\"#e5e5e5\"/>\n"
-        << "<text x=\"" << px(x) << "\" y=\"" << kTop + plot_h + 18 << "\" text-anchor=\"middle\">" << number(x)
-        << "</text>\n";
+    svg << "<line x1=\"" << px(x) << "\" y1=\"" << kTop << "\" x2=\"" << px(x) << "\" y2=\""
+        << kTop + plot_h << "\" stroke=\"#e5e5e5\"/>\n"
+        << "<text x=\"" << px(x) << "\" y=\"" << kTop + plot_h + 18 << "\" text-anchor=\"middle\">"
+        << number(x) << "</text>\n";
   }
   for (double y = yr.lo; y <= yr.hi + y_step / 2; y += y_step) {
-    svg << "<line x1=\"" << left << "\" y1=\"" << py(y) << "\" x2=\"" << left + plot_w << "\" y2=\"" << py(y)
-        << "\" stroke=\"#e5e5e5\"/>\n"
-        << "<text x=\"" << left - 8 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << number(y)
-        << "</text>\n";
+    svg << "<line x1=\"" << left << "\" y1=\"" << py(y) << "\" x2=\"" << left + plot_w << "\" y2=\""
+        << py(y) << "\" stroke=\"#e5e5e5\"/>\n"
+        << "<text x=\"" << left - 8 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">"
+        << number(y) << "</text>\n";
   }
   // Axes and their labels.
-  svg << "<rect x=\"" << left << "\" y=\"" << kTop << "\" width=\"" << plot_w << "\" height=\"" << plot_h
-      << "\" fill=\"none\" stroke=\"black\"/>\n"
-      << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << kHeight - 14 << "\" text-anchor=\"middle\">"
-      << escape(chart.x_label) << "</text>\n"
-      << "<text transform=\"translate(" << x0 + 18 << "," << kTop + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
-      << escape(chart.y_label) << "</text>\n";
+  svg << "<rect x=\"" << left << "\" y=\"" << kTop << "\" width=\"" << plot_w << "\" height=\""
+      << plot_h << "\" fill=\"none\" stroke=\"black\"/>\n"
+      << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << kHeight - 14
+      << "\" text-anchor=\"middle\">" << escape(chart.x_label) << "</text>\n"
+      << "<text transform=\"translate(" << x0 + 18 << "," << kTop + plot_h / 2
+      << ") rotate(-90)\" text-anchor=\"middle\">" << escape(chart.y_label) << "</text>\n";
   // Series, each thinner than the one before: identical curves (policies that must agree) show
   // as nested bands instead of hiding one another.
   const size_t n = chart.series.size();
@@ -107,8 +117,8 @@ void draw_chart(std::ostringstream& svg, const Chart& chart, double x0) {
     const auto& s = chart.series[i];
     const char* color = kColors[i % kColors.size()];
     if (s.line) {
-      svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << 1.2 * static_cast<double>(lines_left--)
-          << "\" stroke-linejoin=\"round\" points=\"";
+      svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\""
+          << 1.2 * static_cast<double>(lines_left--) << "\" stroke-linejoin=\"round\" points=\"";
       for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
         if (std::isfinite(s.y[j])) svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';
       }
@@ -117,25 +127,31 @@ void draw_chart(std::ostringstream& svg, const Chart& chart, double x0) {
     if (s.markers) {
       for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
         if (std::isfinite(s.y[j])) {
-          svg << "<circle cx=\"" << px(s.x[j]) << "\" cy=\"" << py(s.y[j]) << "\" r=\"4\" fill=\"" << color << "\"/>\n";
+          svg << "<circle cx=\"" << px(s.x[j]) << "\" cy=\"" << py(s.y[j]) << "\" r=\"4\" fill=\""
+              << color << "\"/>\n";
         }
       }
     }
     const double ly = kTop + 12 + 18 * static_cast<double>(i);
     if (s.line) {
-      svg << "<line x1=\"" << left + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\"" << left + plot_w + 34
-          << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n";
+      svg << "<line x1=\"" << left + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\""
+          << left + plot_w + 34 << "\" y2=\"" << ly << "\" stroke=\"" << color
+          << "\" stroke-width=\"2\"/>\n";
     }
     if (s.markers) {
-      svg << "<circle cx=\"" << left + plot_w + 23 << "\" cy=\"" << ly << "\" r=\"4\" fill=\"" << color << "\"/>\n";
+      svg << "<circle cx=\"" << left + plot_w + 23 << "\" cy=\"" << ly << "\" r=\"4\" fill=\""
+          << color << "\"/>\n";
     }
-    svg << "<text x=\"" << left + plot_w + 40 << "\" y=\"" << ly + 4 << "\">" << escape(s.name) << "</text>\n";
+    svg << "<text x=\"" << left + plot_w + 40 << "\" y=\"" << ly + 4 << "\">" << escape(s.name)
+        << "</text>\n";
   }
 }
 
 }  // namespace
 
-void write_svg(const std::filesystem::path& path, const Chart& chart) { write_svg(path, std::vector<Chart>{chart}); }
+void write_svg(const std::filesystem::path& path, const Chart& chart) {
+  write_svg(path, std::vector<Chart>{chart});
+}
 
 void write_svg(const std::filesystem::path& path, const std::vector<Chart>& panels) {
   std::ostringstream svg;
@@ -143,7 +159,8 @@ void write_svg(const std::filesystem::path& path, const std::vector<Chart>& pane
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << kHeight
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  for (size_t i = 0; i < panels.size(); ++i) draw_chart(svg, panels[i], kWidth * static_cast<double>(i));
+  for (size_t i = 0; i < panels.size(); ++i)
+    draw_chart(svg, panels[i], kWidth * static_cast<double>(i));
   svg << "</svg>\n";
 
   std::ofstream out(path);

@@ -23,7 +23,9 @@ std::string format_bytes(int64_t bytes) {
 }
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::FILE* stream)
-    : label_(std::move(label)), total_(std::max<int64_t>(total, 1)), stream_(stream),
+    : label_(std::move(label)),
+      total_(std::max<int64_t>(total, 1)),
+      stream_(stream),
       terminal_(isatty(fileno(stream)) != 0) {}
 
 void ProgressBar::update(int64_t done, const std::string& status) {
@@ -33,8 +35,8 @@ void ProgressBar::update(int64_t done, const std::string& status) {
     std::string bar(static_cast<size_t>(filled), '=');
     if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
     // \x1b[K clears what a longer previous line left behind.
-    std::fprintf(stream_, "\r%s [%s] %lld/%lld %s\x1b[K", label_.c_str(), bar.c_str(), static_cast<long long>(done),
-                 static_cast<long long>(total_), status.c_str());
+    std::fprintf(stream_, "\r%s [%s] %lld/%lld %s\x1b[K", label_.c_str(), bar.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), status.c_str());
     open_ = true;
   } else {
     const int64_t every = std::max<int64_t>(total_ / 10, 1);

@@ -12,18 +12,21 @@ namespace gpt {
 
 void write_csv(const std::filesystem::path& path, const PolicyResults& results) {
   std::ofstream out(path);
-  out << "policy,step,loss,step_ms,bytes_held_for_backward,step_peak_bytes,peak_bytes,bytes_swapped\n";
+  out << "policy,step,loss,step_ms,bytes_held_for_backward,step_peak_bytes,peak_bytes,bytes_"
+         "swapped\n";
   out.precision(9);
   for (const auto& [policy, result] : results) {
     for (const auto& r : result.steps) {
-      out << policy_name(policy) << ',' << r.step << ',' << r.loss << ',' << r.seconds * 1e3 << ',' << r.bytes_held
-          << ',' << r.peak_memory - r.resting_memory << ',' << r.peak_memory << ',' << r.bytes_swapped << '\n';
+      out << policy_name(policy) << ',' << r.step << ',' << r.loss << ',' << r.seconds * 1e3 << ','
+          << r.bytes_held << ',' << r.peak_memory - r.resting_memory << ',' << r.peak_memory << ','
+          << r.bytes_swapped << '\n';
     }
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-void write_cost_plot(const std::filesystem::path& path, const PolicyResults& results, const torch::Device& device) {
+void write_cost_plot(const std::filesystem::path& path, const PolicyResults& results,
+                     const torch::Device& device) {
   if (results.empty()) return;
   const double base = results.front().second.mean_step_seconds();  // none comes first
   constexpr double kMiB = 1024.0 * 1024.0;
@@ -36,7 +39,8 @@ void write_cost_plot(const std::filesystem::path& path, const PolicyResults& res
   write_svg(path, cost_charts(costs, device.is_cuda() ? "CUDA" : "CPU"));
 }
 
-void write_loss_plot(const std::filesystem::path& path, const PolicyResults& results, const std::string& title) {
+void write_loss_plot(const std::filesystem::path& path, const PolicyResults& results,
+                     const std::string& title) {
   Chart chart{title, "step", "training loss (cross-entropy)", {}};
   for (const auto& [policy, result] : results) {
     Series s{std::string(policy_name(policy)), {}, {}};
@@ -51,26 +55,32 @@ void write_loss_plot(const std::filesystem::path& path, const PolicyResults& res
 
 void print_summary(const TrainResult& result, Policy policy, const torch::Device& device) {
   const double step = result.mean_step_seconds();
-  std::printf("policy %s: loss %.4f after %zu steps\n", std::string(policy_name(policy)).c_str(), result.final_loss(),
-              result.steps.size());
-  std::printf("  step time          %.1f ms (mean without the first step), %.0f tokens/s\n", step * 1e3,
-              static_cast<double>(result.tokens_per_step) / step);
+  std::printf("policy %s: loss %.4f after %zu steps\n", std::string(policy_name(policy)).c_str(),
+              result.final_loss(), result.steps.size());
+  std::printf("  step time          %.1f ms (mean without the first step), %.0f tokens/s\n",
+              step * 1e3, static_cast<double>(result.tokens_per_step) / step);
   std::printf("  held for backward  %s (peak; tensors autograd keeps from forward to backward)\n",
               format_bytes(result.peak_bytes_held()).c_str());
   std::printf("  step peak memory   %s above weights and optimizer state; %s in all (%s)\n",
-              format_bytes(result.peak_step_memory()).c_str(), format_bytes(result.peak_memory()).c_str(),
+              format_bytes(result.peak_step_memory()).c_str(),
+              format_bytes(result.peak_memory()).c_str(),
               device.is_cuda() ? "CUDA caching allocator" : "CPU allocator");
-  std::printf("  CPU time           %.1f ms per step (process CPU time, mean without the first step)\n",
-              result.mean_step_cpu_seconds() * 1e3);
-  std::printf("  page faults        %.0f per step (minor, mean without the first step)\n", result.mean_page_faults());
+  std::printf(
+      "  CPU time           %.1f ms per step (process CPU time, mean without the first step)\n",
+      result.mean_step_cpu_seconds() * 1e3);
+  std::printf("  page faults        %.0f per step (minor, mean without the first step)\n",
+              result.mean_page_faults());
   if (result.steps.back().forward_seconds > 0) {
     const double forward = result.mean_forward_seconds(), backward = result.mean_backward_seconds();
-    std::printf("  phases             forward %.1f ms, backward %.1f ms, optimizer and the rest %.1f ms (means,\n"
-                "                     the device synchronised after each; --phase-times)\n",
-                forward * 1e3, backward * 1e3, (step - forward - backward) * 1e3);
+    std::printf(
+        "  phases             forward %.1f ms, backward %.1f ms, optimizer and the rest %.1f ms "
+        "(means,\n"
+        "                     the device synchronised after each; --phase-times)\n",
+        forward * 1e3, backward * 1e3, (step - forward - backward) * 1e3);
   }
   if (result.steps.back().bytes_swapped > 0) {
-    std::printf("  swapped to host    %s per step\n", format_bytes(result.steps.back().bytes_swapped).c_str());
+    std::printf("  swapped to host    %s per step\n",
+                format_bytes(result.steps.back().bytes_swapped).c_str());
   }
 }
 

@@ -4,8 +4,8 @@
 
 namespace gpt {
 
-std::string sample(GPT& model, const CharDataset& data, const std::string& prompt, int64_t length, uint64_t seed,
-                   const torch::Device& device) {
+std::string sample(GPT& model, const CharDataset& data, const std::string& prompt, int64_t length,
+                   uint64_t seed, const torch::Device& device) {
   torch::NoGradGuard no_grad;  // no autograd graph, so checkpointing stays out of the way
   model->eval();
   auto generator = at::detail::createCPUGenerator(seed);

@@ -10,7 +10,7 @@
 namespace gpt {
 
 // Continues `prompt` by `length` characters, sampling each from the softmax of the logits.
-std::string sample(GPT& model, const CharDataset& data, const std::string& prompt, int64_t length, uint64_t seed,
-                   const torch::Device& device);
+std::string sample(GPT& model, const CharDataset& data, const std::string& prompt, int64_t length,
+                   uint64_t seed, const torch::Device& device);
 
 }  // namespace gpt

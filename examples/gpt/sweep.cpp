@@ -2,8 +2,8 @@
 
 #include "compare.h"
 #include "offload_link.h"
-#include "plot.h"
 #include "planning.h"
+#include "plot.h"
 #include "progress.h"
 
 #include <recompose/planner.h>
@@ -24,7 +24,8 @@ struct Entry {
   std::string name;
   bool planned = false;
   std::shared_ptr<const recompose::Plan> plan;
-  double fraction = 0;  // planned: the budget as a fraction of none's bytes (--sweep-peak: of none's peak)
+  double fraction =
+      0;  // planned: the budget as a fraction of none's bytes (--sweep-peak: of none's peak)
   int64_t peak_budget = 0;  // --sweep-peak: the budget of device memory
   std::unique_ptr<Trainer> trainer;
   std::vector<StepRecord> steps;
@@ -81,7 +82,8 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   }
   double solve_seconds = 0;
   std::vector<Entry> entries;
-  for (Policy p : kAllPolicies) entries.push_back({std::string(policy_name(p)), false, nullptr, 0, 0, nullptr, {}});
+  for (Policy p : kAllPolicies)
+    entries.push_back({std::string(policy_name(p)), false, nullptr, 0, 0, nullptr, {}});
   const size_t fixed = entries.size();
   const int64_t none_peak = profile.resident_bytes + profile.bytes_held;
   if (peak) {
@@ -90,8 +92,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   }
   for (double f : fractions) {
     const int64_t peak_budget = static_cast<int64_t>(f * static_cast<double>(none_peak));
-    auto budget = peak ? recompose::Budget::peak_bytes(peak_budget)
-                       : (f == lo ? recompose::Budget::bytes(least) : recompose::Budget::fraction(f));
+    auto budget =
+        peak ? recompose::Budget::peak_bytes(peak_budget)
+             : (f == lo ? recompose::Budget::bytes(least) : recompose::Budget::fraction(f));
     std::shared_ptr<recompose::Plan> plan;
     try {
       plan = std::make_shared<recompose::Plan>(recompose::solve_plan(profile, budget, solve));
@@ -115,7 +118,8 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
     e.trainer = std::make_unique<Trainer>(config, data, o);
   }
 
-  ProgressBar progress("sweep (" + std::to_string(entries.size()) + " runs interleaved)", options.steps);
+  ProgressBar progress("sweep (" + std::to_string(entries.size()) + " runs interleaved)",
+                       options.steps);
   for (int64_t step = 1; step <= options.steps; ++step) {
     for (auto& e : entries) e.steps.push_back(e.trainer->step(step));
     progress.update(step, "");
@@ -130,24 +134,34 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   double worst_loss = 0;
   const double tolerance = loss_tolerance(options.bf16);
   std::ofstream csv(out / "sweep.csv");
-  csv << "kind,name,budget_bytes,budget_fraction,estimated_bytes,estimated_step_ms,held_bytes,swapped_bytes,"
-         "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss,step_peak_bytes,"
+  csv << "kind,name,budget_bytes,budget_fraction,estimated_bytes,estimated_step_ms,held_bytes,"
+         "swapped_bytes,"
+         "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss,"
+         "step_peak_bytes,"
          "step_peak_x\n";
-  std::printf("\n%lld steps per run, interleaved; step time: median without the first step; x: against none\n",
-              static_cast<long long>(options.steps));
-  std::printf("| run             | budget    | est. held | held      | %s | step peak   | peak x | est. ms | step ms | time x | best fixed fitting    | vs best |\n",
-              cpu ? "held+swap" : "swapped  ");
-  std::printf("|-----------------|-----------|-----------|-----------|-----------|-------------|--------|---------|---------|--------|-----------------------|---------|\n");
+  std::printf(
+      "\n%lld steps per run, interleaved; step time: median without the first step; x: against "
+      "none\n",
+      static_cast<long long>(options.steps));
+  std::printf(
+      "| run             | budget    | est. held | held      | %s | step peak   | peak x | est. ms "
+      "| step ms | time x | best fixed fitting    | vs best |\n",
+      cpu ? "held+swap" : "swapped  ");
+  std::printf(
+      "|-----------------|-----------|-----------|-----------|-----------|-------------|--------|--"
+      "-------|---------|--------|-----------------------|---------|\n");
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     const double t = e.step_seconds();
-    const double loss_diff = std::abs(e.steps.back().loss - none.steps.back().loss) / std::abs(none.steps.back().loss);
+    const double loss_diff =
+        std::abs(e.steps.back().loss - none.steps.back().loss) / std::abs(none.steps.back().loss);
     worst_loss = std::max(worst_loss, loss_diff);
     std::string best = "-";
     double best_x = NAN;
     char budget[16] = "-", est[16] = "-", est_ms[16] = "-";
     if (e.planned) {
-      std::snprintf(budget, sizeof budget, "%.2f MiB", mib(e.peak_budget > 0 ? e.peak_budget : e.plan->budget_bytes));
+      std::snprintf(budget, sizeof budget, "%.2f MiB",
+                    mib(e.peak_budget > 0 ? e.peak_budget : e.plan->budget_bytes));
       std::snprintf(est, sizeof est, "%.2f MiB", mib(e.plan->bytes));
       std::snprintf(est_ms, sizeof est_ms, "%.1f", e.plan->step_seconds * 1e3);
       double best_t = INFINITY;
@@ -158,31 +172,40 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
         }
       }
       best_x = best_t / t_none;
-      if (static_cast<double>(e.held()) > 1.05 * static_cast<double>(e.plan->budget_bytes)) ok = false;
+      if (static_cast<double>(e.held()) > 1.05 * static_cast<double>(e.plan->budget_bytes))
+        ok = false;
       // A peak budget on a device: the caching allocator's peak of the whole step.
-      if (e.peak_budget > 0 && !cpu && static_cast<double>(e.absolute_peak()) > 1.05 * static_cast<double>(e.peak_budget)) {
+      if (e.peak_budget > 0 && !cpu &&
+          static_cast<double>(e.absolute_peak()) > 1.05 * static_cast<double>(e.peak_budget)) {
         ok = false;
       }
     }
-    const double peak_x = static_cast<double>(e.step_peak()) / static_cast<double>(std::max<int64_t>(1, none.step_peak()));
-    std::printf("| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f MiB | %6.3f | %7s | %7.1f | %6.3f | %-21s | %7s |\n",
-                e.name.c_str(), budget, est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()), mib(e.step_peak()),
-                peak_x, est_ms, t * 1e3, t / t_none,
-                best == "-" ? "-" : (best + " " + std::to_string(best_x).substr(0, 5)).c_str(),
-                std::isfinite(best_x) ? std::to_string(t / t_none / best_x).substr(0, 5).c_str() : "-");
-    csv << (e.planned ? "planned" : "fixed") << ',' << e.name << ',' << (e.planned ? e.plan->budget_bytes : 0) << ','
-        << e.fraction << ',' << (e.planned ? e.plan->bytes : 0) << ',' << (e.planned ? e.plan->step_seconds * 1e3 : 0)
-        << ',' << e.held() << ',' << e.swapped() << ',' << effective(e) << ',' << t * 1e3 << ',' << t / t_none << ','
-        << static_cast<double>(effective(e)) / static_cast<double>(effective(none)) << ',' << best << ','
-        << (std::isfinite(best_x) ? best_x : 0) << ',' << e.steps.back().loss << ',' << e.step_peak() << ','
-        << peak_x << '\n';
+    const double peak_x = static_cast<double>(e.step_peak()) /
+                          static_cast<double>(std::max<int64_t>(1, none.step_peak()));
+    std::printf(
+        "| %-15s | %9s | %9s | %6.2f MiB | %6.2f MiB | %7.1f MiB | %6.3f | %7s | %7.1f | %6.3f | "
+        "%-21s | %7s |\n",
+        e.name.c_str(), budget, est, mib(e.held()), mib(cpu ? effective(e) : e.swapped()),
+        mib(e.step_peak()), peak_x, est_ms, t * 1e3, t / t_none,
+        best == "-" ? "-" : (best + " " + std::to_string(best_x).substr(0, 5)).c_str(),
+        std::isfinite(best_x) ? std::to_string(t / t_none / best_x).substr(0, 5).c_str() : "-");
+    csv << (e.planned ? "planned" : "fixed") << ',' << e.name << ','
+        << (e.planned ? e.plan->budget_bytes : 0) << ',' << e.fraction << ','
+        << (e.planned ? e.plan->bytes : 0) << ',' << (e.planned ? e.plan->step_seconds * 1e3 : 0)
+        << ',' << e.held() << ',' << e.swapped() << ',' << effective(e) << ',' << t * 1e3 << ','
+        << t / t_none << ','
+        << static_cast<double>(effective(e)) / static_cast<double>(effective(none)) << ',' << best
+        << ',' << (std::isfinite(best_x) ? best_x : 0) << ',' << e.steps.back().loss << ','
+        << e.step_peak() << ',' << peak_x << '\n';
   }
   csv.close();
 
   // The plot: the planner's curve and a dot per fixed policy.
-  Chart chart{"Bytes held for backward against step time (" + std::string(cpu ? "CPU" : "CUDA") + ")",
-              std::string("held for backward, MiB") + (cpu ? " (swapped bytes included on CPU)" : ""),
-              "step time, x of no checkpointing", {}};
+  Chart chart{
+      "Bytes held for backward against step time (" + std::string(cpu ? "CPU" : "CUDA") + ")",
+      std::string("held for backward, MiB") + (cpu ? " (swapped bytes included on CPU)" : ""),
+      "step time, x of no checkpointing",
+      {}};
   Series curve{"planner", {}, {}, true, true};
   for (size_t i = fixed; i < entries.size(); ++i) {
     curve.x.push_back(mib(effective(entries[i])));
@@ -190,7 +213,11 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   }
   chart.series.push_back(curve);
   for (size_t j = 0; j < fixed; ++j) {
-    chart.series.push_back({entries[j].name, {mib(effective(entries[j]))}, {entries[j].step_seconds() / t_none}, false, true});
+    chart.series.push_back({entries[j].name,
+                            {mib(effective(entries[j]))},
+                            {entries[j].step_seconds() / t_none},
+                            false,
+                            true});
   }
   write_svg(out / "sweep.svg", chart);
 
@@ -202,15 +229,16 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
   for (size_t i = fixed; i < entries.size(); ++i) {
     double best_t = INFINITY;
     for (size_t j = 0; j < fixed; ++j) {
-      if (effective(entries[j]) <= entries[i].plan->budget_bytes) best_t = std::min(best_t, entries[j].step_seconds());
+      if (effective(entries[j]) <= entries[i].plan->budget_bytes)
+        best_t = std::min(best_t, entries[j].step_seconds());
     }
     if (std::isfinite(best_t)) {
       worst_vs_best = std::max(worst_vs_best, entries[i].step_seconds() / best_t);
       on_or_below = on_or_below && entries[i].step_seconds() <= best_t;
     }
   }
-  std::printf("  planned step time <= best fixed policy that fits: %s (worst ratio %.3f)\n", on_or_below ? "yes" : "no",
-              worst_vs_best);
+  std::printf("  planned step time <= best fixed policy that fits: %s (worst ratio %.3f)\n",
+              on_or_below ? "yes" : "no", worst_vs_best);
   for (size_t i = fixed; i < entries.size(); ++i) {
     if (!peak && std::abs(entries[i].fraction - 0.5) < 1e-9) {
       std::printf("  at 50%% of none's bytes: step time %.3fx of none (target <= 1.08)\n",
@@ -218,11 +246,13 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
     }
   }
   const double planning = profile.profile_seconds + solve_seconds;
-  std::printf("  profiling + solving: %.1f ms = %.2f steps of none (target <= 3); solving %.3f ms\n", planning * 1e3,
-              planning / t_none, solve_seconds * 1e3);
+  std::printf(
+      "  profiling + solving: %.1f ms = %.2f steps of none (target <= 3); solving %.3f ms\n",
+      planning * 1e3, planning / t_none, solve_seconds * 1e3);
   std::printf("  losses: largest relative difference from none %.1e (%s)\n", worst_loss,
               worst_loss <= tolerance ? "equal" : "DIFFER");
-  std::printf("wrote %s, %s, profile.json and plan_*.json\n", (out / "sweep.csv").c_str(), (out / "sweep.svg").c_str());
+  std::printf("wrote %s, %s, profile.json and plan_*.json\n", (out / "sweep.csv").c_str(),
+              (out / "sweep.svg").c_str());
   return ok && worst_loss <= tolerance ? 0 : 1;
 }
 

@@ -27,7 +27,8 @@ namespace {
 std::string status_line(const StepRecord& r, int64_t tokens_per_step) {
   char buffer[160];
   const double tokens_per_second = static_cast<double>(tokens_per_step) / std::max(r.seconds, 1e-9);
-  std::snprintf(buffer, sizeof buffer, "loss %.4f | %.0f tok/s | held for backward %s | step peak %s", r.loss,
+  std::snprintf(buffer, sizeof buffer,
+                "loss %.4f | %.0f tok/s | held for backward %s | step peak %s", r.loss,
                 tokens_per_second, format_bytes(r.bytes_held).c_str(),
                 format_bytes(r.peak_memory - r.resting_memory).c_str());
   return buffer;
@@ -38,7 +39,8 @@ std::string status_line(const StepRecord& r, int64_t tokens_per_step) {
 double learning_rate(double peak, int64_t step, int64_t steps) {
   const int64_t warmup = std::max<int64_t>(steps / 10, 1);
   if (step <= warmup) return peak * static_cast<double>(step) / static_cast<double>(warmup);
-  const double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(steps - warmup, 1));
+  const double progress = static_cast<double>(step - warmup) /
+                          static_cast<double>(std::max<int64_t>(steps - warmup, 1));
   return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.141592653589793 * progress)));
 }
 
@@ -56,12 +58,14 @@ int64_t minor_page_faults() {
 
 // The generator dropout draws from on `device`.
 at::Generator dropout_generator(const torch::Device& device) {
-  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device)
+                          : at::detail::getDefaultCPUGenerator();
 }
 
 }  // namespace
 
-torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets, bool bf16) {
+torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets,
+                      bool bf16) {
   // --bf16: the forward under CUDA autocast (matrix products in bfloat16, reductions in float32),
   // as mixed-precision training runs do; backward follows the dtypes the forward chose.
   struct Autocast {
@@ -78,7 +82,8 @@ torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tens
     }
   } autocast(bf16 && inputs.is_cuda());
   auto logits = model(inputs);
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                              targets.reshape({-1}));
 }
 
 namespace {
@@ -95,11 +100,21 @@ double mean_without_first(const std::vector<StepRecord>& steps, Field field) {
 
 }  // namespace
 
-double TrainResult::mean_step_seconds() const { return mean_without_first(steps, &StepRecord::seconds); }
-double TrainResult::mean_step_cpu_seconds() const { return mean_without_first(steps, &StepRecord::cpu_seconds); }
-double TrainResult::mean_page_faults() const { return mean_without_first(steps, &StepRecord::page_faults); }
-double TrainResult::mean_forward_seconds() const { return mean_without_first(steps, &StepRecord::forward_seconds); }
-double TrainResult::mean_backward_seconds() const { return mean_without_first(steps, &StepRecord::backward_seconds); }
+double TrainResult::mean_step_seconds() const {
+  return mean_without_first(steps, &StepRecord::seconds);
+}
+double TrainResult::mean_step_cpu_seconds() const {
+  return mean_without_first(steps, &StepRecord::cpu_seconds);
+}
+double TrainResult::mean_page_faults() const {
+  return mean_without_first(steps, &StepRecord::page_faults);
+}
+double TrainResult::mean_forward_seconds() const {
+  return mean_without_first(steps, &StepRecord::forward_seconds);
+}
+double TrainResult::mean_backward_seconds() const {
+  return mean_without_first(steps, &StepRecord::backward_seconds);
+}
 
 int64_t TrainResult::peak_bytes_held() const {
   int64_t peak = 0;
@@ -111,7 +126,8 @@ int64_t TrainResult::peak_step_memory() const {
   // Without the first step, which also allocates the optimizer's state.
   const auto first = steps.size() > 1 ? steps.begin() + 1 : steps.begin();
   int64_t peak = 0;
-  for (auto r = first; r != steps.end(); ++r) peak = std::max(peak, r->peak_memory - r->resting_memory);
+  for (auto r = first; r != steps.end(); ++r)
+    peak = std::max(peak, r->peak_memory - r->resting_memory);
   return peak;
 }
 
@@ -122,7 +138,10 @@ int64_t TrainResult::peak_memory() const {
 }
 
 Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptions& options)
-    : config_(config), data_(data), options_(options), batches_(at::detail::createCPUGenerator(options.seed)) {
+    : config_(config),
+      data_(data),
+      options_(options),
+      batches_(at::detail::createCPUGenerator(options.seed)) {
   torch::manual_seed(options.seed);  // weights and dropout masks
   model_ = GPT(config);
   model_->to(options.device);
@@ -134,10 +153,12 @@ Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptio
     recompose::apply_plan(*model_, *options.plan);
   }
   if (options.device.is_cuda()) {
-    fused_optimizer_ = std::make_unique<FusedAdamW>(model_->parameters(), 0.9, 0.99, /*weight_decay=*/0.01);
+    fused_optimizer_ =
+        std::make_unique<FusedAdamW>(model_->parameters(), 0.9, 0.99, /*weight_decay=*/0.01);
   } else {
     optimizer_ = std::make_unique<torch::optim::AdamW>(
-        model_->parameters(), torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
+        model_->parameters(),
+        torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
   }
   rng_state_ = dropout_generator(options.device).get_state();
 }
@@ -158,14 +179,18 @@ StepRecord Trainer::step(int64_t step) {
   } restore{gen, rng_state_, outside};
   const double lr = learning_rate(options_.lr, step, options_.steps);
   if (optimizer_) {
-    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    for (auto& group : optimizer_->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  auto [inputs, targets] = data_.batch(options_.batch, /*validation=*/false, batches_, options_.device);
+  auto [inputs, targets] =
+      data_.batch(options_.batch, /*validation=*/false, batches_, options_.device);
   StepRecord record;
   record.step = step;
   // Frees last step's gradients before the step is measured.
-  if (optimizer_) optimizer_->zero_grad();
-  else fused_optimizer_->zero_grad();
+  if (optimizer_)
+    optimizer_->zero_grad();
+  else
+    fused_optimizer_->zero_grad();
   synchronize(options_.device);
   reset_peak_memory(options_.device);
   record.resting_memory = current_memory(options_.device);
@@ -205,7 +230,8 @@ StepRecord Trainer::step(int64_t step) {
   return record;
 }
 
-TrainResult train(const Config& config, const CharDataset& data, const TrainOptions& options, GPT* model_out) {
+TrainResult train(const Config& config, const CharDataset& data, const TrainOptions& options,
+                  GPT* model_out) {
   Trainer trainer(config, data, options);
   TrainResult result;
   result.parameters = trainer.model()->parameter_count();
@@ -220,8 +246,8 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   return result;
 }
 
-double validation_loss(GPT& model, const CharDataset& data, int64_t batch, int64_t batches, uint64_t seed,
-                       const torch::Device& device) {
+double validation_loss(GPT& model, const CharDataset& data, int64_t batch, int64_t batches,
+                       uint64_t seed, const torch::Device& device) {
   torch::NoGradGuard no_grad;
   model->eval();
   auto generator = at::detail::createCPUGenerator(seed);

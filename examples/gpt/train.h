@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "fused_adamw.h"
 #include <vector>
+#include "fused_adamw.h"
 
 namespace gpt {
 
@@ -27,9 +27,10 @@ struct TrainOptions {
   uint64_t seed = 1337;
   torch::Device device = torch::kCPU;
   bool bf16 = false;  // forward under CUDA autocast to bfloat16 (CUDA only)
-  bool phase_times = false;  // time forward and backward apart (synchronises the device between them)
+  bool phase_times =
+      false;              // time forward and backward apart (synchronises the device between them)
   bool no_meter = false;  // no SavedTensorMeter: bytes_held stays 0
-  std::string label = "train";  // shown before the progress bar
+  std::string label = "train";               // shown before the progress bar
   std::filesystem::path save_initial_state;  // written before the first step when not empty
   // Policy::Planned: the plan applied to the blocks (recompose::apply_plan).
   std::shared_ptr<const recompose::Plan> plan;
@@ -39,12 +40,12 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0;
   double seconds = 0;
-  double cpu_seconds = 0;    // process CPU time of the step: less disturbed by a busy machine
-  int64_t bytes_held = 0;    // peak bytes autograd held for backward (SavedTensorMeter)
-  int64_t peak_memory = 0;   // peak tensor memory allocated on the device during the step
+  double cpu_seconds = 0;      // process CPU time of the step: less disturbed by a busy machine
+  int64_t bytes_held = 0;      // peak bytes autograd held for backward (SavedTensorMeter)
+  int64_t peak_memory = 0;     // peak tensor memory allocated on the device during the step
   int64_t resting_memory = 0;  // allocated when the step starts: weights, optimizer state, batch
-  int64_t bytes_swapped = 0; // bytes offloaded to host memory (swap policy)
-  int64_t page_faults = 0;   // minor page faults of the process during the step (getrusage)
+  int64_t bytes_swapped = 0;   // bytes offloaded to host memory (swap policy)
+  int64_t page_faults = 0;     // minor page faults of the process during the step (getrusage)
   // --phase-times: forward and backward, each ended by a device synchronisation (the rest of
   // the step is the optimizer); 0 otherwise.
   double forward_seconds = 0;
@@ -73,7 +74,8 @@ struct TrainResult {
 };
 
 // The cross-entropy of the model's next-character predictions.
-torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets, bool bf16 = false);
+torch::Tensor loss_of(GPT& model, const torch::Tensor& inputs, const torch::Tensor& targets,
+                      bool bf16 = false);
 
 // A freshly built model (from the seed), its policy or plan, AdamW, the batch stream and its own
 // random state (dropout): one measured training step per call, so that several can be
@@ -92,9 +94,10 @@ class Trainer {
   GPT model_{nullptr};
   std::shared_ptr<recompose::SwapManager> swap_manager_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;  // CPU
-  std::unique_ptr<FusedAdamW> fused_optimizer_;      // CUDA (fused_adamw.h says why)
+  std::unique_ptr<FusedAdamW> fused_optimizer_;     // CUDA (fused_adamw.h says why)
   at::Generator batches_;
-  at::Tensor rng_state_;  // the default generator of the device (dropout) between this trainer's steps
+  at::Tensor
+      rng_state_;  // the default generator of the device (dropout) between this trainer's steps
 };
 
 // Trains a freshly built model; the same seed gives the same weights, batches and dropout masks
@@ -103,7 +106,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
                   GPT* model_out = nullptr);
 
 // Mean cross-entropy over `batches` validation batches, without dropout.
-double validation_loss(GPT& model, const CharDataset& data, int64_t batch, int64_t batches, uint64_t seed,
-                       const torch::Device& device);
+double validation_loss(GPT& model, const CharDataset& data, int64_t batch, int64_t batches,
+                       uint64_t seed, const torch::Device& device);
 
 }  // namespace gpt

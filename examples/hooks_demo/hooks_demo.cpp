@@ -42,9 +42,10 @@ int main(int argc, char** argv) {
 
   // 1. Hooks at work.
   Annotated block;
-  auto pre = recompose::hooks::register_forward_pre_hook(*block, [](recompose::hooks::ForwardCall& c) {
-    std::printf("pre-hook:  input sum %.1f\n", c.input_leaves()[0].sum().item<double>());
-  });
+  auto pre =
+      recompose::hooks::register_forward_pre_hook(*block, [](recompose::hooks::ForwardCall& c) {
+        std::printf("pre-hook:  input sum %.1f\n", c.input_leaves()[0].sum().item<double>());
+      });
   auto post = recompose::hooks::register_forward_hook(*block, [](recompose::hooks::ForwardCall& c) {
     std::printf("post-hook: output sum %.1f\n", c.output_leaves()[0].sum().item<double>());
   });
@@ -69,10 +70,13 @@ int main(int argc, char** argv) {
     t_lookup = std::min(t_lookup, ns_per_call(annotated, x, calls));
     h.remove();
   }
-  std::printf("\nforward of x + 1 on a 1-element tensor, minimum of 9 interleaved runs of %lld calls:\n",
-              (long long)calls);
+  std::printf(
+      "\nforward of x + 1 on a 1-element tensor, minimum of 9 interleaved runs of %lld calls:\n",
+      (long long)calls);
   std::printf("  plain module:                       %7.1f ns/call\n", t_plain);
-  std::printf("  annotated, no hooks anywhere:       %7.1f ns/call (+%.1f ns)\n", t_annot, t_annot - t_plain);
-  std::printf("  annotated, hooks on another module: %7.1f ns/call (+%.1f ns)\n", t_lookup, t_lookup - t_plain);
+  std::printf("  annotated, no hooks anywhere:       %7.1f ns/call (+%.1f ns)\n", t_annot,
+              t_annot - t_plain);
+  std::printf("  annotated, hooks on another module: %7.1f ns/call (+%.1f ns)\n", t_lookup,
+              t_lookup - t_plain);
   return 0;
 }

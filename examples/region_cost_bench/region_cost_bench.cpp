@@ -24,9 +24,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <iostream>
 #include <stdexcept>
@@ -42,7 +42,8 @@ struct Config {
 };
 
 const char* kUsage =
-    "usage: region_cost_bench [--regions 100] [--steps 30] [--reps 15] [--threads 1] [--only NAME-PREFIX] "
+    "usage: region_cost_bench [--regions 100] [--steps 30] [--reps 15] [--threads 1] [--only "
+    "NAME-PREFIX] "
     "[--forward-only 1]\n";
 
 Config parse(int argc, char** argv) {
@@ -58,12 +59,18 @@ Config parse(int argc, char** argv) {
     char* end = nullptr;
     const long long v = std::strtoll(argv[i + 1], &end, 10);
     if (*end != '\0' || v < 1) throw std::invalid_argument(k + " expects a positive integer");
-    if (k == "--regions") c.regions = v;
-    else if (k == "--steps") c.steps = v;
-    else if (k == "--reps") c.reps = v;
-    else if (k == "--threads") c.threads = v;
-    else if (k == "--forward-only") c.forward_only = v != 0;
-    else throw std::invalid_argument("unknown flag " + k);
+    if (k == "--regions")
+      c.regions = v;
+    else if (k == "--steps")
+      c.steps = v;
+    else if (k == "--reps")
+      c.reps = v;
+    else if (k == "--threads")
+      c.threads = v;
+    else if (k == "--forward-only")
+      c.forward_only = v != 0;
+    else
+      throw std::invalid_argument("unknown flag " + k);
   }
   return c;
 }
@@ -143,7 +150,8 @@ int main(int argc, char** argv) {
   // skipped too, and are dropped below.
   auto wanted = [&](const std::string& name) {
     const std::string trimmed = name.substr(name.find_first_not_of(' '));
-    return c.only.empty() || trimmed == "plain" || trimmed == "rerun body in backward" || trimmed.starts_with(c.only);
+    return c.only.empty() || trimmed == "plain" || trimmed == "rerun body in backward" ||
+           trimmed.starts_with(c.only);
   };
   std::vector<Variant> variants;
   auto add = [&](std::string name, Call call = module_call()) -> std::vector<Tiny>& {
@@ -169,21 +177,26 @@ int main(int argc, char** argv) {
   }
   variants.back().recomputes = false;
   for (auto& b : add("apply_checkpoint")) recompose::apply_checkpoint(b);
-  for (auto& b : add("  no RNG stash")) recompose::apply_checkpoint(b, recompose::CheckpointOptions().preserve_rng_state(false));
+  for (auto& b : add("  no RNG stash"))
+    recompose::apply_checkpoint(b, recompose::CheckpointOptions().preserve_rng_state(false));
   for (auto& b : add("  no module state")) {
     recompose::apply_checkpoint(b, recompose::CheckpointOptions().preserve_module_state(false));
   }
-  for (auto& b : add("  no early stop")) recompose::apply_checkpoint(b, recompose::CheckpointOptions().early_stop(false));
+  for (auto& b : add("  no early stop"))
+    recompose::apply_checkpoint(b, recompose::CheckpointOptions().early_stop(false));
   add("checkpoint(fn, x)", [](Tiny& b, const torch::Tensor& x) {
-    return recompose::checkpoint([m = b.ptr()](const torch::Tensor& in) { return m->forward(in); }, x);
+    return recompose::checkpoint([m = b.ptr()](const torch::Tensor& in) { return m->forward(in); },
+                                 x);
   });
   for (auto& b : add("selective (save addmm)")) {
-    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"})));
+    recompose::apply_checkpoint(
+        b, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"})));
   }
   // Offload: every saved activation through the swap manager (host-to-host copies on CPU), and
   // with nothing eligible (the default 1 MiB threshold): the hooks and batch bookkeeping alone.
   auto copies = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
-  for (auto& b : add("apply_offload (copies)")) recompose::apply_offload(b, recompose::OffloadOptions().manager(copies));
+  for (auto& b : add("apply_offload (copies)"))
+    recompose::apply_offload(b, recompose::OffloadOptions().manager(copies));
   variants.back().recomputes = false;
   auto threshold = recompose::SwapManager::create();
   for (auto& b : add("apply_offload (none eligible)")) {
@@ -195,20 +208,25 @@ int main(int argc, char** argv) {
   torch::Tensor x = torch::randn({4, 4});
   Variant& plain = variants.front();
   for (auto& v : variants) sample(v, x, 2);  // warm-up: allocator, thread pools, dispatch caches
-  std::vector<double> plain_forward;        // the body alone: what a recomputation runs again
+  std::vector<double> plain_forward;         // the body alone: what a recomputation runs again
   for (int64_t r = 0; r < c.reps; ++r) {
     for (auto& v : variants) v.seconds.push_back(sample(v, x, c.steps, !c.forward_only));
     plain_forward.push_back(sample(plain, x, c.steps, /*backward=*/false));
   }
 
-  const double per = 1e6 / static_cast<double>(c.steps * c.regions);  // seconds per sample -> us per region
+  const double per =
+      1e6 / static_cast<double>(c.steps * c.regions);  // seconds per sample -> us per region
   const double body_us = median(plain_forward) * per;
-  std::printf("recompose region_cost_bench: body Linear(4,4)+tanh on [4,4], %lld regions x %lld steps per sample, "
-              "%lld alternating reps, LibTorch %s, %d threads\n",
-              (long long)c.regions, (long long)c.steps, (long long)c.reps, TORCH_VERSION, at::get_num_threads());
+  std::printf(
+      "recompose region_cost_bench: body Linear(4,4)+tanh on [4,4], %lld regions x %lld steps per "
+      "sample, "
+      "%lld alternating reps, LibTorch %s, %d threads\n",
+      (long long)c.regions, (long long)c.steps, (long long)c.reps, TORCH_VERSION,
+      at::get_num_threads());
   std::printf("per region, %s, CPU time, medians (us); plain forward of the body: %.2f us\n",
               c.forward_only ? "forward only" : "forward + backward", body_us);
-  std::printf("%-30s %10s %10s %10s %12s\n", "variant", "time", "overhead", "- body", "bookkeeping");
+  std::printf("%-30s %10s %10s %10s %12s\n", "variant", "time", "overhead", "- body",
+              "bookkeeping");
   const Variant* rerun = nullptr;
   for (const auto& v : variants) {
     if (v.baseline) rerun = &v;
@@ -238,7 +256,8 @@ int main(int argc, char** argv) {
     } else if (!v.recomputes) {
       bookkeeping = cell(overhead);
     }
-    std::printf("%-30s %10.2f %10.2f %10s %12s\n", v.name.c_str(), time, overhead, body.c_str(), bookkeeping.c_str());
+    std::printf("%-30s %10.2f %10.2f %10s %12s\n", v.name.c_str(), time, overhead, body.c_str(),
+                bookkeeping.c_str());
   }
   return 0;
 }

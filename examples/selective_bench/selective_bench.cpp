@@ -12,7 +12,8 @@
 //     the replay's host time against the host time of the ops it ran (recompose::
 //     selective_replay_stats).
 //
-//   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq T]
+//   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq
+//   T]
 //                   [--dim D] [--threads K] [--section 1|2|3 (default: all)]
 //
 // glibc malloc is tuned as in the GPT example (examples/common/allocator_tuning.h): with glibc's
@@ -61,8 +62,9 @@ double seconds(F&& f) {
 // 1. Per-op overhead
 
 recompose::SelectivePolicy constant(recompose::CheckpointPolicy p) {
-  return recompose::SelectivePolicy(
-      [p](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle&, const torch::jit::Stack&) { return p; });
+  return recompose::SelectivePolicy([p](const recompose::SelectiveCheckpointContext&,
+                                        const c10::OperatorHandle&,
+                                        const torch::jit::Stack&) { return p; });
 }
 
 void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
@@ -97,16 +99,20 @@ void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
   };
   std::vector<Row> rows;
   rows.push_back({"plain (no interception)", [&] { return seconds(loop); }, {}});
-  rows.push_back({"forward, pass-through policy", [&] {
+  rows.push_back({"forward, pass-through policy",
+                  [&] {
                     auto contexts = recompose::create_selective_checkpoint_contexts(pass_through);
                     auto token = contexts->enter_forward();
                     return seconds(loop);
-                  }, {}});
-  rows.push_back({"forward, save-everything policy", [&] {
+                  },
+                  {}});
+  rows.push_back({"forward, save-everything policy",
+                  [&] {
                     auto contexts = recompose::create_selective_checkpoint_contexts(save_all);
                     auto token = contexts->enter_forward();
                     return seconds(loop);
-                  }, {}});
+                  },
+                  {}});
   rows.push_back({"recompute, op recomputed", recompute_row(pass_through), {}});
   rows.push_back({"recompute, op replayed (not run)", recompute_row(save_all), {}});
 
@@ -115,8 +121,9 @@ void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
     for (auto& r : rows) r.samples.push_back(r.run());
   }
   const double plain_ns = median(rows[0].samples) / static_cast<double>(ops) * 1e9;
-  std::printf("1. Per-op cost of the interception (at::add on 4 floats on %s, %lld ops, median of %d)\n",
-              device.str().c_str(), static_cast<long long>(ops), reps);
+  std::printf(
+      "1. Per-op cost of the interception (at::add on 4 floats on %s, %lld ops, median of %d)\n",
+      device.str().c_str(), static_cast<long long>(ops), reps);
   std::printf("   %-36s %10s %14s\n", "", "ns/op", "overhead ns/op");
   for (const auto& r : rows) {
     const double ns = median(r.samples) / static_cast<double>(ops) * 1e9;
@@ -131,18 +138,24 @@ struct BlockImpl : torch::nn::Module {
   BlockImpl(int64_t dim, int64_t heads) : heads(heads) {
     ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
     ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})));
-    qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(dim, 3 * dim).bias(false)));
-    proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(dim, dim).bias(false)));
-    up = register_module("up", torch::nn::Linear(torch::nn::LinearOptions(dim, 4 * dim).bias(false)));
-    down = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(4 * dim, dim).bias(false)));
+    qkv = register_module("qkv",
+                          torch::nn::Linear(torch::nn::LinearOptions(dim, 3 * dim).bias(false)));
+    proj =
+        register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(dim, dim).bias(false)));
+    up = register_module("up",
+                         torch::nn::Linear(torch::nn::LinearOptions(dim, 4 * dim).bias(false)));
+    down = register_module("down",
+                           torch::nn::Linear(torch::nn::LinearOptions(4 * dim, dim).bias(false)));
   }
 
   torch::Tensor forward(torch::Tensor x) {
     RECOMPOSE_FORWARD(x);
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads;
     auto parts = qkv(ln1(x)).view({b, t, 3, heads, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
-    torch::Tensor scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    torch::Tensor causal = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    torch::Tensor scores =
+        torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+    torch::Tensor causal =
+        torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     torch::Tensor attn = torch::softmax(scores.masked_fill(causal, -1e9), -1);
     torch::Tensor ctx = torch::matmul(attn, parts[2]).transpose(1, 2).reshape({b, t, d});
     x = x + proj(ctx);
@@ -173,7 +186,8 @@ Stack make_stack(int64_t layers, int64_t dim, int64_t heads, const torch::Device
   return s;
 }
 
-void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps, const torch::Device& device) {
+void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps,
+                       const torch::Device& device) {
   const int64_t heads = 4;
   struct Config {
     const char* name;
@@ -185,15 +199,19 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   std::vector<Config> configs;
   configs.push_back({"none", make_stack(layers, dim, heads, device), {}, {}, {}});
   configs.push_back({"full", make_stack(layers, dim, heads, device), {}, {}, {}});
-  configs.push_back({"selective (transformer_policy)", make_stack(layers, dim, heads, device), {}, {}, {}});
-  configs.push_back({"selective (every second mm)", make_stack(layers, dim, heads, device), {}, {}, {}});
+  configs.push_back(
+      {"selective (transformer_policy)", make_stack(layers, dim, heads, device), {}, {}, {}});
+  configs.push_back(
+      {"selective (every second mm)", make_stack(layers, dim, heads, device), {}, {}, {}});
   for (auto& b : configs[1].stack.blocks) recompose::apply_checkpoint(b);
   for (auto& b : configs[2].stack.blocks) {
-    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
+    recompose::apply_checkpoint(
+        b, recompose::CheckpointOptions().policy(recompose::transformer_policy()));
   }
   for (auto& b : configs[3].stack.blocks) {
-    recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(recompose::transformer_policy(
-                                       recompose::TransformerPolicyOptions().recompute_every_second_mm(true))));
+    recompose::apply_checkpoint(
+        b, recompose::CheckpointOptions().policy(recompose::transformer_policy(
+               recompose::TransformerPolicyOptions().recompute_every_second_mm(true))));
   }
 
   torch::manual_seed(1);
@@ -236,14 +254,18 @@ void transformer_stack(int64_t layers, int64_t batch, int64_t seq, int64_t dim, 
   for (int rep = 0; rep < reps; ++rep) {
     for (auto& c : configs) step(c);
   }
-  const double t0 = median(configs[0].step_s), b0 = median(configs[0].bytes), p0 = median(configs[0].peak);
+  const double t0 = median(configs[0].step_s), b0 = median(configs[0].bytes),
+               p0 = median(configs[0].peak);
   const bool cuda = device.is_cuda();
-  std::printf("\n2. Transformer stack on %s: %lld blocks, batch %lld, seq %lld, dim %lld, %lld heads (median of %d, "
-              "interleaved)\n",
-              device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
-              static_cast<long long>(seq), static_cast<long long>(dim), static_cast<long long>(heads), reps);
-  std::printf("   %-32s %12s %10s %16s %10s%s\n", "", "step ms", "time/none", "bytes held", "bytes/none",
-              cuda ? "  step peak MiB  peak/none" : "");
+  std::printf(
+      "\n2. Transformer stack on %s: %lld blocks, batch %lld, seq %lld, dim %lld, %lld heads "
+      "(median of %d, "
+      "interleaved)\n",
+      device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
+      static_cast<long long>(seq), static_cast<long long>(dim), static_cast<long long>(heads),
+      reps);
+  std::printf("   %-32s %12s %10s %16s %10s%s\n", "", "step ms", "time/none", "bytes held",
+              "bytes/none", cuda ? "  step peak MiB  peak/none" : "");
   for (const auto& c : configs) {
     const double t = median(c.step_s), b = median(c.bytes), p = median(c.peak);
     std::printf("   %-32s %12.2f %10.3f %16.0f %10.3f", c.name, t * 1e3, t / t0, b, b / b0);
@@ -270,7 +292,8 @@ struct GptBlockImpl : torch::nn::Module {
     RECOMPOSE_FORWARD(x);
     const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
     auto split = qkv(ln1(x)).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
-    auto y = torch::scaled_dot_product_attention(split[0], split[1], split[2], {}, is_training() ? p : 0.0, true);
+    auto y = torch::scaled_dot_product_attention(split[0], split[1], split[2], {},
+                                                 is_training() ? p : 0.0, true);
     x = x + torch::dropout(proj(y.transpose(1, 2).reshape({b, t, d})), p, is_training());
     return x + torch::dropout(fc_proj(torch::gelu(fc(ln2(x)))), p, is_training());
   }
@@ -282,7 +305,8 @@ struct GptBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(GptBlock);
 
-void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps, const torch::Device& device) {
+void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t dim, int reps,
+                           const torch::Device& device) {
   const int64_t heads = 4;
   auto make = [&] {
     torch::manual_seed(0);
@@ -296,11 +320,12 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
   // Ops the policy sees per region: transformer_policy, counted.
   auto seen = std::make_shared<int64_t>(0);
   const auto inner = recompose::transformer_policy();
-  const recompose::SelectivePolicy counted([seen, inner](const recompose::SelectiveCheckpointContext& ctx,
-                                                          const c10::OperatorHandle& op, const torch::jit::Stack& args) {
-    ++*seen;
-    return inner(ctx, op, args);
-  });
+  const recompose::SelectivePolicy counted(
+      [seen, inner](const recompose::SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
+                    const torch::jit::Stack& args) {
+        ++*seen;
+        return inner(ctx, op, args);
+      });
   struct Config {
     const char* name;
     std::vector<GptBlock> blocks;
@@ -312,7 +337,8 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
   configs.push_back({"replay", make(), true, {}, {}});
   configs.push_back({"replay off", make(), false, {}, {}});
   for (size_t i = 1; i < configs.size(); ++i) {
-    for (auto& b : configs[i].blocks) recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(counted));
+    for (auto& b : configs[i].blocks)
+      recompose::apply_checkpoint(b, recompose::CheckpointOptions().policy(counted));
   }
   torch::manual_seed(1);
   const torch::Tensor input = torch::randn({batch, seq, dim}).to(device).requires_grad_(true);
@@ -366,10 +392,12 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
   const double fwd0 = median(configs[0].fwd), bwd0 = median(configs[0].bwd);
   const double fwd1 = median(configs[1].fwd), bwd1 = median(configs[1].bwd);
   const double fwd2 = median(configs[2].fwd), bwd2 = median(configs[2].bwd);
-  std::printf("\n3. One selective region's recomputation on %s: GPT-like block with dropout 0.1, %lld blocks, batch %lld, "
-              "seq %lld, dim %lld (median of %d, interleaved)\n",
-              device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
-              static_cast<long long>(seq), static_cast<long long>(dim), reps);
+  std::printf(
+      "\n3. One selective region's recomputation on %s: GPT-like block with dropout 0.1, %lld "
+      "blocks, batch %lld, "
+      "seq %lld, dim %lld (median of %d, interleaved)\n",
+      device.str().c_str(), static_cast<long long>(layers), static_cast<long long>(batch),
+      static_cast<long long>(seq), static_cast<long long>(dim), reps);
   std::printf("   %-44s %10s %18s %18s\n", "", "none", "selective, replay", "selective, rerun");
   std::printf("   %-44s %10.3f %18.3f %18.3f\n", "forward ms", fwd0 * 1e3, fwd1 * 1e3, fwd2 * 1e3);
   std::printf("   %-44s %10.3f %18.3f %18.3f\n", "backward ms", bwd0 * 1e3, bwd1 * 1e3, bwd2 * 1e3);
@@ -379,21 +407,30 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
               (fwd1 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6,
               (fwd2 - fwd0) / static_cast<double>(layers) / ops_per_region * 1e6);
   std::printf("   %-44s %10s %18.3f %18.3f\n", "recomputation per region (bwd - none), ms", "",
-              (bwd1 - bwd0) / static_cast<double>(layers) * 1e3, (bwd2 - bwd0) / static_cast<double>(layers) * 1e3);
+              (bwd1 - bwd0) / static_cast<double>(layers) * 1e3,
+              (bwd2 - bwd0) / static_cast<double>(layers) * 1e3);
   std::printf("   ops the policy sees per region: %.0f\n", ops_per_region);
   const double regions = static_cast<double>(std::max<int64_t>(replay_stats.replayed, 1));
-  std::printf("   replay: %lld regions replayed, %lld fell back%s%s; per region %.1f ops run, %.1f recorded ops skipped\n",
-              static_cast<long long>(replay_stats.replayed), static_cast<long long>(replay_stats.fallbacks),
-              replay_stats.fallbacks > 0 ? ": " : "", replay_stats.last_fallback_reason.c_str(),
-              static_cast<double>(replay_stats.ops_run) / regions, static_cast<double>(replay_stats.ops_skipped) / regions);
-  std::printf("   replay per region %.3f ms, host time of the ops it ran %.3f ms: replay / its ops %.3f; "
-              "rerun (bwd - none) / the replay's ops %.3f\n",
-              static_cast<double>(replay_stats.replay_ns) / regions * 1e-6, static_cast<double>(replay_stats.op_ns) / regions * 1e-6,
-              static_cast<double>(replay_stats.replay_ns) / static_cast<double>(std::max<int64_t>(replay_stats.op_ns, 1)),
-              (bwd2 - bwd0) / static_cast<double>(layers) / (static_cast<double>(replay_stats.op_ns) / regions * 1e-9));
+  std::printf(
+      "   replay: %lld regions replayed, %lld fell back%s%s; per region %.1f ops run, %.1f "
+      "recorded ops skipped\n",
+      static_cast<long long>(replay_stats.replayed), static_cast<long long>(replay_stats.fallbacks),
+      replay_stats.fallbacks > 0 ? ": " : "", replay_stats.last_fallback_reason.c_str(),
+      static_cast<double>(replay_stats.ops_run) / regions,
+      static_cast<double>(replay_stats.ops_skipped) / regions);
+  std::printf(
+      "   replay per region %.3f ms, host time of the ops it ran %.3f ms: replay / its ops %.3f; "
+      "rerun (bwd - none) / the replay's ops %.3f\n",
+      static_cast<double>(replay_stats.replay_ns) / regions * 1e-6,
+      static_cast<double>(replay_stats.op_ns) / regions * 1e-6,
+      static_cast<double>(replay_stats.replay_ns) /
+          static_cast<double>(std::max<int64_t>(replay_stats.op_ns, 1)),
+      (bwd2 - bwd0) / static_cast<double>(layers) /
+          (static_cast<double>(replay_stats.op_ns) / regions * 1e-9));
 }
 
-const char* kFlags[] = {"--device", "--ops", "--reps", "--blocks", "--batch", "--seq", "--dim", "--threads", "--section"};
+const char* kFlags[] = {"--device", "--ops", "--reps",    "--blocks", "--batch",
+                        "--seq",    "--dim", "--threads", "--section"};
 
 std::string string_arg(int argc, char** argv, const char* name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -439,7 +476,8 @@ int main(int argc, char** argv) {
     section = arg(argc, argv, "--section", 0);
   } catch (const std::exception& e) {
     std::cerr << "selective_bench: " << e.what() << "\n"
-              << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B]\n"
+              << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks "
+                 "L] [--batch B]\n"
               << "                       [--seq T] [--dim D] [--threads K] [--section 1|2|3]\n";
     return 2;
   }

@@ -22,8 +22,8 @@ struct CollectiveCounts {
   std::array<int64_t, kPhases> reduce_scatter{};
   // Unshard requests that found the block's parameters already there (no collective issued).
   int64_t unshard_already_done = 0;
-  int64_t bytes = 0;       // bytes received by all-gathers plus bytes sent by reduce-scatters
-  double seconds = 0;      // time spent waiting in collectives
+  int64_t bytes = 0;   // bytes received by all-gathers plus bytes sent by reduce-scatters
+  double seconds = 0;  // time spent waiting in collectives
 
   int64_t& gathers(Phase p) { return all_gather[std::size_t(p)]; }
   int64_t gathers(Phase p) const { return all_gather[std::size_t(p)]; }

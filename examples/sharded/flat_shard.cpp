@@ -18,7 +18,8 @@ void resize_storage(const torch::Tensor& t, std::size_t bytes) {
   // A GPU (resize_bytes_cuda is in the CUDA-only headers): a new block from the storage's own
   // allocator, the caching allocator, without copying the old bytes: an all-gather overwrites them.
   // Freeing is stream-ordered there, so kernels still queued on the old block finish first.
-  storage->set_data_ptr_noswap(bytes > 0 ? storage->allocator()->allocate(bytes) : at::DataPtr(nullptr, t.device()));
+  storage->set_data_ptr_noswap(bytes > 0 ? storage->allocator()->allocate(bytes)
+                                         : at::DataPtr(nullptr, t.device()));
   storage->set_nbytes(bytes);
 }
 
@@ -26,13 +27,19 @@ void resize_storage(const torch::Tensor& t, std::size_t bytes) {
 
 FlatShard::FlatShard(c10d::Backend& pg, std::string name, std::vector<torch::Tensor> params,
                      CollectiveCounts& counts)
-    : pg_(pg), name_(std::move(name)), params_(std::move(params)), counts_(counts),
-      rank_(pg.getRank()), world_(pg.getSize()) {
-  if (params_.empty()) throw std::invalid_argument("sharded: unit '" + name_ + "' has no parameters");
+    : pg_(pg),
+      name_(std::move(name)),
+      params_(std::move(params)),
+      counts_(counts),
+      rank_(pg.getRank()),
+      world_(pg.getSize()) {
+  if (params_.empty())
+    throw std::invalid_argument("sharded: unit '" + name_ + "' has no parameters");
   device_ = params_.front().device();
   for (const auto& p : params_) {
     if (p.scalar_type() != torch::kFloat || p.device() != device_ || !p.is_leaf()) {
-      throw std::invalid_argument("sharded: unit '" + name_ + "' has a parameter that is not a float32 leaf on " +
+      throw std::invalid_argument("sharded: unit '" + name_ +
+                                  "' has a parameter that is not a float32 leaf on " +
                                   device_.str());
     }
     numel_ += p.numel();
@@ -82,7 +89,8 @@ void FlatShard::on_grad_ready() {
   auto reduced = torch::empty({shard_numel_}, full_.options());
   c10d::ReduceScatterOptions options;
   options.reduceOp = c10d::ReduceOp::AVG;  // each rank's loss is a mean over its own batch
-  counts_.seconds += run_collective(device_, [&] { return pg_._reduce_scatter_base(reduced, flat, options); });
+  counts_.seconds +=
+      run_collective(device_, [&] { return pg_._reduce_scatter_base(reduced, flat, options); });
   counts_.bytes += flat.numel() * flat.element_size();
   ++counts_.scatters(Phase::Backward);
   ++step_scatters_;

@@ -27,7 +27,8 @@ class FlatShard {
   // Takes over `params` (all float32, on one device: the CPU or a GPU): copies their values into
   // the flat buffer, which every rank fills identically (same init), keeps this rank's piece, and
   // reshards. Buffers, shard and gradients stay on that device.
-  FlatShard(c10d::Backend& pg, std::string name, std::vector<torch::Tensor> params, CollectiveCounts& counts);
+  FlatShard(c10d::Backend& pg, std::string name, std::vector<torch::Tensor> params,
+            CollectiveCounts& counts);
   FlatShard(const FlatShard&) = delete;
   FlatShard& operator=(const FlatShard&) = delete;
 

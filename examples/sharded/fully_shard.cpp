@@ -35,7 +35,8 @@ bool forward_is_checkpointed(const torch::nn::Module& module) {
 FullyShard::~FullyShard() {
   for (auto& u : units_) {
     for (auto& h : u.hooks) h.remove();
-    for (const auto& p : u.flat->params()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    for (const auto& p : u.flat->params())
+      torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   }
 }
 
@@ -44,7 +45,9 @@ void FullyShard::add_unit(torch::nn::Module& unit, const std::string& name) {
   for (const auto& p : params) {
     for (const auto& f : flats_) {
       for (const auto& q : f->params()) {
-        if (q.is_same(p)) throw std::invalid_argument("sharded: a parameter of '" + name + "' is already in unit '" + f->name() + "'");
+        if (q.is_same(p))
+          throw std::invalid_argument("sharded: a parameter of '" + name +
+                                      "' is already in unit '" + f->name() + "'");
       }
     }
   }
@@ -60,7 +63,8 @@ void FullyShard::add_unit(torch::nn::Module& unit, const std::string& name) {
   u.hooks.push_back(recompose::hooks::register_forward_pre_hook(
       unit,
       [weak](ForwardCall&) {
-        if (auto f = weak.lock()) f->unshard(recompose::is_recomputing() ? Phase::Recompute : Phase::Forward);
+        if (auto f = weak.lock())
+          f->unshard(recompose::is_recomputing() ? Phase::Recompute : Phase::Forward);
       },
       HookOptions().owner(kHookOwner)));
   u.hooks.push_back(recompose::hooks::register_forward_hook(
@@ -103,12 +107,16 @@ void FullyShard::verify_step() {
     const int fwd = g[std::size_t(Phase::Forward)], rec = g[std::size_t(Phase::Recompute)],
               bwd = g[std::size_t(Phase::Backward)];
     std::string problem;
-    if (f.is_unsharded()) problem = "still holds its full parameters after backward";
-    else if (f.grads_pending() != 0) problem = "got gradients for only some of its parameters";
-    else if (fwd != 1 || rec != (checkpointed ? 1 : 0) || bwd != (checkpointed ? 0 : 1) || f.step_scatters() != 1) {
-      problem = "issued all-gathers forward/recompute/backward = " + std::to_string(fwd) + "/" + std::to_string(rec) +
-                "/" + std::to_string(bwd) + " and " + std::to_string(f.step_scatters()) +
-                " reduce-scatters; expected 1/" + (checkpointed ? "1/0" : "0/1") + " and 1";
+    if (f.is_unsharded())
+      problem = "still holds its full parameters after backward";
+    else if (f.grads_pending() != 0)
+      problem = "got gradients for only some of its parameters";
+    else if (fwd != 1 || rec != (checkpointed ? 1 : 0) || bwd != (checkpointed ? 0 : 1) ||
+             f.step_scatters() != 1) {
+      problem = "issued all-gathers forward/recompute/backward = " + std::to_string(fwd) + "/" +
+                std::to_string(rec) + "/" + std::to_string(bwd) + " and " +
+                std::to_string(f.step_scatters()) + " reduce-scatters; expected 1/" +
+                (checkpointed ? "1/0" : "0/1") + " and 1";
     }
     if (!problem.empty()) throw std::runtime_error("sharded: unit '" + f.name() + "' " + problem);
     f.reset_step_counts();

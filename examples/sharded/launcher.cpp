@@ -30,7 +30,8 @@ void remove_dir(const std::string& dir) {
     }
     closedir(d);
   }
-  if (rmdir(dir.c_str()) != 0) std::fprintf(stderr, "launcher: could not remove %s: %s\n", dir.c_str(), strerror(errno));
+  if (rmdir(dir.c_str()) != 0)
+    std::fprintf(stderr, "launcher: could not remove %s: %s\n", dir.c_str(), strerror(errno));
 }
 
 void kill_all(const std::vector<pid_t>& pids) {
@@ -53,7 +54,8 @@ int launch_ranks(int world, const std::vector<std::string>& args, int timeout_s)
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
@@ -64,7 +66,8 @@ int launch_ranks(int world, const std::vector<std::string>& args, int timeout_s)
   for (int r = 0; r < world && rc == 0; ++r) {
     std::vector<std::string> argv_s{"sharded_trainer"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
-    argv_s.insert(argv_s.end(), {"--rank", std::to_string(r), "--store", store, "--launcher-pid", self_pid});
+    argv_s.insert(argv_s.end(),
+                  {"--rank", std::to_string(r), "--store", store, "--launcher-pid", self_pid});
     pid_t pid = fork();
     if (pid < 0) {
       std::fprintf(stderr, "launcher: fork failed: %s\n", strerror(errno));
@@ -98,7 +101,9 @@ int launch_ranks(int world, const std::vector<std::string>& args, int timeout_s)
         killed = true;
         kill_all(pids);
       } else if (!killed && std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "launcher: the run passed its %d s deadline (--timeout), killing the ranks\n", timeout_s);
+        std::fprintf(stderr,
+                     "launcher: the run passed its %d s deadline (--timeout), killing the ranks\n",
+                     timeout_s);
         rc = 124;
         killed = true;
         kill_all(pids);
@@ -128,7 +133,8 @@ int launch_ranks(int world, const std::vector<std::string>& args, int timeout_s)
 void die_with_launcher(long launcher_pid) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork and prctl; then nobody would kill this rank.
-  if (getppid() != launcher_pid) throw std::runtime_error("the launcher exited before this rank started");
+  if (getppid() != launcher_pid)
+    throw std::runtime_error("the launcher exited before this rank started");
 }
 
 }  // namespace sharded

@@ -66,11 +66,13 @@ inline MlpModel make_model(const ModelConfig& c, uint64_t seed) {
 }
 
 // Rank `rank`'s batch for `step`: its own seed, so the union over ranks is known to every rank.
-inline std::pair<torch::Tensor, torch::Tensor> make_batch(uint64_t seed, int rank, int step, int64_t batch,
-                                                          const ModelConfig& c) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003 + uint64_t(step) * 1009 + uint64_t(rank) + 1);
+inline std::pair<torch::Tensor, torch::Tensor> make_batch(uint64_t seed, int rank, int step,
+                                                          int64_t batch, const ModelConfig& c) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003 + uint64_t(step) * 1009 +
+                                                      uint64_t(rank) + 1);
   auto x = torch::randn({batch, c.width}, gen, torch::kFloat);
-  auto y = torch::tanh(x.narrow(1, 0, c.out) * 2) + 0.1 * torch::randn({batch, c.out}, gen, torch::kFloat);
+  auto y = torch::tanh(x.narrow(1, 0, c.out) * 2) +
+           0.1 * torch::randn({batch, c.out}, gen, torch::kFloat);
   return {x, y};
 }
 

@@ -10,11 +10,14 @@
 
 namespace sharded {
 
-inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Options& o, std::vector<torch::Tensor> params) {
+inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Options& o,
+                                                               std::vector<torch::Tensor> params) {
   if (o.optim == "adam") {
-    return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(o.lr * 0.02));
+    return std::make_unique<torch::optim::Adam>(std::move(params),
+                                                torch::optim::AdamOptions(o.lr * 0.02));
   }
-  return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(o.lr).momentum(0.9));
+  return std::make_unique<torch::optim::SGD>(std::move(params),
+                                             torch::optim::SGDOptions(o.lr).momentum(0.9));
 }
 
 }  // namespace sharded

@@ -11,10 +11,11 @@ namespace sharded {
 struct Options {
   int world = 2;
   int steps = 5;
-  std::string checkpoint = "none";   // none | full
-  std::string optim = "sgd";         // sgd | adam
+  std::string checkpoint = "none";           // none | full
+  std::string optim = "sgd";                 // sgd | adam
   std::string hook_order = "trainer-first";  // trainer-first | checkpoint-first
-  bool offload = false;  // apply_offload on the blocks (those the all-gather hooks and checkpointing sit on)
+  bool offload =
+      false;  // apply_offload on the blocks (those the all-gather hooks and checkpointing sit on)
   std::string device = "cpu";    // cpu | cuda: parameters, shards, activations
   std::string backend = "gloo";  // gloo | nccl (nccl: --device cuda, one GPU per rank)
   bool check = false;

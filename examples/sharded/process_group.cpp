@@ -16,8 +16,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                            std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                            int world, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // Loopback by name, not createDefaultDevice(): that binds the hostname's address, which may
   // be unreachable or another machine's in containers.
@@ -28,8 +28,9 @@ c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend, const std::string& store_path,
-                                                     int rank, int world, const torch::Device& device,
+c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend,
+                                                     const std::string& store_path, int rank,
+                                                     int world, const torch::Device& device,
                                                      std::chrono::milliseconds timeout) {
   auto store = c10::make_intrusive<c10d::FileStore>(store_path, world);
   store->setTimeout(2 * timeout);  // rendezvous waits for the slowest rank to start
@@ -43,7 +44,8 @@ c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend,
 
 void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(); }
 
-double run_collective(const torch::Device& device, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) {
+double run_collective(const torch::Device& device,
+                      const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) {
   synchronize(device);
   const auto t0 = Clock::now();
   wait(launch());

@@ -6,9 +6,9 @@
 #error "build with -DUSE_C10D_GLOO=1: ProcessGroupGloo.hpp declares nothing without it"
 #endif
 
+#include <torch/types.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/types.h>
 
 #include <chrono>
 #include <functional>
@@ -21,8 +21,9 @@ namespace sharded {
 // 127.0.0.1 only. `backend` is "gloo" or "nccl"; nccl throws std::invalid_argument in a build
 // without it (check_device_support says so earlier). Every collective times out after `timeout`,
 // so a rank whose peer died fails instead of waiting forever.
-c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend, const std::string& store_path,
-                                                     int rank, int world, const torch::Device& device,
+c10::intrusive_ptr<c10d::Backend> make_process_group(const std::string& backend,
+                                                     const std::string& store_path, int rank,
+                                                     int world, const torch::Device& device,
                                                      std::chrono::milliseconds timeout);
 
 // Waits for one collective; throws (with c10d's message) on error or timeout.
@@ -32,6 +33,7 @@ void wait(const c10::intrusive_ptr<c10d::Work>& work);
 // current stream is synchronised before (the time leaves out compute queued ahead of it) and
 // after (NCCL's and Gloo's wait() only make the current stream wait for the collective), so the
 // time is the collective's own; the trainer overlaps no collective with compute anyway.
-double run_collective(const torch::Device& device, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch);
+double run_collective(const torch::Device& device,
+                      const std::function<c10::intrusive_ptr<c10d::Work>()>& launch);
 
 }  // namespace sharded

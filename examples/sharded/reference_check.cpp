@@ -27,7 +27,8 @@ Reference train_reference(const Options& o, const ModelConfig& c) {
       xs.push_back(x);
       ys.push_back(y);
     }
-    auto loss = torch::mse_loss(ref.model->forward(torch::cat(xs).to(device)), torch::cat(ys).to(device));
+    auto loss =
+        torch::mse_loss(ref.model->forward(torch::cat(xs).to(device)), torch::cat(ys).to(device));
     loss.backward();
     opt->step();
     opt->zero_grad();
@@ -39,12 +40,15 @@ Reference train_reference(const Options& o, const ModelConfig& c) {
 namespace {
 
 // Fully-qualified names of a saved archive's tensors ("blocks.0.fc1.weight"), in archive order.
-void archive_keys(torch::serialize::InputArchive& a, const std::string& prefix, std::vector<std::string>& out) {
+void archive_keys(torch::serialize::InputArchive& a, const std::string& prefix,
+                  std::vector<std::string>& out) {
   for (const auto& k : a.keys()) {
     torch::Tensor t;
     torch::serialize::InputArchive sub;
-    if (a.try_read(k, t)) out.push_back(prefix + k);
-    else if (a.try_read(k, sub)) archive_keys(sub, prefix + k + ".", out);
+    if (a.try_read(k, t))
+      out.push_back(prefix + k);
+    else if (a.try_read(k, sub))
+      archive_keys(sub, prefix + k + ".", out);
   }
 }
 
@@ -69,10 +73,12 @@ std::string join(const std::vector<std::string>& v) {
 }  // namespace
 
 void compare_with_reference(const MlpModel& sharded, const std::vector<double>& sharded_losses,
-                            const Reference& ref, const ModelConfig& c, double tolerance, CheckTally& tally) {
+                            const Reference& ref, const ModelConfig& c, double tolerance,
+                            CheckTally& tally) {
   const auto mine = sharded->named_parameters(), theirs = ref.model->named_parameters();
   tally.expect(mine.keys() == theirs.keys(),
-               "fully-qualified parameter names: " + std::to_string(mine.size()) + " identical to the plain model's");
+               "fully-qualified parameter names: " + std::to_string(mine.size()) +
+                   " identical to the plain model's");
 
   double max_diff = 0;
   std::string worst;
@@ -90,7 +96,8 @@ void compare_with_reference(const MlpModel& sharded, const std::vector<double>& 
     }
   }
   char buf[256];
-  std::snprintf(buf, sizeof buf, "parameters equal single-process training: max |diff| %.3g (at %s), tolerance %.0e",
+  std::snprintf(buf, sizeof buf,
+                "parameters equal single-process training: max |diff| %.3g (at %s), tolerance %.0e",
                 max_diff, worst.c_str(), tolerance);
   tally.expect(shapes && max_diff <= tolerance, buf);
 
@@ -98,7 +105,8 @@ void compare_with_reference(const MlpModel& sharded, const std::vector<double>& 
   for (std::size_t i = 0; i < sharded_losses.size() && i < ref.losses.size(); ++i) {
     max_loss_diff = std::max(max_loss_diff, std::abs(sharded_losses[i] - ref.losses[i]));
   }
-  std::snprintf(buf, sizeof buf, "per-step loss equals single-process loss: max |diff| %.3g over %zu steps",
+  std::snprintf(buf, sizeof buf,
+                "per-step loss equals single-process loss: max |diff| %.3g over %zu steps",
                 max_loss_diff, ref.losses.size());
   tally.expect(sharded_losses.size() == ref.losses.size() && max_loss_diff <= tolerance, buf);
 
@@ -106,8 +114,11 @@ void compare_with_reference(const MlpModel& sharded, const std::vector<double>& 
   const auto sharded_keys = saved_keys(sharded, sharded_bytes);
   const auto plain_keys = saved_keys(ref.model, plain_bytes);
   tally.expect(sharded_keys == plain_keys && !plain_keys.empty(),
-               "state_dict (torch::save) keys: " + std::to_string(sharded_keys.size()) + " identical to the plain model's" +
-                   (sharded_keys == plain_keys ? "" : "\n    sharded: " + join(sharded_keys) + "\n    plain:   " + join(plain_keys)));
+               "state_dict (torch::save) keys: " + std::to_string(sharded_keys.size()) +
+                   " identical to the plain model's" +
+                   (sharded_keys == plain_keys ? ""
+                                               : "\n    sharded: " + join(sharded_keys) +
+                                                     "\n    plain:   " + join(plain_keys)));
 
   // The saved sharded model loads into a plain model and gives back exactly its parameters.
   auto loaded = make_model(c, 12345);

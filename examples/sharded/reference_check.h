@@ -34,6 +34,7 @@ Reference train_reference(const Options& o, const ModelConfig& c);
 // fully-qualified parameter names, values within `tolerance`, per-step losses, and the keys and
 // values of a state_dict saved with torch::save.
 void compare_with_reference(const MlpModel& sharded, const std::vector<double>& sharded_losses,
-                            const Reference& ref, const ModelConfig& c, double tolerance, CheckTally& tally);
+                            const Reference& ref, const ModelConfig& c, double tolerance,
+                            CheckTally& tally);
 
 }  // namespace sharded

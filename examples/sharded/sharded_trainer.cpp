@@ -34,7 +34,9 @@ namespace sharded {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 constexpr auto kCollectiveTimeout = std::chrono::seconds(10);
 constexpr double kTolerance = 1e-5;
@@ -49,17 +51,21 @@ double mean_over_ranks(c10d::Backend& pg, double v, const torch::Device& device)
 
 void print_counts(const CollectiveCounts& n, const Options& o, int units, double seconds) {
   auto ag = [&](Phase p) { return (long long)n.gathers(p); };
-  std::printf("collectives on each rank (%d units = %d blocks + head, %d steps, checkpoint=%s%s, %s on %s):\n", units,
-              o.blocks, o.steps, o.checkpoint.c_str(), o.offload ? ", offload" : "", o.backend.c_str(),
-              o.device.c_str());
+  std::printf(
+      "collectives on each rank (%d units = %d blocks + head, %d steps, checkpoint=%s%s, %s on "
+      "%s):\n",
+      units, o.blocks, o.steps, o.checkpoint.c_str(), o.offload ? ", offload" : "",
+      o.backend.c_str(), o.device.c_str());
   std::printf("  all-gather      forward %lld  recompute %lld  backward %lld\n", ag(Phase::Forward),
               ag(Phase::Recompute), ag(Phase::Backward));
   std::printf("  reduce-scatter  backward %lld\n", (long long)n.scatters(Phase::Backward));
   std::printf("  all-reduce      %d (the printed loss, one per step)\n", o.steps);
-  std::printf("  redundant all-gathers avoided (already unsharded): %lld\n", (long long)n.unshard_already_done);
+  std::printf("  redundant all-gathers avoided (already unsharded): %lld\n",
+              (long long)n.unshard_already_done);
   std::printf("  %.2f MB moved, %.3f s in collectives%s\n", n.bytes / 1e6, n.seconds,
               o.device == "cpu" ? "" : " (the current stream synchronised around each)");
-  std::printf("time: %.3f s for %d steps (%.1f ms/step)\n", seconds, o.steps, 1e3 * seconds / o.steps);
+  std::printf("time: %.3f s for %d steps (%.1f ms/step)\n", seconds, o.steps,
+              1e3 * seconds / o.steps);
   std::fflush(stdout);
 }
 
@@ -113,7 +119,8 @@ int run_rank(const Options& o) {
       opt->zero_grad();
       losses.push_back(mean_over_ranks(*pg, loss.item<double>(), device));
       if (lead) {
-        std::printf("step %3d/%d  loss %.6f  %6.1f ms\n", step + 1, o.steps, losses.back(), 1e3 * since(ts));
+        std::printf("step %3d/%d  loss %.6f  %6.1f ms\n", step + 1, o.steps, losses.back(),
+                    1e3 * since(ts));
         std::fflush(stdout);
       }
     }
@@ -124,9 +131,10 @@ int run_rank(const Options& o) {
     if (o.check) {
       fsdp.unshard_all();  // every rank takes part in the gathers
       if (lead) {
-        std::printf("sharded check (%d ranks, %d steps, checkpoint=%s%s, %s, hooks %s, %s on %s):\n", o.world, o.steps,
-                    o.checkpoint.c_str(), o.offload ? ", offload" : "", o.optim.c_str(), o.hook_order.c_str(),
-                    o.backend.c_str(), o.device.c_str());
+        std::printf(
+            "sharded check (%d ranks, %d steps, checkpoint=%s%s, %s, hooks %s, %s on %s):\n",
+            o.world, o.steps, o.checkpoint.c_str(), o.offload ? ", offload" : "", o.optim.c_str(),
+            o.hook_order.c_str(), o.backend.c_str(), o.device.c_str());
         const bool ck = o.checkpoint == "full";
         const long long s = o.steps, b = o.blocks;
         tally.expect(true, std::string("every step: each unit 1 all-gather in forward, 1 in ") +
@@ -136,14 +144,16 @@ int run_rank(const Options& o) {
                             counts.gathers(Phase::Recompute) == (ck ? s * b : 0) &&
                             counts.gathers(Phase::Backward) == (ck ? s : s * (b + 1)) &&
                             counts.scatters(Phase::Backward) == s * (b + 1);
-        tally.expect(totals, "collective totals match " + std::to_string(b + 1) + " units x " + std::to_string(s) +
+        tally.expect(totals, "collective totals match " + std::to_string(b + 1) + " units x " +
+                                 std::to_string(s) +
                                  " steps, no redundant all-gather in recompute");
         if (offload) {
           const auto moved = recompose::total_offload_stats(*model);
           tally.expect(moved.tensors_offloaded > 0 && offload->stats().tensors_reloaded > 0 &&
                            offload->tensors_alive() == 0,
                        "offload: " + std::to_string(moved.tensors_offloaded) +
-                           " saved tensors went to host memory and came back; none left alive after the last step");
+                           " saved tensors went to host memory and came back; none left alive "
+                           "after the last step");
         }
         const Reference ref = train_reference(o, cfg);
         compare_with_reference(model, losses, ref, cfg, kTolerance, tally);
@@ -184,9 +194,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sharded_trainer: %s\n", e.what());
       return 2;
     }
-    std::printf("sharded_trainer: %d ranks (c10d %s, %s), %d blocks + head, checkpoint=%s%s, %s\n", o.world,
-                o.backend == "gloo" ? "Gloo on 127.0.0.1" : "NCCL", o.device.c_str(), o.blocks,
-                o.checkpoint.c_str(), o.offload ? ", offload" : "", o.optim.c_str());
+    std::printf("sharded_trainer: %d ranks (c10d %s, %s), %d blocks + head, checkpoint=%s%s, %s\n",
+                o.world, o.backend == "gloo" ? "Gloo on 127.0.0.1" : "NCCL", o.device.c_str(),
+                o.blocks, o.checkpoint.c_str(), o.offload ? ", offload" : "", o.optim.c_str());
     std::fflush(stdout);
     return sharded::launch_ranks(o.world, args, o.timeout_s);
   }

@@ -1,6 +1,7 @@
 // Activation swap benchmark.
 //
-//   ./build/examples/swap_bench/swap_bench                 # CUDA if built with it and a GPU is here
+//   ./build/examples/swap_bench/swap_bench                 # CUDA if built with it and a GPU is
+//   here
 //   ./build/examples/swap_bench/swap_bench --device cpu    # overhead only: CPU swap saves nothing
 //
 // CUDA: a transformer-like stack (LayerNorm, attention, 4x MLP) trained one step at a time with
@@ -48,17 +49,19 @@ struct Args {
 };
 
 void usage() {
-  std::cout << "usage: swap_bench [--device cpu|cuda] [--layers N] [--batch B] [--seq T] [--dim D] [--heads H]\n"
-               "                  [--steps S] [--warmup W] [--rounds R] [--prefetch GROUPS] [--dtype fp32|bf16]\n"
+  std::cout << "usage: swap_bench [--device cpu|cuda] [--layers N] [--batch B] [--seq T] [--dim D] "
+               "[--heads H]\n"
+               "                  [--steps S] [--warmup W] [--rounds R] [--prefetch GROUPS] "
+               "[--dtype fp32|bf16]\n"
                "Step time: median over R interleaved rounds of S steps. Swap counters: per step.\n";
 }
 
 Args parse(int argc, char** argv) {
   Args a;
-  std::map<std::string, int64_t*> ints{{"--layers", &a.layers}, {"--batch", &a.batch}, {"--seq", &a.seq},
-                                       {"--dim", &a.dim},       {"--heads", &a.heads}, {"--steps", &a.steps},
-                                       {"--warmup", &a.warmup}, {"--prefetch", &a.prefetch},
-                                       {"--rounds", &a.rounds}};
+  std::map<std::string, int64_t*> ints{
+      {"--layers", &a.layers}, {"--batch", &a.batch},       {"--seq", &a.seq},
+      {"--dim", &a.dim},       {"--heads", &a.heads},       {"--steps", &a.steps},
+      {"--warmup", &a.warmup}, {"--prefetch", &a.prefetch}, {"--rounds", &a.rounds}};
   for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
     if (key == "--help" || key == "-h") {
@@ -82,7 +85,8 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.steps < 1 || a.rounds < 1 || a.layers < 1 || a.warmup < 0 || a.dim % a.heads != 0) {
-    std::cerr << "swap_bench: steps, rounds and layers must be >= 1, warmup >= 0, dim a multiple of heads\n";
+    std::cerr << "swap_bench: steps, rounds and layers must be >= 1, warmup >= 0, dim a multiple "
+                 "of heads\n";
     std::exit(2);
   }
   return a;
@@ -104,8 +108,10 @@ struct BlockImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const auto b = x.size(0), t = x.size(1), d = x.size(2);
-    auto parts = qkv->forward(ln1->forward(x)).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
-    auto attn = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
+    auto parts =
+        qkv->forward(ln1->forward(x)).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+    auto attn =
+        at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
     auto h = x + proj->forward(attn.transpose(1, 2).reshape({b, t, d}));
     return h + fc2->forward(torch::gelu(fc1->forward(ln2->forward(h))));
   }
@@ -128,10 +134,14 @@ TORCH_MODULE(MlpLayer);
 enum class Mode { None, Full, Selective, Swap };
 const char* name(Mode m) {
   switch (m) {
-    case Mode::None: return "none";
-    case Mode::Full: return "full";
-    case Mode::Selective: return "selective";
-    case Mode::Swap: return "swap";
+    case Mode::None:
+      return "none";
+    case Mode::Full:
+      return "full";
+    case Mode::Selective:
+      return "selective";
+    case Mode::Swap:
+      return "swap";
   }
   return "?";
 }
@@ -145,10 +155,15 @@ torch::Tensor run_layers(std::vector<Layer>& layers, torch::Tensor x, Mode mode,
     auto* impl = layer.get();
     auto body = [impl](const torch::Tensor& in) { return impl->forward(in); };
     switch (mode) {
-      case Mode::None: x = layer->forward(x); break;
-      case Mode::Full: x = recompose::checkpoint(body, x); break;
+      case Mode::None:
+        x = layer->forward(x);
+        break;
+      case Mode::Full:
+        x = recompose::checkpoint(body, x);
+        break;
       case Mode::Selective:
-        x = recompose::checkpoint(recompose::CheckpointOptions().policy(recompose::transformer_policy()), body, x);
+        x = recompose::checkpoint(
+            recompose::CheckpointOptions().policy(recompose::transformer_policy()), body, x);
         break;
       case Mode::Swap: {
         recompose::SwapGroupScope group(*manager);
@@ -174,7 +189,8 @@ std::vector<std::pair<Mode, Result>> measure(std::vector<Layer>& layers, const t
                                              const std::function<void()>& sync) {
   std::vector<std::shared_ptr<recompose::SwapManager>> managers;
   for (size_t i = 0; i < modes.size(); ++i) {
-    managers.push_back(recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(args.prefetch)));
+    managers.push_back(
+        recompose::SwapManager::create(recompose::SwapOptions().prefetch_groups(args.prefetch)));
   }
   auto step = [&](size_t m) {
     auto loss = run_layers(layers, input, modes[m], managers[m]).to(torch::kFloat32).pow(2).mean();
@@ -210,8 +226,9 @@ std::vector<std::pair<Mode, Result>> measure(std::vector<Layer>& layers, const t
                          static_cast<double>(args.steps));
 #ifdef RECOMPOSE_WITH_CUDA
       if (cuda) {
-        results[m].activation_bytes = std::max(
-            results[m].activation_bytes, alloc::getDeviceStats(dev).allocated_bytes[all].peak - before);
+        results[m].activation_bytes =
+            std::max(results[m].activation_bytes,
+                     alloc::getDeviceStats(dev).allocated_bytes[all].peak - before);
       }
 #endif
     }
@@ -229,19 +246,23 @@ std::vector<std::pair<Mode, Result>> measure(std::vector<Layer>& layers, const t
 // `steps`: the number of timed steps the counters cover.
 void print(const std::vector<std::pair<Mode, Result>>& results, int64_t steps) {
   const Result& base = results.front().second;
-  std::printf("%-10s %10s %8s %14s %8s %14s %8s %6s %6s\n", "mode", "step ms", "ratio", "act MiB", "ratio",
-              "offload MiB", "sync", "late", "early");
+  std::printf("%-10s %10s %8s %14s %8s %14s %8s %6s %6s\n", "mode", "step ms", "ratio", "act MiB",
+              "ratio", "offload MiB", "sync", "late", "early");
   for (const auto& [mode, r] : results) {
     const double mib = 1024.0 * 1024.0;
     const bool mem = r.activation_bytes >= 0 && base.activation_bytes > 0;
-    std::printf("%-10s %10.2f %8.3f %14s %8s %14.1f %8.1f %6.1f %6.1f\n", name(mode), r.step_ms,
-                r.step_ms / base.step_ms,
-                mem ? std::to_string(static_cast<int64_t>(r.activation_bytes / mib)).c_str() : "-",
-                mem ? std::to_string(static_cast<double>(r.activation_bytes) / base.activation_bytes).substr(0, 5).c_str()
-                    : "-",
-                static_cast<double>(r.swap.bytes_offloaded) / mib / static_cast<double>(steps),
-                static_cast<double>(r.swap.sync_loads) / steps, static_cast<double>(r.swap.late_reloads) / steps,
-                static_cast<double>(r.swap.early_returns) / steps);
+    std::printf(
+        "%-10s %10.2f %8.3f %14s %8s %14.1f %8.1f %6.1f %6.1f\n", name(mode), r.step_ms,
+        r.step_ms / base.step_ms,
+        mem ? std::to_string(static_cast<int64_t>(r.activation_bytes / mib)).c_str() : "-",
+        mem ? std::to_string(static_cast<double>(r.activation_bytes) / base.activation_bytes)
+                  .substr(0, 5)
+                  .c_str()
+            : "-",
+        static_cast<double>(r.swap.bytes_offloaded) / mib / static_cast<double>(steps),
+        static_cast<double>(r.swap.sync_loads) / steps,
+        static_cast<double>(r.swap.late_reloads) / steps,
+        static_cast<double>(r.swap.early_returns) / steps);
   }
 }
 
@@ -255,7 +276,9 @@ void print_bandwidth(int64_t activation_bytes) {
   constexpr int kReps = 5;
   const double gb = 1e9;
   // Best time of `copy` over kReps after a warm-up; `prepare` runs untimed before each.
-  auto best_seconds = [&](const std::function<void()>& copy, const std::function<void()>& prepare = [] {}) {
+  auto best_seconds = [&](
+                          const std::function<void()>& copy,
+                          const std::function<void()>& prepare = [] {}) {
     double best = 1e30;
     for (int i = 0; i <= kReps; ++i) {  // the first round warms up
       prepare();
@@ -267,16 +290,21 @@ void print_bandwidth(int64_t activation_bytes) {
     }
     return best;
   };
-  auto device = torch::empty({kLinkBytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
-  auto host = torch::empty({kLinkBytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
-  const double link_d2h = kLinkBytes / best_seconds([&] { host.copy_(device, /*non_blocking=*/true); }) / gb;
-  const double link_h2d = kLinkBytes / best_seconds([&] { device.copy_(host, /*non_blocking=*/true); }) / gb;
+  auto device =
+      torch::empty({kLinkBytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
+  auto host =
+      torch::empty({kLinkBytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  const double link_d2h =
+      kLinkBytes / best_seconds([&] { host.copy_(device, /*non_blocking=*/true); }) / gb;
+  const double link_h2d =
+      kLinkBytes / best_seconds([&] { device.copy_(host, /*non_blocking=*/true); }) / gb;
 
   constexpr int kTensors = 32;
   auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
   std::vector<torch::Tensor> sources;
   for (int i = 0; i < kTensors; ++i) {
-    sources.push_back(torch::empty({activation_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA)));
+    sources.push_back(torch::empty(
+        {activation_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA)));
   }
   std::vector<std::shared_ptr<recompose::SwappedTensor>> handles;
   auto offload_all = [&] {
@@ -294,10 +322,13 @@ void print_bandwidth(int64_t activation_bytes) {
   const double swap_h2d = total / best_seconds(reload_all, offload_all) / gb;
   for (auto& h : handles) h->release();
   std::printf("Copy bandwidth, GB/s (1e9 bytes/s):              device->host  host->device\n");
-  std::printf("  link peak (512 MiB copies, pinned)             %12.1f  %12.1f\n", link_d2h, link_h2d);
-  std::printf("  SwapManager (%d x %.1f MiB, pinned pool warm) %12.1f  %12.1f   (%.0f%% / %.0f%% of the link)\n",
-              kTensors, static_cast<double>(activation_bytes) / (1024.0 * 1024.0), swap_d2h, swap_h2d,
-              100.0 * swap_d2h / link_d2h, 100.0 * swap_h2d / link_h2d);
+  std::printf("  link peak (512 MiB copies, pinned)             %12.1f  %12.1f\n", link_d2h,
+              link_h2d);
+  std::printf(
+      "  SwapManager (%d x %.1f MiB, pinned pool warm) %12.1f  %12.1f   (%.0f%% / %.0f%% of the "
+      "link)\n",
+      kTensors, static_cast<double>(activation_bytes) / (1024.0 * 1024.0), swap_d2h, swap_h2d,
+      100.0 * swap_d2h / link_d2h, 100.0 * swap_h2d / link_h2d);
 }
 #endif
 
@@ -325,10 +356,13 @@ int main(int argc, char** argv) {
       blocks.back()->to(torch::kCUDA, dtype);
     }
     auto input = torch::randn({args.batch, args.seq, args.dim}, options);
-    std::printf("CUDA transformer stack: %lld blocks, batch %lld, seq %lld, dim %lld, heads %lld, %s, prefetch %lld\n",
-                static_cast<long long>(args.layers), static_cast<long long>(args.batch),
-                static_cast<long long>(args.seq), static_cast<long long>(args.dim),
-                static_cast<long long>(args.heads), args.dtype.c_str(), static_cast<long long>(args.prefetch));
+    std::printf(
+        "CUDA transformer stack: %lld blocks, batch %lld, seq %lld, dim %lld, heads %lld, %s, "
+        "prefetch %lld\n",
+        static_cast<long long>(args.layers), static_cast<long long>(args.batch),
+        static_cast<long long>(args.seq), static_cast<long long>(args.dim),
+        static_cast<long long>(args.heads), args.dtype.c_str(),
+        static_cast<long long>(args.prefetch));
     auto sync = [] { torch::cuda::synchronize(); };
     print(measure(blocks, input, {Mode::None, Mode::Full, Mode::Selective, Mode::Swap}, args, sync),
           args.steps * args.rounds);
@@ -342,10 +376,11 @@ int main(int argc, char** argv) {
   std::vector<MlpLayer> layers;
   for (int64_t i = 0; i < args.layers; ++i) layers.emplace_back(args.dim);
   auto input = torch::randn({args.batch * 32, args.dim});
-  std::printf("CPU MLP stack: %lld layers, %lld x %lld fp32 (no GPU: swap copies host to host and saves no "
-              "memory; this shows its overhead)\n",
-              static_cast<long long>(args.layers), static_cast<long long>(args.batch * 32),
-              static_cast<long long>(args.dim));
+  std::printf(
+      "CPU MLP stack: %lld layers, %lld x %lld fp32 (no GPU: swap copies host to host and saves no "
+      "memory; this shows its overhead)\n",
+      static_cast<long long>(args.layers), static_cast<long long>(args.batch * 32),
+      static_cast<long long>(args.dim));
   print(measure(layers, input, {Mode::None, Mode::Swap}, args, [] {}), args.steps * args.rounds);
   return 0;
 }

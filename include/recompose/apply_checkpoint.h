@@ -33,10 +33,12 @@ inline constexpr const char* kCheckpointApi = "recompose.checkpoint";
 // Throws hooks::CompositionError if the module is already checkpointed, std::invalid_argument if
 // its forward is not annotated with RECOMPOSE_FORWARD or it is not owned by a std::shared_ptr,
 // and CheckpointError if options are contradictory (policy together with context_fn).
-torch::nn::Module& apply_checkpoint(torch::nn::Module& module, const CheckpointOptions& options = {});
+torch::nn::Module& apply_checkpoint(torch::nn::Module& module,
+                                    const CheckpointOptions& options = {});
 
 template <class M>
-std::shared_ptr<M> apply_checkpoint(const std::shared_ptr<M>& module, const CheckpointOptions& options = {}) {
+std::shared_ptr<M> apply_checkpoint(const std::shared_ptr<M>& module,
+                                    const CheckpointOptions& options = {}) {
   apply_checkpoint(static_cast<torch::nn::Module&>(*module), options);
   return module;
 }
@@ -49,7 +51,8 @@ torch::nn::ModuleHolder<M>& apply_checkpoint(torch::nn::ModuleHolder<M>& module,
 }
 
 namespace detail {
-int64_t apply_checkpoint_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
+int64_t apply_checkpoint_where(torch::nn::Module& model,
+                               const std::function<bool(const torch::nn::Module&)>& match,
                                const std::string& type_name, const CheckpointOptions& options);
 }  // namespace detail
 
@@ -65,10 +68,12 @@ int64_t apply_checkpoint_where(torch::nn::Module& model, const std::function<boo
 // apply_checkpoint throws (hooks::CompositionError if one is checkpointed already).
 template <class M>
 int64_t apply_checkpoint_to(torch::nn::Module& model, const CheckpointOptions& options = {}) {
-  return detail::apply_checkpoint_where(model, &hooks::is_module_of_type<M>, hooks::type_name_of<M>(), options);
+  return detail::apply_checkpoint_where(model, &hooks::is_module_of_type<M>,
+                                        hooks::type_name_of<M>(), options);
 }
 template <class M, class Root>
-int64_t apply_checkpoint_to(torch::nn::ModuleHolder<Root>& model, const CheckpointOptions& options = {}) {
+int64_t apply_checkpoint_to(torch::nn::ModuleHolder<Root>& model,
+                            const CheckpointOptions& options = {}) {
   return apply_checkpoint_to<M>(static_cast<torch::nn::Module&>(*model), options);
 }
 

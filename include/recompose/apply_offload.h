@@ -120,19 +120,22 @@ struct OffloadStats {
 torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions& options = {});
 
 template <class M>
-std::shared_ptr<M> apply_offload(const std::shared_ptr<M>& module, const OffloadOptions& options = {}) {
+std::shared_ptr<M> apply_offload(const std::shared_ptr<M>& module,
+                                 const OffloadOptions& options = {}) {
   apply_offload(static_cast<torch::nn::Module&>(*module), options);
   return module;
 }
 
 template <class M>
-torch::nn::ModuleHolder<M>& apply_offload(torch::nn::ModuleHolder<M>& module, const OffloadOptions& options = {}) {
+torch::nn::ModuleHolder<M>& apply_offload(torch::nn::ModuleHolder<M>& module,
+                                          const OffloadOptions& options = {}) {
   apply_offload(static_cast<torch::nn::Module&>(*module), options);
   return module;
 }
 
 namespace detail {
-int64_t apply_offload_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
+int64_t apply_offload_where(torch::nn::Module& model,
+                            const std::function<bool(const torch::nn::Module&)>& match,
                             const std::string& type_name, const OffloadOptions& options);
 }  // namespace detail
 
@@ -145,7 +148,8 @@ int64_t apply_offload_where(torch::nn::Module& model, const std::function<bool(c
 //   recompose::apply_offload_to<BlockImpl>(*model, recompose::OffloadOptions().manager(manager));
 template <class M>
 int64_t apply_offload_to(torch::nn::Module& model, const OffloadOptions& options = {}) {
-  return detail::apply_offload_where(model, &hooks::is_module_of_type<M>, hooks::type_name_of<M>(), options);
+  return detail::apply_offload_where(model, &hooks::is_module_of_type<M>, hooks::type_name_of<M>(),
+                                     options);
 }
 template <class M, class Root>
 int64_t apply_offload_to(torch::nn::ModuleHolder<Root>& model, const OffloadOptions& options = {}) {

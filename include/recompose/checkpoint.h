@@ -2,7 +2,8 @@
 //
 //   torch::Tensor y = recompose::checkpoint([&](const torch::Tensor& x) { return mlp(x); }, x);
 //   torch::Tensor z = recompose::checkpoint(recompose::CheckpointOptions().early_stop(false),
-//                                           [&](const torch::Tensor& a, double s) { return f(a) * s; }, x, 0.5);
+//                                           [&](const torch::Tensor& a, double s) { return f(a) *
+//                                           s; }, x, 0.5);
 //   torch::Tensor out = recompose::checkpoint_sequential(seq, /*segments=*/4, x);
 //
 // Tensors that the body saves for backward are not kept: backward recomputes them by running
@@ -42,11 +43,14 @@ decltype(auto) checkpoint(const CheckpointOptions& options, Fn fn, Args&&... arg
   // Keep the structure of the arguments, not their tensors: the region saves those itself.
   const std::vector<at::Tensor> blanks(leaves.size());
   hooks::LeafCursor blank_cursor(blanks);
-  auto structure = std::make_shared<const Stored>(Stored{hooks::ArgTraits<std::decay_t<Args>>::rebuild(args, blank_cursor)...});
+  auto structure = std::make_shared<const Stored>(
+      Stored{hooks::ArgTraits<std::decay_t<Args>>::rebuild(args, blank_cursor)...});
   auto recompute = [fn, structure](const std::vector<at::Tensor>& input_leaves) {
     hooks::LeafCursor cursor(input_leaves);
     Stored rebuilt = std::apply(
-        [&](const auto&... a) { return Stored{hooks::ArgTraits<std::decay_t<decltype(a)>>::rebuild(a, cursor)...}; },
+        [&](const auto&... a) {
+          return Stored{hooks::ArgTraits<std::decay_t<decltype(a)>>::rebuild(a, cursor)...};
+        },
         *structure);
     std::apply([&](auto&... a) { (void)fn(a...); }, rebuilt);
   };
@@ -69,8 +73,8 @@ decltype(auto) checkpoint(const CheckpointOptions& options, Fn fn, Args&&... arg
 
 // checkpoint with default options.
 template <class Fn, class... Args>
-  requires(!std::is_same_v<std::decay_t<Fn>, CheckpointOptions>)
-decltype(auto) checkpoint(Fn fn, Args&&... args) {
+requires(!std::is_same_v<std::decay_t<Fn>, CheckpointOptions>) decltype(auto)
+    checkpoint(Fn fn, Args&&... args) {
   return checkpoint(CheckpointOptions{}, std::move(fn), std::forward<Args>(args)...);
 }
 
@@ -79,6 +83,7 @@ decltype(auto) checkpoint(Fn fn, Args&&... args) {
 // Each module must take and return one tensor. Throws std::invalid_argument if segments < 1
 // or segments > the number of modules.
 torch::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments,
-                                    const torch::Tensor& input, const CheckpointOptions& options = {});
+                                    const torch::Tensor& input,
+                                    const CheckpointOptions& options = {});
 
 }  // namespace recompose

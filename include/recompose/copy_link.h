@@ -34,10 +34,12 @@ struct LinkModel {
   }
   // Seconds to move `bytes` in `copies` copies, one way.
   double d2h_seconds(int64_t bytes, int64_t copies = 1) const {
-    return static_cast<double>(bytes) / d2h_bytes_per_second + static_cast<double>(copies) * seconds_per_copy;
+    return static_cast<double>(bytes) / d2h_bytes_per_second +
+           static_cast<double>(copies) * seconds_per_copy;
   }
   double h2d_seconds(int64_t bytes, int64_t copies = 1) const {
-    return static_cast<double>(bytes) / h2d_bytes_per_second + static_cast<double>(copies) * seconds_per_copy;
+    return static_cast<double>(bytes) / h2d_bytes_per_second +
+           static_cast<double>(copies) * seconds_per_copy;
   }
 };
 

@@ -73,8 +73,8 @@ struct Plan {
   // Throws std::invalid_argument on text that is not such a plan.
   std::string to_json() const;
   static Plan from_json(std::string_view json);
-  // Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the file cannot be
-  // written or read, std::invalid_argument as from_json.
+  // Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the
+  // file cannot be written or read, std::invalid_argument as from_json.
   void save(const std::filesystem::path& path) const;
   static Plan load(const std::filesystem::path& path);
   bool operator==(const Plan&) const = default;

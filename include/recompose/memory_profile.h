@@ -4,10 +4,9 @@
 // the op's outputs would hold and the op's measured time. A profile is a value: print it, save it
 // as JSON, load it and solve on it again without running the model.
 //
-//   auto step = [&] { model->forward(x).sum().backward(); };   // forward + backward, no optimizer step
-//   recompose::MemoryProfile profile = recompose::profile_memory(*model, step);
-//   std::cout << profile.to_string();
-//   profile.save("profile.json");
+//   auto step = [&] { model->forward(x).sum().backward(); };   // forward + backward, no optimizer
+//   step recompose::MemoryProfile profile = recompose::profile_memory(*model, step); std::cout <<
+//   profile.to_string(); profile.save("profile.json");
 //
 // How it is taken: `step` runs twice. The first run is plain (no checkpointing): a
 // SavedTensorMeter measures what each module call adds to the bytes held for backward, and the
@@ -51,11 +50,11 @@ struct OpProfile {
   std::string op;          // overload, as "aten::mm.default"
   int64_t call_index = 0;  // how many calls of this overload came before it in the module's forward
   int64_t output_bytes = 0;  // bytes that keeping its outputs holds (distinct storages)
-  double seconds = 0;      // measured forward time, summed over the module's calls in the step
-  bool random = false;     // draws random numbers (nondeterministic_seeded, or takes a Generator)
-  bool inplace = false;    // writes into an argument (never true for an op a policy sees)
-  bool view = false;       // returns a view of an argument (never true for an op a policy sees)
-  bool mutated = false;    // its output was modified in place later in the forward: never kept
+  double seconds = 0;        // measured forward time, summed over the module's calls in the step
+  bool random = false;       // draws random numbers (nondeterministic_seeded, or takes a Generator)
+  bool inplace = false;      // writes into an argument (never true for an op a policy sees)
+  bool view = false;         // returns a view of an argument (never true for an op a policy sees)
+  bool mutated = false;      // its output was modified in place later in the forward: never kept
 };
 
 // One checkpointable module (a module whose forward carries RECOMPOSE_FORWARD).
@@ -65,9 +64,10 @@ struct ModuleProfile {
   std::string name;   // path from the profiled root ("blocks.0"); "" for the root itself
   std::string type;   // torch::nn::Module::name() of the module
   int64_t calls = 0;  // forward calls in one step
-  int64_t input_bytes = 0;  // held under full checkpointing: its tensor inputs (not leaves requiring grad)
-  int64_t saved_bytes = 0;  // held without checkpointing: what autograd saves during its forward
-  double forward_seconds = 0;            // forward time without checkpointing
+  int64_t input_bytes =
+      0;  // held under full checkpointing: its tensor inputs (not leaves requiring grad)
+  int64_t saved_bytes = 0;     // held without checkpointing: what autograd saves during its forward
+  double forward_seconds = 0;  // forward time without checkpointing
   double selective_forward_seconds = 0;  // forward time with every op intercepted (and kept)
   // Recomputation in backward with every op kept: selective's fixed cost. The selective replay's
   // (host) time where `replayed`, else the time of the forward run again.
@@ -108,8 +108,8 @@ struct MemoryProfile {
   // that is not such a profile (the message says what is wrong and where).
   std::string to_json() const;
   static MemoryProfile from_json(std::string_view json);
-  // Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the file cannot be
-  // written or read, std::invalid_argument as from_json.
+  // Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the
+  // file cannot be written or read, std::invalid_argument as from_json.
   void save(const std::filesystem::path& path) const;
   static MemoryProfile load(const std::filesystem::path& path);
 };
@@ -124,11 +124,12 @@ struct ProfileOptions {
 };
 
 // Profiles one training step of `model`: `step` must run a forward and a backward through it
-// (it runs twice; a stateful optimizer stepped in it keeps its own state of both runs). Errors: std::invalid_argument if `step` is
-// empty, a path of ProfileOptions::modules names no module (or one that is not annotated, or
-// one nested in another), or no module of the tree is annotated; CheckpointError if a profiled
-// module is already checkpointed (or offloaded), or if the step saved nothing for backward
-// (grad mode off?). Exceptions thrown by `step` go through; the model is left as it was, in every case.
+// (it runs twice; a stateful optimizer stepped in it keeps its own state of both runs). Errors:
+// std::invalid_argument if `step` is empty, a path of ProfileOptions::modules names no module (or
+// one that is not annotated, or one nested in another), or no module of the tree is annotated;
+// CheckpointError if a profiled module is already checkpointed (or offloaded), or if the step saved
+// nothing for backward (grad mode off?). Exceptions thrown by `step` go through; the model is left
+// as it was, in every case.
 MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
                              const ProfileOptions& options = {});
 

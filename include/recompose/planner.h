@@ -78,7 +78,8 @@ class Budget {
   bool is_peak() const { return peak_; }
 
  private:
-  Budget(int64_t bytes, double fraction, bool peak = false) : bytes_(bytes), fraction_(fraction), peak_(peak) {}
+  Budget(int64_t bytes, double fraction, bool peak = false)
+      : bytes_(bytes), fraction_(fraction), peak_(peak) {}
   int64_t bytes_ = 0;
   double fraction_ = 0;
   bool peak_ = false;
@@ -86,7 +87,7 @@ class Budget {
 
 // When the solver may offload (module offload, and MUST_SWAP of single ops).
 enum class OffloadMode {
-  Auto,    // when the profile has a device <-> host bandwidth (a model on a device)
+  Auto,  // when the profile has a device <-> host bandwidth (a model on a device)
   Never,
   Always,  // even on CPU (where it frees nothing for real): to test the offload path
 };
@@ -105,7 +106,8 @@ struct SolveOptions {
 // The fastest plan (estimated) that holds at most `budget` bytes for backward.
 // Throws std::invalid_argument if the budget is below the least any plan holds (the message gives
 // that minimum: full checkpointing, or offload, everywhere) or the profile has no module.
-Plan solve_plan(const MemoryProfile& profile, const Budget& budget, const SolveOptions& options = {});
+Plan solve_plan(const MemoryProfile& profile, const Budget& budget,
+                const SolveOptions& options = {});
 
 // The least bytes any plan for `profile` holds (what solve_plan needs at least).
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
@@ -116,7 +118,8 @@ struct PlannerOptions {
 };
 
 // profile_memory(model, step) then solve_plan(profile, budget): the two calls in one, with the
-// errors of both. The plan is not applied; the model is left as profile_memory leaves it: as it was.
+// errors of both. The plan is not applied; the model is left as profile_memory leaves it: as it
+// was.
 Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
                  const PlannerOptions& options = {});
 

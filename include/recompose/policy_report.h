@@ -3,8 +3,8 @@
 // shown it at all, and so whether a save list can name it), what the policy decided for each,
 // and the bytes the region then holds for backward against no checkpointing.
 //
-//   auto report = recompose::inspect_policy(recompose::SelectivePolicy({"aten::convolution"}), block, x);
-//   std::cout << report;            // one line per op, then the totals
+//   auto report = recompose::inspect_policy(recompose::SelectivePolicy({"aten::convolution"}),
+//   block, x); std::cout << report;            // one line per op, then the totals
 //   report.bytes_kept;              // what the policy keeps
 //   report.bytes_held_without_checkpointing;
 //
@@ -32,22 +32,25 @@ namespace recompose {
 
 // One op of the region's forward.
 struct PolicyReportOp {
-  std::string op;          // name and overload: "aten::convolution.default", "aten::relu_.default"
-  int64_t call_index = 0;  // calls of this overload before it in the region (SelectiveCheckpointContext::call_index)
+  std::string op;  // name and overload: "aten::convolution.default", "aten::relu_.default"
+  int64_t call_index =
+      0;  // calls of this overload before it in the region (SelectiveCheckpointContext::call_index)
   int64_t output_bytes = 0;  // bytes of the storages of its tensor outputs
   // Shown to policies, and so nameable in a SelectivePolicy save list. Views, in-place and out=
   // ops, and autocast's parameter casts are not: they are always recomputed.
   bool shown_to_policy = false;
-  std::string why_hidden;  // for ops not shown: "view, in-place or out= op", "autocast parameter cast"
+  std::string
+      why_hidden;  // for ops not shown: "view, in-place or out= op", "autocast parameter cast"
   // What the policy returned (ops shown to it only).
   CheckpointPolicy decision = CheckpointPolicy::PREFER_RECOMPUTE;
-  bool kept() const;      // MUST_SAVE, PREFER_SAVE (kept on the device)
-  bool swapped() const;   // MUST_SWAP
+  bool kept() const;     // MUST_SAVE, PREFER_SAVE (kept on the device)
+  bool swapped() const;  // MUST_SWAP
 };
 
 struct PolicyReport {
   std::string region;  // the label given (a module's name)
-  std::vector<PolicyReportOp> ops;  // in the order they ran (aten::detach and metadata ops left out)
+  std::vector<PolicyReportOp>
+      ops;  // in the order they ran (aten::detach and metadata ops left out)
   int64_t ops_kept = 0, ops_swapped = 0, ops_recomputed = 0;
   int64_t bytes_kept = 0, bytes_swapped = 0;  // sums of output bytes of those ops
   // Measured with a SavedTensorMeter around each forward: what the region's forward leaves held
@@ -76,8 +79,10 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
 
 // The same for one module called with `args` (its forward need not be annotated).
 template <class M, class... Args>
-PolicyReport inspect_policy(const SelectivePolicy& policy, torch::nn::ModuleHolder<M>& module, Args&&... args) {
-  return inspect_policy(policy, [&] { (void)module->forward(args...); }, {module.ptr()}, module->name());
+PolicyReport inspect_policy(const SelectivePolicy& policy, torch::nn::ModuleHolder<M>& module,
+                            Args&&... args) {
+  return inspect_policy(
+      policy, [&] { (void)module->forward(args...); }, {module.ptr()}, module->name());
 }
 
 }  // namespace recompose

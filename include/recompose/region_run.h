@@ -27,8 +27,9 @@ class RegionRun {
   // Pre-forward step. With grad mode off (or in inference mode) no region is made and the body
   // runs plainly; active() is then false. `owner` is the checkpointed module (apply_checkpoint),
   // whose state is preserved like options.state_modules().
-  static RegionRun begin(const CheckpointOptions& options, const std::vector<at::Tensor>& input_leaves,
-                         RecomputeFn recompute, std::shared_ptr<torch::nn::Module> owner = nullptr);
+  static RegionRun begin(const CheckpointOptions& options,
+                         const std::vector<at::Tensor>& input_leaves, RecomputeFn recompute,
+                         std::shared_ptr<torch::nn::Module> owner = nullptr);
 
   // Post-forward step; `body_error` is the exception the body threw, or nullptr.
   void end(std::exception_ptr body_error);

@@ -2,8 +2,9 @@
 // alive is accounted until autograd releases it (after backward, or when the graph dies).
 // Tensors saved inside checkpointed regions cost nothing (only a placeholder is saved); the
 // inputs of a region are counted, and so are the op outputs that selective checkpointing keeps
-// on the device (from when they are kept until they are replayed or dropped). Leaves that require grad (parameters, and inputs marked
-// requires_grad) and views of them are not counted: they are held whether or not backward runs.
+// on the device (from when they are kept until they are replayed or dropped). Leaves that require
+// grad (parameters, and inputs marked requires_grad) and views of them are not counted: they are
+// held whether or not backward runs.
 //
 //   recompose::SavedTensorMeter meter;
 //   auto loss = model(x).sum();

@@ -7,7 +7,8 @@
 //       recompose::SelectivePolicy({"aten::mm", "aten::addmm"})));
 //   // or any callable
 //   recompose::SelectivePolicy policy([](const recompose::SelectiveCheckpointContext& ctx,
-//                                        const c10::OperatorHandle& op, const torch::jit::Stack& args) {
+//                                        const c10::OperatorHandle& op, const torch::jit::Stack&
+//                                        args) {
 //     return op.schema().name() == "aten::bmm" ? recompose::CheckpointPolicy::MUST_SAVE
 //                                              : recompose::CheckpointPolicy::PREFER_RECOMPUTE;
 //   });
@@ -16,19 +17,19 @@
 //   }), fn, x);
 //
 // How it works (as torch.utils.checkpoint's _CachingTorchDispatchMode/_CachedTorchDispatchMode):
-// ops are intercepted below autograd by a C++ dispatch mode (lib/selective/dispatch_interceptor.cpp).
-// In the forward each op runs, then the policy is asked with its arguments and outputs; the
-// outputs of saved ops are kept (detached, sharing their version counters). The decision is
-// recorded per (op overload, call index). Backward rebuilds the dropped saved tensors by
-// replaying only the ops that produce them, below autograd (selective replay, below), kept outputs
-// answered from the cache. Where it cannot, the region's forward runs again and the policy is not
-// asked again: an op recorded as saved returns its kept outputs without running, any other op runs.
-// aten::detach and metadata ops (prim::device, aten::size, ...) are not seen by the policy.
-// Ops whose outputs alias their inputs (views such as aten::t, in-place and out= ops) are always
-// recomputed and not shown to the policy: recomputing a view costs nothing, keeping one would
-// keep its base alive, and a kept in-place result would not modify the recomputed input.
-// Under autocast, casts of float32 parameters (leaves requiring grad) to bfloat16/float16 are
-// always recomputed and not shown either: autocast caches them, so whether one runs depends on
+// ops are intercepted below autograd by a C++ dispatch mode
+// (lib/selective/dispatch_interceptor.cpp). In the forward each op runs, then the policy is asked
+// with its arguments and outputs; the outputs of saved ops are kept (detached, sharing their
+// version counters). The decision is recorded per (op overload, call index). Backward rebuilds the
+// dropped saved tensors by replaying only the ops that produce them, below autograd (selective
+// replay, below), kept outputs answered from the cache. Where it cannot, the region's forward runs
+// again and the policy is not asked again: an op recorded as saved returns its kept outputs without
+// running, any other op runs. aten::detach and metadata ops (prim::device, aten::size, ...) are not
+// seen by the policy. Ops whose outputs alias their inputs (views such as aten::t, in-place and
+// out= ops) are always recomputed and not shown to the policy: recomputing a view costs nothing,
+// keeping one would keep its base alive, and a kept in-place result would not modify the recomputed
+// input. Under autocast, casts of float32 parameters (leaves requiring grad) to bfloat16/float16
+// are always recomputed and not shown either: autocast caches them, so whether one runs depends on
 // its cache, which differs between forward and recomputation.
 //
 // Random ops (tagged nondeterministic_seeded, or taking a Generator: rand_like, bernoulli,
@@ -84,8 +85,9 @@ struct SelectiveCheckpointContext {
   int64_t call_index = 0;
 };
 
-using PolicyFn = std::function<CheckpointPolicy(const SelectiveCheckpointContext& ctx,
-                                                const c10::OperatorHandle& op, const torch::jit::Stack& args)>;
+using PolicyFn =
+    std::function<CheckpointPolicy(const SelectiveCheckpointContext& ctx,
+                                   const c10::OperatorHandle& op, const torch::jit::Stack& args)>;
 
 class SelectivePolicy {
  public:
@@ -94,7 +96,8 @@ class SelectivePolicy {
   // that is none of CheckpointPolicy's enumerators (CheckpointPolicy(42)) makes that op throw
   // CheckpointError naming the op and the value.
   // Throws std::invalid_argument if `fn` is empty.
-  SelectivePolicy(PolicyFn fn);  // NOLINT(google-explicit-constructor): policies read better without a cast
+  SelectivePolicy(
+      PolicyFn fn);  // NOLINT(google-explicit-constructor): policies read better without a cast
   // MUST_SAVE for the ops named, PREFER_RECOMPUTE for the rest. "aten::mm" names every overload
   // of the op; "aten::max.dim" (or "aten::max.default" for the overload without a name) names
   // one overload. Throws std::invalid_argument naming an op (or overload) that is not
@@ -104,7 +107,8 @@ class SelectivePolicy {
   // may be named, as in PyTorch; they are recomputed all the same (the values keeping them would
   // give, without keeping their base alive).
   SelectivePolicy(const std::vector<std::string>& save_ops);  // NOLINT(google-explicit-constructor)
-  SelectivePolicy(std::initializer_list<const char*> save_ops);  // NOLINT(google-explicit-constructor)
+  SelectivePolicy(
+      std::initializer_list<const char*> save_ops);  // NOLINT(google-explicit-constructor)
 
   CheckpointPolicy operator()(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
                               const torch::jit::Stack& args) const {
@@ -135,9 +139,9 @@ class SelectivePolicy {
 //   { auto fwd = contexts->enter_forward(); y = torch::relu(torch::mm(a, b)); }   // mm kept
 //   { auto rec = contexts->enter_recompute(); torch::relu(torch::mm(a, b)); }     // mm replayed
 // `swap_manager` receives the outputs of MUST_SWAP ops (SwapManager::default_manager() if null).
-std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
-                                                                     bool allow_cache_entry_mutation = false,
-                                                                     std::shared_ptr<SwapManager> swap_manager = nullptr);
+std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(
+    const SelectivePolicy& policy, bool allow_cache_entry_mutation = false,
+    std::shared_ptr<SwapManager> swap_manager = nullptr);
 
 // Bytes of the op outputs that selective checkpointing keeps for backward right now, in this
 // process (all regions, all threads): the sizes of their storages, each storage once per kept
@@ -166,7 +170,7 @@ struct SelectiveReplayStats {
   int64_t ops_run = 0;      // ops the replays ran
   int64_t ops_skipped = 0;  // recorded ops (not kept) the replays did not need
   int64_t replay_ns = 0;    // host time in the replays, ...
-  int64_t op_ns = 0;        // ... of which in the ops they ran (the host time of the ops recomputed)
+  int64_t op_ns = 0;  // ... of which in the ops they ran (the host time of the ops recomputed)
   std::string last_fallback_reason;  // why the last fallback could not replay
 };
 
@@ -174,7 +178,8 @@ struct SelectiveReplayStats {
 //
 //   recompose::reset_selective_replay_stats();
 //   loss.backward();
-//   auto stats = recompose::selective_replay_stats();  // stats.fallbacks == 0: every region replayed
+//   auto stats = recompose::selective_replay_stats();  // stats.fallbacks == 0: every region
+//   replayed
 SelectiveReplayStats selective_replay_stats();
 void reset_selective_replay_stats();
 

@@ -17,16 +17,16 @@
 // inputs in host memory instead of device memory), and CheckpointPolicy::MUST_SWAP in selective
 // checkpointing (an op's output is kept, in host memory).
 //
-// How it works on an accelerator (CUDA; docs/notes.md, Note [ Swap copies ]): each offload records an event on the current (compute)
-// stream, and a side copy stream per device waits for it and copies the tensor into a pinned
-// host buffer (drawn from a pool that is reused across steps). The source is record_stream'ed on
-// the copy stream so that the caching allocator never hands its memory out while the copy reads
-// it. The manager drops its reference to the device tensor once the copy has landed (checked at
-// every offload and at group boundaries), which is when device memory is freed. In backward,
-// the first use of a tensor of group i reloads the rest of group i and prefetches groups
-// i-1 .. i-prefetch_groups on the copy stream; the consumer stream (the current stream of the
-// thread that unpacks, which is an autograd device thread for CUDA graphs) waits on the copy's
-// event, on the device, not on the host.
+// How it works on an accelerator (CUDA; docs/notes.md, Note [ Swap copies ]): each offload records
+// an event on the current (compute) stream, and a side copy stream per device waits for it and
+// copies the tensor into a pinned host buffer (drawn from a pool that is reused across steps). The
+// source is record_stream'ed on the copy stream so that the caching allocator never hands its
+// memory out while the copy reads it. The manager drops its reference to the device tensor once the
+// copy has landed (checked at every offload and at group boundaries), which is when device memory
+// is freed. In backward, the first use of a tensor of group i reloads the rest of group i and
+// prefetches groups i-1 .. i-prefetch_groups on the copy stream; the consumer stream (the current
+// stream of the thread that unpacks, which is an autograd device thread for CUDA graphs) waits on
+// the copy's event, on the device, not on the host.
 //
 // What stays on the device (SwapManager::eligible): tensors smaller than min_bytes, parameters
 // (leaves that require grad) and views of them, tensors that do not cover their whole storage
@@ -59,10 +59,10 @@
 namespace recompose {
 
 namespace detail {
-class SwapCore;  // lib/swap/swap_core.h
-struct SwapEntry;  // lib/swap/swap_entry.h: the state of one SwappedTensor
+class SwapCore;     // lib/swap/swap_core.h
+struct SwapEntry;   // lib/swap/swap_entry.h: the state of one SwappedTensor
 struct SwapAccess;  // lib/swap/swap_access.h: the library's way in
-}
+}  // namespace detail
 
 // Options of a SwapManager. SwapManager::create throws std::invalid_argument, naming the option,
 // for a negative size or count (max_pool_bytes: below -1).
@@ -107,14 +107,15 @@ struct SwapStats {
   int64_t tensors_kept = 0;  // saved tensors that policies left on the device (not eligible)
   int64_t bytes_kept = 0;
   int64_t shared_offloads = 0;  // saves of a tensor already offloaded: no second copy was made
-  int64_t prefetched = 0;  // reloads launched before the tensor was asked for
-  int64_t sync_loads = 0;  // reloads launched because the tensor was asked for (not prefetched)
-  int64_t late_reloads = 0;  // reloads launched but not landed when asked for
+  int64_t prefetched = 0;       // reloads launched before the tensor was asked for
+  int64_t sync_loads = 0;     // reloads launched because the tensor was asked for (not prefetched)
+  int64_t late_reloads = 0;   // reloads launched but not landed when asked for
   int64_t early_returns = 0;  // asked for while the copy to host was still in flight: no reload
-  int64_t pool_hits = 0;  // host buffers reused from the pool
-  int64_t pool_misses = 0;  // host buffers allocated
-  int64_t groups = 0;  // groups opened (explicit and implicit)
-  int64_t offload_waits = 0;  // offloads that waited for older groups' copies (max_groups_in_flight)
+  int64_t pool_hits = 0;      // host buffers reused from the pool
+  int64_t pool_misses = 0;    // host buffers allocated
+  int64_t groups = 0;         // groups opened (explicit and implicit)
+  int64_t offload_waits =
+      0;  // offloads that waited for older groups' copies (max_groups_in_flight)
   // Host time spent waiting for copies: synchronous copies (CPU tensors, pageable memory),
   // offload_waits and, with SwapOptions::measure_waits, reloads that had not landed when needed.
   double wait_seconds = 0;
@@ -123,9 +124,9 @@ struct SwapStats {
 // Where the data of a SwappedTensor is.
 enum class SwapState {
   Offloading,  // copy to host launched; the device tensor is still held
-  Offloaded,  // in host memory only
-  Reloaded,  // copy back launched (it may still be in flight); host copy kept
-  Released,  // release() was called: no data
+  Offloaded,   // in host memory only
+  Reloaded,    // copy back launched (it may still be in flight); host copy kept
+  Released,    // release() was called: no data
 };
 
 // One tensor offloaded by a SwapManager (SwapManager::offload). Thread-safe.

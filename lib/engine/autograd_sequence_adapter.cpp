@@ -4,7 +4,8 @@
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/engine/autograd_sequence_adapter.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/engine/autograd_sequence_adapter.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check ATen/SequenceNumber.h (peek), Node::sequence_nr and \
 torch::autograd::impl::grad_fn_unsafe in torch/csrc/autograd/variable.h, then extend torch_version_guard.h"
 #endif

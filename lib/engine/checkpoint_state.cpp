@@ -65,7 +65,9 @@ SwitchGuard::~SwitchGuard() {
   publish(s);
 }
 
-SwitchGuard set_checkpoint_early_stop(bool enable) { return SwitchGuard(SwitchGuard::Which::EarlyStop, enable ? 1 : 0); }
+SwitchGuard set_checkpoint_early_stop(bool enable) {
+  return SwitchGuard(SwitchGuard::Which::EarlyStop, enable ? 1 : 0);
+}
 
 SwitchGuard set_checkpoint_debug_enabled(std::optional<bool> enable) {
   return SwitchGuard(SwitchGuard::Which::Debug, enable.has_value() ? (*enable ? 1 : 0) : -1);

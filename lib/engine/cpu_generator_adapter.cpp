@@ -6,7 +6,8 @@
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/engine/cpu_generator_adapter.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/engine/cpu_generator_adapter.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check ATen/CPUGeneratorImpl.h (engine(), set_engine(), the \
 normal-sample caches) and ATen/core/PhiloxRNGEngine.h / mt19937 state, then extend torch_version_guard.h"
 #endif
@@ -25,8 +26,9 @@ namespace {
 at::CPUGeneratorImpl* cpu_impl(const at::Generator& gen) {
   if (!gen.defined() || !gen.device().is_cpu()) {
     // Callers pass the default CPU generator or one they found on the CPU: a bug of recompose's.
-    throw CheckpointError("recompose: internal error: the CPU generator stash was given a generator that is not "
-                          "a CPU generator; please report it");
+    throw CheckpointError(
+        "recompose: internal error: the CPU generator stash was given a generator that is not "
+        "a CPU generator; please report it");
   }
   return gen.get<at::CPUGeneratorImpl>();
 }
@@ -36,7 +38,8 @@ at::CPUGeneratorImpl* cpu_impl(const at::Generator& gen) {
 CpuGeneratorState read_cpu_generator(at::Generator gen) {
   auto* impl = cpu_impl(gen);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  return CpuGeneratorState{impl->engine(), impl->next_float_normal_sample(), impl->next_double_normal_sample()};
+  return CpuGeneratorState{impl->engine(), impl->next_float_normal_sample(),
+                           impl->next_double_normal_sample()};
 }
 
 void write_cpu_generator(at::Generator gen, const CpuGeneratorState& state) {
@@ -51,7 +54,8 @@ bool same_cpu_generator_state(const CpuGeneratorState& a, const CpuGeneratorStat
   // Field by field, in place: data() would copy ~2.5 KB per side, and comparing the bytes would
   // read the pod's padding. mt19937_engine is standard-layout with the pod as its only member,
   // so a pointer to the engine is a pointer to its pod.
-  static_assert(std::is_standard_layout_v<at::mt19937> && sizeof(at::mt19937) == sizeof(at::mt19937_data_pod));
+  static_assert(std::is_standard_layout_v<at::mt19937> &&
+                sizeof(at::mt19937) == sizeof(at::mt19937_data_pod));
   const auto& x = *reinterpret_cast<const at::mt19937_data_pod*>(&a.engine);
   const auto& y = *reinterpret_cast<const at::mt19937_data_pod*>(&b.engine);
   // The words of the state array have no padding between them: one memcmp (std::array's ==

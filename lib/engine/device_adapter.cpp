@@ -3,7 +3,8 @@
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/engine/device_adapter.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/engine/device_adapter.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check c10/core/impl/DeviceGuardImplInterface.h and \
 VirtualGuardImpl.h (streams, device counts), then extend torch_version_guard.h"
 #endif

@@ -6,7 +6,8 @@
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/engine/dispatch_keys_adapter.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/engine/dispatch_keys_adapter.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check c10/core/impl/LocalDispatchKeySet.h (ExcludeDispatchKeyGuard) \
 and the Python/PythonTLSSnapshot keys in c10/core/DispatchKey.h, then extend torch_version_guard.h"
 #endif
@@ -26,7 +27,8 @@ static_assert(sizeof(Guard) <= 16 && alignof(Guard) <= 8, "resize InternalOpsGua
 // Python (the dispatch modes) and every key above it: autograd, ADInplaceOrView, autocast,
 // functorch, tracing. What stays are the keys below Python: backend select and the backends.
 const c10::DispatchKeySet kAboveKernels =
-    c10::DispatchKeySet(c10::DispatchKeySet::FULL) - c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Python);
+    c10::DispatchKeySet(c10::DispatchKeySet::FULL) -
+    c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Python);
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 namespace recompose::detail {
 
-inline constexpr c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
+inline constexpr c10::DispatchKeySet kModeKeys({c10::DispatchKey::Python,
+                                                c10::DispatchKey::PythonTLSSnapshot});
 
 }  // namespace recompose::detail

@@ -9,7 +9,8 @@
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/engine/engine_adapter.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/engine/engine_adapter.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check torch/csrc/autograd/engine.h (Engine's virtuals \
 get_default_saved_variable_hooks and execute_with_graph_task, set_default_engine_stub, \
 get_base_engine) and graph_task.h (GraphTask::id_, get_current_graph_task_id), then extend \
@@ -51,7 +52,8 @@ class RecomposeEngine final : public torch::autograd::Engine {
       const std::shared_ptr<torch::autograd::GraphTask>& graph_task, NodePtr graph_root,
       torch::autograd::InputBuffer&& input_buffer) override {
     note_graph_task_started(static_cast<int64_t>(graph_task->id_));
-    return Engine::execute_with_graph_task(graph_task, std::move(graph_root), std::move(input_buffer));
+    return Engine::execute_with_graph_task(graph_task, std::move(graph_root),
+                                           std::move(input_buffer));
   }
 };
 
@@ -86,7 +88,8 @@ void ensure_engine_installed() {
   install();
   if (!installed || &torch::autograd::Engine::get_default_engine() != &recompose_engine()) {
     throw CheckpointError(
-        "recompose: another autograd engine is LibTorch's default engine (is libtorch_python loaded "
+        "recompose: another autograd engine is LibTorch's default engine (is libtorch_python "
+        "loaded "
         "in this process?). recompose needs its own engine for saved-tensor hooks and cannot share "
         "a process with PyTorch's Python engine");
   }
@@ -131,22 +134,25 @@ uint64_t push(PolicyStack& stack, SavedTensorPolicy* policy, const char* name) {
 // Takes entry `id` off `stack` wherever it is (LIFO or not, on any thread), noting a misuse.
 void pop(PolicyStack& stack, uint64_t id) noexcept {
   std::lock_guard lock(stack.mutex);
-  auto it = std::find_if(stack.entries.begin(), stack.entries.end(), [&](const auto& e) { return e.id == id; });
+  auto it = std::find_if(stack.entries.begin(), stack.entries.end(),
+                         [&](const auto& e) { return e.id == id; });
   if (it == stack.entries.end()) return;
   std::string problem;
   if (&stack != tl_stack.get()) {  // not this thread's stack (thread ids may be reused)
-    problem = std::string("recompose: ") + it->name +
-              " opened on this thread was closed on another thread. A saved-tensor scope "
-              "(AsyncSaveOnCpu, SavedTensorMeter, a checkpointed region) must be closed on the thread "
-              "that opened it. It has been closed here all the same: tensors saved on this thread no "
-              "longer go through it.";
+    problem =
+        std::string("recompose: ") + it->name +
+        " opened on this thread was closed on another thread. A saved-tensor scope "
+        "(AsyncSaveOnCpu, SavedTensorMeter, a checkpointed region) must be closed on the thread "
+        "that opened it. It has been closed here all the same: tensors saved on this thread no "
+        "longer go through it.";
   } else if (std::next(it) != stack.entries.end()) {
-    problem = std::string("recompose: ") + it->name + " was closed out of order, while " +
-              stack.entries.back().name +
-              ", opened after it on the same thread, was still open. Saved-tensor scopes "
-              "(AsyncSaveOnCpu, SavedTensorMeter, checkpointed regions) must be closed in the reverse "
-              "order of opening (LIFO): close the inner one first. The scope has been closed all the "
-              "same; the scopes opened after it are still in effect.";
+    problem =
+        std::string("recompose: ") + it->name + " was closed out of order, while " +
+        stack.entries.back().name +
+        ", opened after it on the same thread, was still open. Saved-tensor scopes "
+        "(AsyncSaveOnCpu, SavedTensorMeter, checkpointed regions) must be closed in the reverse "
+        "order of opening (LIFO): close the inner one first. The scope has been closed all the "
+        "same; the scopes opened after it are still in effect.";
   }
   stack.entries.erase(it);
   // The first misuse is the one to fix; later ones are often its consequences.

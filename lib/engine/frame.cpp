@@ -109,7 +109,8 @@ void Frame::mark_forward_completed() {
   // while the exception costs more than a small op. The decision depends only on the program's
   // structure, never on timing, so every rank of a distributed job takes the same one.
   // See Note [ Early stop only where it skips something ].
-  if (early_stop_ && sequence_after_last_output_ != 0 && next_autograd_sequence_nr() == sequence_after_last_output_) {
+  if (early_stop_ && sequence_after_last_output_ != 0 &&
+      next_autograd_sequence_nr() == sequence_after_last_output_) {
     early_stop_ = false;
   }
 }
@@ -119,40 +120,49 @@ at::Tensor Frame::unpack(std::size_t index) {
   std::lock_guard lock(mutex_);
   if (!recomputation(graph_task).done) {
     recompute(graph_task);
-    recomputation(graph_task).done = true;  // a reference could dangle: nested unpacks may add entries
+    recomputation(graph_task).done =
+        true;  // a reference could dangle: nested unpacks may add entries
     check_recomputed_tensors_match(graph_task);
   }
   Holder::Slot* slot = holders_[index].find(graph_task);
   if (slot == nullptr) {
-    fail("internal error: a saved tensor was not recomputed. Please report this with the model that triggers it.");
+    fail(
+        "internal error: a saved tensor was not recomputed. Please report this with the model that "
+        "triggers it.");
   }
   if (slot->consumed) {
     fail(std::string("Unpack is being triggered for a tensor that was already unpacked once. ") +
-         (in_graph_exec_group()
-              ? "Two backward calls under one recompose::GraphExecGroup used the same saved tensor of a region; "
-                "the backward calls of a group must use disjoint parts of the graph (or run them outside the group). "
-              : "") +
+         (in_graph_exec_group() ? "Two backward calls under one recompose::GraphExecGroup used the "
+                                  "same saved tensor of a region; "
+                                  "the backward calls of a group must use disjoint parts of the "
+                                  "graph (or run them outside the group). "
+                                : "") +
          "If you read ctx->get_saved_variables() in a custom backward, do so only once.");
   }
   at::Tensor out = std::move(slot->value);
   slot->value = at::Tensor();
-  slot->consumed = true;  // cleared, even with retain_graph: See Note [ Nestable Checkpoint ], rule 4
+  slot->consumed =
+      true;  // cleared, even with retain_graph: See Note [ Nestable Checkpoint ], rule 4
   return out;
 }
 
 void Frame::recompute(int64_t graph_task) {
   if (!rng_problem_.empty()) {
-    fail("the device state of " + rng_problem_ + " was initialised in the forward of a checkpointed region, "
-         "so its RNG state could not be stashed and the recomputation would draw other random numbers. "
+    fail("the device state of " + rng_problem_ +
+         " was initialised in the forward of a checkpointed region, "
+         "so its RNG state could not be stashed and the recomputation would draw other random "
+         "numbers. "
          "Initialise the device before the region (e.g. create a tensor on it), or pass "
-         "CheckpointOptions().preserve_rng_state(false) if the region draws no random numbers there.");
+         "CheckpointOptions().preserve_rng_state(false) if the region draws no random numbers "
+         "there.");
   }
   // Unpacking the inputs may recompute the enclosing regions first.
   // See Note [ Nestable Checkpoint ], rules 1 and 2.
   std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
   if (replay_saved(graph_task, inputs)) return;
   if (recompute_ops_) recompute_ops_->clear();
-  SavedTensorPolicyBarrier barrier;  // as if no region were active: See Note [ Nestable Checkpoint ], rule 3
+  SavedTensorPolicyBarrier
+      barrier;  // as if no region were active: See Note [ Nestable Checkpoint ], rule 3
   RecomputationPolicy policy(shared_from_this(), graph_task);
   SavedTensorPolicyScope scope(policy);
   at::AutoGradMode grad_on(true);
@@ -173,9 +183,10 @@ bool Frame::replay_saved(int64_t graph_task, const std::vector<at::Tensor>& inpu
   // inside the forward (not completed) sees only part of the saved tensors.
   if (replay_ == nullptr) return false;
   if (debug_ || contains_region_ || !forward_completed_) {
-    replay_->not_replayed(debug_ ? "debug mode lists the ops of a recomputation: the forward runs again"
-                          : contains_region_ ? "another checkpointed region ran inside its forward"
-                                             : "a backward ran inside its forward");
+    replay_->not_replayed(
+        debug_             ? "debug mode lists the ops of a recomputation: the forward runs again"
+        : contains_region_ ? "another checkpointed region ran inside its forward"
+                           : "a backward ran inside its forward");
     return false;
   }
   std::vector<bool> needed(holders_.size());
@@ -215,9 +226,11 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
   if (ignore_saved_mismatch_) return;
   const std::size_t recomputed = recomputation(graph_task).count;
   if (recomputed != holders_.size()) {
-    fail("A different number of tensors was saved during the original forward and recomputation.\n"
-         "Number of tensors saved during forward: " + std::to_string(holders_.size()) +
-         "\nNumber of tensors saved during recomputation: " + std::to_string(recomputed) + ".");
+    fail(
+        "A different number of tensors was saved during the original forward and recomputation.\n"
+        "Number of tensors saved during forward: " +
+        std::to_string(holders_.size()) +
+        "\nNumber of tensors saved during recomputation: " + std::to_string(recomputed) + ".");
   }
   if (check_ == DeterminismCheck::None) return;
   // Compared first, described only on a mismatch: an ostringstream alone costs more than the check.
@@ -239,8 +252,10 @@ void Frame::check_recomputed_tensors_match(int64_t graph_task) {
                  << "\nrecomputed metadata: " << now->str() << "\n";
     }
   }
-  fail("Recomputed values for the following tensors have different metadata than during the forward pass.\n" +
-       mismatches.str());
+  fail(
+      "Recomputed values for the following tensors have different metadata than during the forward "
+      "pass.\n" +
+      mismatches.str());
 }
 
 void Frame::fail(const std::string& message) {

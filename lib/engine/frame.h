@@ -2,8 +2,8 @@
 // the last backward that needs it (PyTorch's _CheckpointFrame). It runs the recomputation (under
 // a policy of its own that hands each recomputed tensor back to it) and checks it.
 //
-// Lifetimes (See Note [ Nestable Checkpoint ], rule 4): each tensor saved in the region's forward is
-// replaced by a Holder of the frame; autograd's SavedVariable owns hooks that keep the frame
+// Lifetimes (See Note [ Nestable Checkpoint ], rule 4): each tensor saved in the region's forward
+// is replaced by a Holder of the frame; autograd's SavedVariable owns hooks that keep the frame
 // alive and release their Holder when the SavedVariable goes (release_saved). A recomputation
 // stores the recomputed tensor in the holders still alive, keyed by the graph task that asked;
 // unpacking hands it out once and clears it, also with retain_graph.

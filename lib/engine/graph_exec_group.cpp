@@ -20,7 +20,7 @@ namespace {
 
 struct GroupTable {
   std::mutex mutex;
-  std::unordered_map<int64_t, int64_t> group_of_task;  // graph task id -> group key
+  std::unordered_map<int64_t, int64_t> group_of_task;                // graph task id -> group key
   std::unordered_map<int64_t, std::vector<int64_t>> tasks_of_group;  // for cleanup
 };
 

@@ -63,8 +63,8 @@ void for_each_module(const std::shared_ptr<torch::nn::Module>& module, const F& 
 // Points `impl` at `storage` with this geometry, directly: no op runs, so no version counter
 // moves and no dispatch mode sees it (Tensor::set_ would bump the live counter).
 // A buffer made from a `.data()` tensor forbids metadata changes: allowed for the swap alone.
-void point_at(c10::TensorImpl* impl, at::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-              int64_t storage_offset) {
+void point_at(c10::TensorImpl* impl, at::Storage storage, c10::IntArrayRef sizes,
+              c10::IntArrayRef strides, int64_t storage_offset) {
   const bool allowed = impl->allow_tensor_metadata_change();
   impl->set_allow_tensor_metadata_change(true);
   impl->set_storage_keep_dtype(std::move(storage));
@@ -74,8 +74,9 @@ void point_at(c10::TensorImpl* impl, at::Storage storage, c10::IntArrayRef sizes
 
 }  // namespace
 
-ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
-                                         const std::shared_ptr<torch::nn::Module>& also) {
+ModuleStateSnapshot::ModuleStateSnapshot(
+    const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
+    const std::shared_ptr<torch::nn::Module>& also) {
   // The guards are for the buffer copies: taken at the first buffer (most modules have none).
   std::optional<InternalOpsGuard> internal;
   std::optional<at::NoGradGuard> no_grad;
@@ -96,7 +97,8 @@ ModuleStateSnapshot::ModuleStateSnapshot(const std::vector<std::shared_ptr<torch
       }
       // Version 0 for inference tensors, which have no counter (and are never saved for backward).
       const c10::VariableVersion& counter = buffer.unsafeGetTensorImpl()->version_counter();
-      buffers_.push_back(BufferEntry{buffer, buffer.clone(), counter.enabled() ? counter.current_version() : 0});
+      buffers_.push_back(
+          BufferEntry{buffer, buffer.clone(), counter.enabled() ? counter.current_version() : 0});
     }
   };
   for (const auto& root : roots) {
@@ -138,9 +140,10 @@ std::recursive_mutex& module_state_lock() {
 void ModuleStateSnapshot::RecomputeScope::put_entry_values(const ModuleStateSnapshot& snapshot) {
   for (const auto& entry : snapshot.buffers_) {
     c10::TensorImpl* impl = entry.buffer.unsafeGetTensorImpl();
-    buffers_.push_back(LiveBuffer{entry.buffer, impl->storage(), c10::SmallVector<int64_t, 4>(impl->sizes()),
-                                  c10::SmallVector<int64_t, 4>(impl->strides()), impl->storage_offset(),
-                                  impl->version_counter()});
+    buffers_.push_back(LiveBuffer{entry.buffer, impl->storage(),
+                                  c10::SmallVector<int64_t, 4>(impl->sizes()),
+                                  c10::SmallVector<int64_t, 4>(impl->strides()),
+                                  impl->storage_offset(), impl->version_counter()});
     // A copy each time: with retain_graph the region may be recomputed again. Its own counter
     // starts where the forward's started, and whatever the recomputation writes moves only it.
     const at::Tensor value = entry.at_entry.clone(at::MemoryFormat::Preserve);

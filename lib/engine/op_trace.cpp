@@ -13,12 +13,12 @@ thread_local std::vector<std::vector<std::string>*> tl_targets;
 OpTrace::OpTrace(std::shared_ptr<std::vector<std::string>> ops) : ops_(std::move(ops)) {
   tl_targets.push_back(ops_.get());
   handle_ = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(
-          [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-            if (!tl_targets.empty() && tl_targets.back() != nullptr) tl_targets.back()->emplace_back(fn.name());
-            return nullptr;
-          })
-          .scopes({at::RecordScope::FUNCTION}));
+      at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                     -> std::unique_ptr<at::ObserverContext> {
+        if (!tl_targets.empty() && tl_targets.back() != nullptr)
+          tl_targets.back()->emplace_back(fn.name());
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION}));
 }
 
 OpTrace::~OpTrace() {
@@ -28,7 +28,8 @@ OpTrace::~OpTrace() {
 
 std::string format_ops(const std::vector<std::string>& ops) {
   std::ostringstream out;
-  for (const auto& [i, op] : ops | ranges::views::enumerate) out << "  " << (i + 1) << ". " << op << "\n";
+  for (const auto& [i, op] : ops | ranges::views::enumerate)
+    out << "  " << (i + 1) << ". " << op << "\n";
   if (ops.empty()) out << "  (none)\n";
   return out.str();
 }

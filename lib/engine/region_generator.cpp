@@ -6,12 +6,12 @@
 // the body.
 #include "engine/checkpoint_depth.h"
 #include "engine/frame.h"
-#include "engine/region_inputs.h"
 #include "engine/op_trace.h"
 #include "engine/region_forward_policy.h"
-#include "engine/rng_state.h"
+#include "engine/region_inputs.h"
 #include "engine/region_plugin.h"
 #include "engine/region_switches.h"
+#include "engine/rng_state.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/region_run.h>
@@ -110,13 +110,15 @@ class ForwardFrameScope {
 // `options` and `inputs` are references: RegionRun::begin runs the pre-forward step before it
 // returns, and the post-forward step reads only what the pre-forward step copied into locals
 // (copying the options and the inputs into the coroutine frame cost more than the rest of it).
-RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vector<at::Tensor>& inputs,
-                                RecomputeFn recompute, std::shared_ptr<torch::nn::Module> owner) {
+RegionCoroutine region_protocol(const CheckpointOptions& options,
+                                const std::vector<at::Tensor>& inputs, RecomputeFn recompute,
+                                std::shared_ptr<torch::nn::Module> owner) {
   // ---- pre-forward step ----
   const bool early_stop = early_stop_override().value_or(options.early_stop());
   const bool debug = debug_override().value_or(options.debug());
   const bool preserve_rng = options.preserve_rng_state();
-  auto frame = std::make_shared<Frame>(std::move(recompute), early_stop, options.determinism_check(), debug);
+  auto frame =
+      std::make_shared<Frame>(std::move(recompute), early_stop, options.determinism_check(), debug);
   frame->set_forward_state(capture_forward_state(inputs, preserve_rng));
   if (options.preserve_module_state() && (owner || !options.state_modules().empty())) {
     frame->snapshot_module_state(options.state_modules(), owner);
@@ -145,7 +147,8 @@ RegionCoroutine region_protocol(const CheckpointOptions& options, const std::vec
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
   if (preserve_rng) {
-    if (auto device = device_initialised_since(frame->forward_state()); !device.empty()) frame->set_rng_problem(device);
+    if (auto device = device_initialised_since(frame->forward_state()); !device.empty())
+      frame->set_rng_problem(device);
   }
 }
 
@@ -160,12 +163,14 @@ struct RegionRun::State {
   bool ended = false;
 };
 
-RegionRun RegionRun::begin(const CheckpointOptions& options, const std::vector<at::Tensor>& input_leaves,
-                           RecomputeFn recompute, std::shared_ptr<torch::nn::Module> owner) {
+RegionRun RegionRun::begin(const CheckpointOptions& options,
+                           const std::vector<at::Tensor>& input_leaves, RecomputeFn recompute,
+                           std::shared_ptr<torch::nn::Module> owner) {
   // No graph will be recorded: no region, the body just runs (as PyTorch does when the input
   // saver has no grad_fn).
   if (!at::GradMode::is_enabled() || c10::InferenceMode::is_enabled()) return RegionRun(nullptr);
-  auto state = std::make_shared<State>(State{region_protocol(options, input_leaves, std::move(recompute), std::move(owner))});
+  auto state = std::make_shared<State>(
+      State{region_protocol(options, input_leaves, std::move(recompute), std::move(owner))});
   auto& promise = state->coroutine.handle().promise();
   if (promise.step_error) std::rethrow_exception(promise.step_error);
   return RegionRun(std::move(state));

@@ -5,7 +5,8 @@
 #include "engine/torch_version_guard.h"
 
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/engine/region_inputs_adapter.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/engine/region_inputs_adapter.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check torch/csrc/autograd/saved_variable.h (the constructor that \
 asks the engine for saved-tensor hooks, unpack()), then extend torch_version_guard.h"
 #endif
@@ -16,7 +17,8 @@ asks the engine for saved-tensor hooks, unpack()), then extend torch_version_gua
 namespace recompose::detail {
 
 struct RegionInputs {
-  c10::SmallVector<torch::autograd::SavedVariable, 2> saved;  // most regions take one or two tensors
+  c10::SmallVector<torch::autograd::SavedVariable, 2>
+      saved;  // most regions take one or two tensors
 };
 
 void RegionInputsDeleter::operator()(RegionInputs* inputs) const { delete inputs; }

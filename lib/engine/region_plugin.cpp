@@ -19,9 +19,10 @@ RegionPluginList& pending() {
 
 void add_region_plugin(std::shared_ptr<const RegionPlugin> plugin) {
   if (g_sealed.load()) {
-    throw CheckpointError(std::string("recompose: the region plug-in \"") + plugin->name() +
-                          "\" was added after the first checkpointed region ran. Register plug-ins from a "
-                          "function that register_builtin_plugins() calls (lib/meson.build, recompose_plugins).");
+    throw CheckpointError(
+        std::string("recompose: the region plug-in \"") + plugin->name() +
+        "\" was added after the first checkpointed region ran. Register plug-ins from a "
+        "function that register_builtin_plugins() calls (lib/meson.build, recompose_plugins).");
   }
   pending().push_back(std::move(plugin));
 }

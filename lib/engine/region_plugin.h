@@ -31,11 +31,16 @@ class RegionPlugin {
   // What the plug-in is, in error messages ("selective checkpointing").
   virtual const char* name() const = 0;
   virtual void validate(const CheckpointOptions& /*options*/) const {}
-  virtual std::unique_ptr<SavedTensorPolicyScope> input_policy(const CheckpointOptions& /*options*/) const {
+  virtual std::unique_ptr<SavedTensorPolicyScope> input_policy(
+      const CheckpointOptions& /*options*/) const {
     return nullptr;
   }
-  virtual std::shared_ptr<RegionContexts> contexts(const CheckpointOptions& /*options*/) const { return nullptr; }
-  virtual std::shared_ptr<void> begin_region(const CheckpointOptions& /*options*/) const { return nullptr; }
+  virtual std::shared_ptr<RegionContexts> contexts(const CheckpointOptions& /*options*/) const {
+    return nullptr;
+  }
+  virtual std::shared_ptr<void> begin_region(const CheckpointOptions& /*options*/) const {
+    return nullptr;
+  }
 };
 
 using RegionPluginList = std::vector<std::shared_ptr<const RegionPlugin>>;

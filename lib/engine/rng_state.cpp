@@ -1,9 +1,9 @@
 #include "engine/rng_state.h"
 
+#include <ATen/CPUGeneratorImpl.h>  // getDefaultCPUGenerator
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Generator.h>
-#include <ATen/CPUGeneratorImpl.h>  // getDefaultCPUGenerator
 
 #include "engine/device_adapter.h"
 
@@ -29,7 +29,8 @@ void set_generator_state(at::Generator gen, const at::Tensor& state) {
 std::shared_ptr<const CpuGeneratorState> share_cpu_generator_state() {
   thread_local std::shared_ptr<const CpuGeneratorState> last;
   CpuGeneratorState now = read_cpu_generator(at::detail::getDefaultCPUGenerator());
-  if (!last || !same_cpu_generator_state(*last, now)) last = std::make_shared<const CpuGeneratorState>(now);
+  if (!last || !same_cpu_generator_state(*last, now))
+    last = std::make_shared<const CpuGeneratorState>(now);
   return last;
 }
 
@@ -49,7 +50,8 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
   ForwardState state;
   for (auto type : autocast_device_types(inputs)) {
     if (!at::autocast::is_autocast_available(type)) continue;
-    state.autocast.push_back({type, at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)});
+    state.autocast.push_back(
+        {type, at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)});
   }
   state.autocast_cache = at::autocast::is_autocast_cache_enabled();
   if (!preserve_rng) return state;
@@ -67,7 +69,8 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
     bool seen = false;
     for (const auto& [d, s] : state.device_rng) seen = seen || d == device;
     if (seen) continue;
-    state.device_rng.emplace_back(device, get_generator_state(at::globalContext().defaultGenerator(device)));
+    state.device_rng.emplace_back(
+        device, get_generator_state(at::globalContext().defaultGenerator(device)));
   }
   return state;
 }

@@ -12,11 +12,11 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
-#include <utility>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace recompose {
 
@@ -68,7 +68,8 @@ bool is_parameter_like(const at::Tensor& t) {
 
 class MeteredHooks final : public torch::autograd::SavedVariableHooks {
  public:
-  explicit MeteredHooks(std::shared_ptr<SavedTensorMeter::Counters> counters) : counters_(std::move(counters)) {}
+  explicit MeteredHooks(std::shared_ptr<SavedTensorMeter::Counters> counters)
+      : counters_(std::move(counters)) {}
   ~MeteredHooks() override {
     if (counted_) counters_->remove(saved_);
   }
@@ -86,9 +87,11 @@ class MeteredHooks final : public torch::autograd::SavedVariableHooks {
     // LibTorch skips its version check when hooks are set: do it here.
     if (saved_.defined() && saved_._version() != version_) {
       throw CheckpointError(
-          "recompose: one of the variables needed for gradient computation has been modified by an inplace "
-          "operation: saved at version " + std::to_string(version_) + ", now at version " +
-          std::to_string(saved_._version()) + " (recompose::SavedTensorMeter). Do not modify a tensor in "
+          "recompose: one of the variables needed for gradient computation has been modified by an "
+          "inplace "
+          "operation: saved at version " +
+          std::to_string(version_) + ", now at version " + std::to_string(saved_._version()) +
+          " (recompose::SavedTensorMeter). Do not modify a tensor in "
           "place after an op saved it for backward (clone it first).");
     }
     return saved_;
@@ -103,7 +106,8 @@ class MeteredHooks final : public torch::autograd::SavedVariableHooks {
 
 class MeterPolicy final : public detail::SavedTensorPolicy {
  public:
-  explicit MeterPolicy(std::shared_ptr<SavedTensorMeter::Counters> counters) : counters_(std::move(counters)) {}
+  explicit MeterPolicy(std::shared_ptr<SavedTensorMeter::Counters> counters)
+      : counters_(std::move(counters)) {}
   std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override {
     return std::make_unique<MeteredHooks>(counters_);
   }
@@ -117,7 +121,8 @@ class MeterPolicy final : public detail::SavedTensorPolicy {
 
 // The meter's policy on its thread's stack of saved-tensor policies (which checks LIFO order).
 struct SavedTensorMeter::Scope {
-  explicit Scope(std::shared_ptr<Counters> counters) : policy(std::move(counters)), scope(policy, "recompose::SavedTensorMeter") {}
+  explicit Scope(std::shared_ptr<Counters> counters)
+      : policy(std::move(counters)), scope(policy, "recompose::SavedTensorMeter") {}
   MeterPolicy policy;
   detail::SavedTensorPolicyScope scope;
 };
@@ -145,7 +150,8 @@ MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
 }
 
 void MeterCharge::refund() noexcept {
-  for (const auto& m : meters_) static_cast<SavedTensorMeter::Counters*>(m.get())->remove_bytes(bytes_);
+  for (const auto& m : meters_)
+    static_cast<SavedTensorMeter::Counters*>(m.get())->remove_bytes(bytes_);
   meters_.clear();
   bytes_ = 0;
 }

@@ -40,7 +40,8 @@ struct PolicyStack;
 //   SavedTensorPolicyScope scope(policy, "recompose::AsyncSaveOnCpu");
 class SavedTensorPolicyScope {
  public:
-  explicit SavedTensorPolicyScope(SavedTensorPolicy& policy, const char* name = "a checkpointed region",
+  explicit SavedTensorPolicyScope(SavedTensorPolicy& policy,
+                                  const char* name = "a checkpointed region",
                                   std::shared_ptr<const void> keep_alive = nullptr);
   ~SavedTensorPolicyScope();
   SavedTensorPolicyScope(const SavedTensorPolicyScope&) = delete;
@@ -53,7 +54,8 @@ class SavedTensorPolicyScope {
 };
 
 // Hides every policy of this thread while alive (recomputation starts "as if no checkpoint
-// were active": See Note [ Nestable Checkpoint ], rule 3), then restores them. Same rules as a scope.
+// were active": See Note [ Nestable Checkpoint ], rule 3), then restores them. Same rules as a
+// scope.
 class SavedTensorPolicyBarrier {
  public:
   SavedTensorPolicyBarrier();

@@ -26,8 +26,8 @@ class SavedTensorReplay {
   // recomputation reads, when this invocation cannot be replayed (the frame then runs the
   // region's forward again). `rng_preserved`: the region restores RNG state for recomputations
   // (preserve_rng_state). Throws the errors a recomputation would throw for the same misuse.
-  virtual bool replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
-                      std::vector<at::Tensor>& out) = 0;
+  virtual bool replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
+                      const std::vector<bool>& needed, std::vector<at::Tensor>& out) = 0;
 
   // Backward: the frame recomputes this invocation without asking replay(), for `why` (a region
   // nested in it, debug mode...): counted with the replay's own fallbacks.

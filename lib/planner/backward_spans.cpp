@@ -42,12 +42,14 @@ std::vector<BackwardSpans::Span> BackwardSpans::take(StepTimeline::Mark step_end
         if (!end) end = &x;
         break;
       }
-      if (!x.output && x.call == call) end = &x;  // the last input gradient before another call's backward
+      if (!x.output && x.call == call)
+        end = &x;  // the last input gradient before another call's backward
     }
     const Counters& from = events_[e].counters;
     const Counters& to = end ? end->counters : at_end;
-    out.push_back({call_module_[call], events_[e].mark, end ? end->mark : step_end, to.replayed - from.replayed,
-                   to.fallbacks - from.fallbacks, to.replay_ns - from.replay_ns});
+    out.push_back({call_module_[call], events_[e].mark, end ? end->mark : step_end,
+                   to.replayed - from.replayed, to.fallbacks - from.fallbacks,
+                   to.replay_ns - from.replay_ns});
   }
   call_module_.clear();
   started_.clear();

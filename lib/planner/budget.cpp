@@ -11,21 +11,25 @@
 namespace recompose {
 
 Budget Budget::bytes(int64_t bytes) {
-  if (bytes <= 0) throw std::invalid_argument("recompose: Budget::bytes: the budget must be positive, got " + std::to_string(bytes));
+  if (bytes <= 0)
+    throw std::invalid_argument("recompose: Budget::bytes: the budget must be positive, got " +
+                                std::to_string(bytes));
   return Budget(bytes, 0);
 }
 
 Budget Budget::fraction(double fraction) {
   if (!(fraction > 0) || !std::isfinite(fraction)) {
-    throw std::invalid_argument("recompose: Budget::fraction: the fraction must be positive and finite, got " +
-                                std::to_string(fraction));
+    throw std::invalid_argument(
+        "recompose: Budget::fraction: the fraction must be positive and finite, got " +
+        std::to_string(fraction));
   }
   return Budget(0, fraction);
 }
 
 Budget Budget::peak_bytes(int64_t bytes) {
   if (bytes <= 0) {
-    throw std::invalid_argument("recompose: Budget::peak_bytes: the peak must be positive, got " + std::to_string(bytes));
+    throw std::invalid_argument("recompose: Budget::peak_bytes: the peak must be positive, got " +
+                                std::to_string(bytes));
   }
   return Budget(bytes, 0, true);
 }
@@ -41,9 +45,10 @@ Budget Budget::parse(std::string_view text) {
   }
   const std::string t(text);
   auto bad = [&](const std::string& why) {
-    return std::invalid_argument("recompose: Budget::parse: '" + t + "' " + why +
-                                 " (write a percentage of the no-checkpointing bytes, \"40%\", or bytes: "
-                                 "\"123456\", \"12.5MiB\", \"3GiB\", \"64MB\"; or a device peak: \"peak=20GiB\")");
+    return std::invalid_argument(
+        "recompose: Budget::parse: '" + t + "' " + why +
+        " (write a percentage of the no-checkpointing bytes, \"40%\", or bytes: "
+        "\"123456\", \"12.5MiB\", \"3GiB\", \"64MB\"; or a device peak: \"peak=20GiB\")");
   };
   char* end = nullptr;
   const double value = std::strtod(t.c_str(), &end);
@@ -52,9 +57,14 @@ Budget Budget::parse(std::string_view text) {
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
   if (!(value > 0) || !std::isfinite(value)) throw bad("is not positive");
   if (unit == "%") return fraction(value / 100.0);
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"KiB", 1024.0},
+                                                          {"MiB", 1024.0 * 1024},
+                                                          {"GiB", 1024.0 * 1024 * 1024},
+                                                          {"KB", 1e3},
+                                                          {"MB", 1e6},
+                                                          {"GB", 1e9}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     const double b = value * scale;
@@ -66,7 +76,8 @@ Budget Budget::parse(std::string_view text) {
 }
 
 int64_t Budget::resolve(const MemoryProfile& profile) const {
-  if (fraction_ > 0) return static_cast<int64_t>(std::llround(fraction_ * static_cast<double>(profile.bytes_held)));
+  if (fraction_ > 0)
+    return static_cast<int64_t>(std::llround(fraction_ * static_cast<double>(profile.bytes_held)));
   if (peak_) return bytes_ - profile.resident_bytes;
   return bytes_;
 }

@@ -10,14 +10,18 @@
 
 namespace recompose::detail {
 
-CopyWindowModel::CopyWindowModel(StepCompute compute, LinkModel link) : compute_(std::move(compute)), link_(link) {
+CopyWindowModel::CopyWindowModel(StepCompute compute, LinkModel link)
+    : compute_(std::move(compute)), link_(link) {
   if (!link_.valid()) {
-    throw std::invalid_argument("recompose: CopyWindowModel: the link needs positive, finite bandwidths both ways and a "
-                                "non-negative cost per copy");
+    throw std::invalid_argument(
+        "recompose: CopyWindowModel: the link needs positive, finite bandwidths both ways and a "
+        "non-negative cost per copy");
   }
   bool ok = compute_.forward_tail_seconds >= 0 && compute_.backward_head_seconds >= 0;
-  for (const auto& m : compute_.modules) ok = ok && m.forward_seconds >= 0 && m.backward_seconds >= 0;
-  if (!ok) throw std::invalid_argument("recompose: CopyWindowModel: compute times must not be negative");
+  for (const auto& m : compute_.modules)
+    ok = ok && m.forward_seconds >= 0 && m.backward_seconds >= 0;
+  if (!ok)
+    throw std::invalid_argument("recompose: CopyWindowModel: compute times must not be negative");
 }
 
 double CopyWindowModel::forward_window(size_t i) const {
@@ -42,15 +46,18 @@ int64_t CopyWindowModel::free_bytes(size_t i, int64_t copies) const {
   const double back = (backward_window(i) - fixed) * link_.h2d_bytes_per_second;
   const double most = std::min(out, back);
   if (!(most > 0)) return 0;
-  return most >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(std::floor(most));
+  return most >= 9e18 ? std::numeric_limits<int64_t>::max()
+                      : static_cast<int64_t>(std::floor(most));
 }
 
-SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads, int64_t base_bytes) const {
+SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
+                                        int64_t base_bytes) const {
   const auto& ms = compute_.modules;
   const size_t n = ms.size();
   if (loads.size() != n) {
-    throw std::invalid_argument("recompose: CopyWindowModel::simulate: " + std::to_string(loads.size()) + " loads for " +
-                                std::to_string(n) + " modules");
+    throw std::invalid_argument(
+        "recompose: CopyWindowModel::simulate: " + std::to_string(loads.size()) + " loads for " +
+        std::to_string(n) + " modules");
   }
   SimulatedStep s;
   s.forward_wait_seconds.assign(n, 0.0);
@@ -59,10 +66,14 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads, in
     if (bytes > s.peak_bytes) s.peak_bytes = bytes, s.peak_in_backward = backward;
   };
   auto copy_out = [&](size_t i) {
-    return loads[i].offload_bytes > 0 ? link_.d2h_seconds(loads[i].offload_bytes, loads[i].offload_copies) : 0.0;
+    return loads[i].offload_bytes > 0
+               ? link_.d2h_seconds(loads[i].offload_bytes, loads[i].offload_copies)
+               : 0.0;
   };
   auto copy_back = [&](size_t i) {
-    return loads[i].offload_bytes > 0 ? link_.h2d_seconds(loads[i].offload_bytes, loads[i].offload_copies) : 0.0;
+    return loads[i].offload_bytes > 0
+               ? link_.h2d_seconds(loads[i].offload_bytes, loads[i].offload_copies)
+               : 0.0;
   };
 
   // Forward. `held`: base and what earlier modules keep; `in_flight`: the previous module's
@@ -78,8 +89,10 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads, in
     const int64_t mine = loads[i].held_bytes + loads[i].offload_bytes;
     if (in_flight > 0 && lands <= end) {
       // Just before the copy lands: the module has allocated its share of the time so far.
-      const double share = ms[i].forward_seconds > 0 ? (lands - start) / ms[i].forward_seconds : 0.0;
-      note(held + in_flight + static_cast<int64_t>(std::floor(share * static_cast<double>(mine))), false);
+      const double share =
+          ms[i].forward_seconds > 0 ? (lands - start) / ms[i].forward_seconds : 0.0;
+      note(held + in_flight + static_cast<int64_t>(std::floor(share * static_cast<double>(mine))),
+           false);
       in_flight = 0;
     }
     note(held + in_flight + mine, false);
@@ -90,7 +103,8 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads, in
       in_flight = 0;
     }
     held += loads[i].held_bytes;
-    if (loads[i].offload_bytes > 0) in_flight = loads[i].offload_bytes, lands = t + copy_out(i), flying = i;
+    if (loads[i].offload_bytes > 0)
+      in_flight = loads[i].offload_bytes, lands = t + copy_out(i), flying = i;
   }
   t += compute_.forward_tail_seconds;
   if (in_flight > 0 && lands > t) {
@@ -121,7 +135,8 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads, in
   s.seconds = t;
   s.compute_seconds = compute_.forward_tail_seconds + compute_.backward_head_seconds;
   for (size_t i = 0; i < n; ++i) {
-    s.compute_seconds += ms[i].forward_seconds + ms[i].backward_seconds + loads[i].recompute_seconds;
+    s.compute_seconds +=
+        ms[i].forward_seconds + ms[i].backward_seconds + loads[i].recompute_seconds;
   }
   return s;
 }
@@ -165,7 +180,9 @@ ModuleLoad load_of(const ModuleProfile& m, const ModulePlan* plan) {
   ModuleLoad l;
   const ModuleChoice choice = plan ? plan->choice : ModuleChoice::None;
   switch (choice) {
-    case ModuleChoice::None: l.held_bytes = m.saved_bytes; break;
+    case ModuleChoice::None:
+      l.held_bytes = m.saved_bytes;
+      break;
     case ModuleChoice::Full:
       l.held_bytes = m.input_bytes;
       l.backward_bytes = std::max<int64_t>(0, m.saved_bytes - m.input_bytes);
@@ -183,11 +200,13 @@ ModuleLoad load_of(const ModuleProfile& m, const ModulePlan* plan) {
       break;
     case ModuleChoice::Selective: {
       auto listed = [](const std::vector<PlannedOp>& ops, const OpProfile& o) {
-        return std::any_of(ops.begin(), ops.end(),
-                           [&](const PlannedOp& p) { return p.op == o.op && p.call_index == o.call_index; });
+        return std::any_of(ops.begin(), ops.end(), [&](const PlannedOp& p) {
+          return p.op == o.op && p.call_index == o.call_index;
+        });
       };
       l.held_bytes = m.input_bytes;
-      l.recompute_seconds = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
+      l.recompute_seconds =
+          std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
       for (const auto& o : m.ops) {
         if (listed(plan->save, o)) {
           l.held_bytes += o.output_bytes;
@@ -219,7 +238,8 @@ std::vector<ModuleLoad> module_loads(const MemoryProfile& profile, const Plan& p
 }
 
 SimulatedStep simulate_plan(const MemoryProfile& profile, const Plan& plan, const LinkModel& link) {
-  return CopyWindowModel(step_compute_of(profile), link).simulate(module_loads(profile, plan), profile.other_bytes);
+  return CopyWindowModel(step_compute_of(profile), link)
+      .simulate(module_loads(profile, plan), profile.other_bytes);
 }
 
 }  // namespace recompose::detail

@@ -42,10 +42,10 @@ struct StepCompute {
 
 // What a plan does with one module, as the time line sees it.
 struct ModuleLoad {
-  int64_t held_bytes = 0;      // on the device from the end of its forward to the end of its backward
-  int64_t offload_bytes = 0;   // to host memory after its forward, back before its backward
-  int64_t offload_copies = 0;  // how many tensors those bytes are (each copy pays the fixed cost)
-  int64_t backward_bytes = 0;  // on the device during its backward only (what it recomputes)
+  int64_t held_bytes = 0;  // on the device from the end of its forward to the end of its backward
+  int64_t offload_bytes = 0;     // to host memory after its forward, back before its backward
+  int64_t offload_copies = 0;    // how many tensors those bytes are (each copy pays the fixed cost)
+  int64_t backward_bytes = 0;    // on the device during its backward only (what it recomputes)
   double recompute_seconds = 0;  // added to its backward
 };
 
@@ -54,7 +54,7 @@ struct SimulatedStep {
   double compute_seconds = 0;  // compute and recomputation only
   std::vector<double> forward_wait_seconds;   // per module: the compute waited for its copy out
   std::vector<double> backward_wait_seconds;  // per module: the compute waited for its copy back
-  int64_t peak_bytes = 0;      // the most held at once: base + module bytes (activations)
+  int64_t peak_bytes = 0;  // the most held at once: base + module bytes (activations)
   bool peak_in_backward = false;
 };
 

@@ -12,10 +12,12 @@ namespace {
 
 const Json& member(const Json& object, const char* key) {
   if (!object.is_object()) {
-    throw std::invalid_argument(std::string("recompose: JSON: value with member '") + key + "' must be an object");
+    throw std::invalid_argument(std::string("recompose: JSON: value with member '") + key +
+                                "' must be an object");
   }
   const auto it = object.find(key);
-  if (it == object.end()) throw std::invalid_argument(std::string("recompose: JSON: missing member '") + key + "'");
+  if (it == object.end())
+    throw std::invalid_argument(std::string("recompose: JSON: missing member '") + key + "'");
   return *it;
 }
 
@@ -70,12 +72,16 @@ std::string dump(const Json& document) { return document.dump(2) + "\n"; }
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  if (!out) throw CheckpointError("recompose: cannot write " + path.string() + " (does its folder exist, and may this process write there?)");
+  if (!out)
+    throw CheckpointError("recompose: cannot write " + path.string() +
+                          " (does its folder exist, and may this process write there?)");
 }
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("recompose: cannot read " + path.string() + " (does the file exist, and may this process read it?)");
+  if (!in)
+    throw CheckpointError("recompose: cannot read " + path.string() +
+                          " (does the file exist, and may this process read it?)");
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();

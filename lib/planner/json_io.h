@@ -34,7 +34,8 @@ void read_members(const Json& object, const char* key, T& out, Rest&... rest) {
   read_members(object, rest...);
 }
 
-// A number JSON can hold: the formats only hold finite values, and non-finite ones are written as 0.
+// A number JSON can hold: the formats only hold finite values, and non-finite ones are written as
+// 0.
 double finite(double value);
 
 // The whole document, indented, as save() writes it.

@@ -11,7 +11,9 @@
 namespace recompose::detail {
 
 ModelStateGuard::ModelStateGuard(torch::nn::Module& model, const c10::Device& device)
-    : uncaught_on_entry_(std::uncaught_exceptions()), root_(&model), root_training_(model.is_training()) {
+    : uncaught_on_entry_(std::uncaught_exceptions()),
+      root_(&model),
+      root_training_(model.is_training()) {
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     modes_.emplace_back(item.value(), item.value()->is_training());
   }
@@ -47,7 +49,8 @@ ModelStateGuard::~ModelStateGuard() {
 // as BatchNorm's, write without moving it) its value differs.
 void ModelStateGuard::restore_value(Value& v) {
   at::Tensor& t = v.tensor;
-  if (t.sizes() != v.saved.sizes() || t.dtype() != v.saved.dtype() || t.device() != v.saved.device()) {
+  if (t.sizes() != v.saved.sizes() || t.dtype() != v.saved.dtype() ||
+      t.device() != v.saved.device()) {
     t.set_data(v.saved.clone());  // replaced by a tensor of another shape: the same variable again
   } else if (t._version() != v.version || !at::equal(t, v.saved)) {
     t.detach().copy_(v.saved);
@@ -71,7 +74,8 @@ void ModelStateGuard::restore() {
   }
   // train(bool) recurses into the children: set the root first, then each module in pre-order.
   bool modes_moved = root_->is_training() != root_training_;
-  for (const auto& [m, training] : modes_) modes_moved = modes_moved || m->is_training() != training;
+  for (const auto& [m, training] : modes_)
+    modes_moved = modes_moved || m->is_training() != training;
   if (modes_moved) {
     root_->train(root_training_);
     for (const auto& [m, training] : modes_) m->train(training);

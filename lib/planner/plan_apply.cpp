@@ -49,10 +49,12 @@ c10::OperatorHandle resolve_overload(const std::string& text, const std::string&
 // Kept ops MUST_SAVE, swapped ones MUST_SWAP, every other op recomputed.
 SelectivePolicy plan_policy(const ModulePlan& m) {
   auto entries = std::make_shared<std::vector<PolicyEntry>>();
-  for (const auto& o : m.save) entries->push_back({resolve_overload(o.op, m.name), o.call_index, CheckpointPolicy::MUST_SAVE});
-  for (const auto& o : m.swap) entries->push_back({resolve_overload(o.op, m.name), o.call_index, CheckpointPolicy::MUST_SWAP});
-  return SelectivePolicy([entries](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                                   const torch::jit::Stack&) {
+  for (const auto& o : m.save)
+    entries->push_back({resolve_overload(o.op, m.name), o.call_index, CheckpointPolicy::MUST_SAVE});
+  for (const auto& o : m.swap)
+    entries->push_back({resolve_overload(o.op, m.name), o.call_index, CheckpointPolicy::MUST_SWAP});
+  return SelectivePolicy([entries](const SelectiveCheckpointContext& ctx,
+                                   const c10::OperatorHandle& op, const torch::jit::Stack&) {
     for (const PolicyEntry& e : *entries) {
       if (e.call_index == ctx.call_index && e.op == op) return e.policy;
     }
@@ -110,16 +112,19 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
   for (const auto& m : plan.modules) {
     auto module = detail::find_module(model, m.name);
     if (!module) {
-      throw CheckpointError("recompose: apply_plan: the plan names module " + label(m) + ", which " + model.name() +
+      throw CheckpointError("recompose: apply_plan: the plan names module " + label(m) +
+                            ", which " + model.name() +
                             " does not have: was the plan made for another model?");
     }
     if (module->name() != m.type) {
-      throw CheckpointError("recompose: apply_plan: module '" + m.name + "' is a " + module->name() + ", the plan was made for a " +
-                            m.type + ": was it made for another model?");
+      throw CheckpointError("recompose: apply_plan: module '" + m.name + "' is a " +
+                            module->name() + ", the plan was made for a " + m.type +
+                            ": was it made for another model?");
     }
     for (const auto& api : hooks::applied_apis(*module)) {
       if (api.starts_with("recompose.")) {
-        throw CheckpointError("recompose: apply_plan: module " + label(m) + " already has " + api + " attached");
+        throw CheckpointError("recompose: apply_plan: module " + label(m) + " already has " + api +
+                              " attached");
       }
     }
     Target t{module, &m, CheckpointOptions()};
@@ -132,10 +137,13 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
     if (t.plan->choice == ModuleChoice::None) continue;
     try {
       switch (t.plan->choice) {
-        case ModuleChoice::None: break;
+        case ModuleChoice::None:
+          break;
         case ModuleChoice::Full:
         case ModuleChoice::FullSwapInputs:
-        case ModuleChoice::Selective: apply_checkpoint(*t.module, t.options); break;
+        case ModuleChoice::Selective:
+          apply_checkpoint(*t.module, t.options);
+          break;
         // The estimate counts every offloaded byte as gone: the last call's too.
         case ModuleChoice::Offload:
           apply_offload(*t.module, OffloadOptions().manager(manager).keep_last_on_device(false));

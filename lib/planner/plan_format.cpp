@@ -31,22 +31,28 @@ std::vector<PlannedOp> ops_from(const detail::json::Json& module, const char* ke
 }
 
 ModuleChoice choice_from(const std::string& name) {
-  for (ModuleChoice c : {ModuleChoice::None, ModuleChoice::Full, ModuleChoice::Selective, ModuleChoice::Offload,
-                         ModuleChoice::FullSwapInputs}) {
+  for (ModuleChoice c : {ModuleChoice::None, ModuleChoice::Full, ModuleChoice::Selective,
+                         ModuleChoice::Offload, ModuleChoice::FullSwapInputs}) {
     if (module_choice_name(c) == name) return c;
   }
-  throw std::invalid_argument("recompose: Plan::from_json: unknown choice '" + name + "' (none, full, selective, offload)");
+  throw std::invalid_argument("recompose: Plan::from_json: unknown choice '" + name +
+                              "' (none, full, selective, offload)");
 }
 
 }  // namespace
 
 std::string_view module_choice_name(ModuleChoice choice) {
   switch (choice) {
-    case ModuleChoice::None: return "none";
-    case ModuleChoice::Full: return "full";
-    case ModuleChoice::Selective: return "selective";
-    case ModuleChoice::Offload: return "offload";
-    case ModuleChoice::FullSwapInputs: return "full-swap-inputs";
+    case ModuleChoice::None:
+      return "none";
+    case ModuleChoice::Full:
+      return "full";
+    case ModuleChoice::Selective:
+      return "selective";
+    case ModuleChoice::Offload:
+      return "offload";
+    case ModuleChoice::FullSwapInputs:
+      return "full-swap-inputs";
   }
   return "?";
 }
@@ -54,28 +60,34 @@ std::string_view module_choice_name(ModuleChoice choice) {
 std::string Plan::to_table() const {
   std::ostringstream s;
   char line[256];
-  std::snprintf(line, sizeof line, "| %-16s | %-9s | %4s | %4s | %10s | %12s |\n", "module", "choice", "kept", "swap",
-                "held", "extra ms");
+  std::snprintf(line, sizeof line, "| %-16s | %-9s | %4s | %4s | %10s | %12s |\n", "module",
+                "choice", "kept", "swap", "held", "extra ms");
   s << line << "|------------------|-----------|------|------|------------|--------------|\n";
   for (const auto& m : modules) {
     std::snprintf(line, sizeof line, "| %-16s | %-9s | %4zu | %4zu | %10s | %12.2f |\n",
-                  m.name.empty() ? "(root)" : m.name.c_str(), std::string(module_choice_name(m.choice)).c_str(),
-                  m.save.size(), m.swap.size(), detail::format_mib(m.bytes).c_str(), m.seconds * 1e3);
+                  m.name.empty() ? "(root)" : m.name.c_str(),
+                  std::string(module_choice_name(m.choice)).c_str(), m.save.size(), m.swap.size(),
+                  detail::format_mib(m.bytes).c_str(), m.seconds * 1e3);
     s << line;
   }
   const double none = static_cast<double>(none_bytes > 0 ? none_bytes : 1);
   std::snprintf(line, sizeof line,
-                "estimated: %s held for backward (%.2fx of no checkpointing, budget %s), step %.2f ms (%.3fx); "
+                "estimated: %s held for backward (%.2fx of no checkpointing, budget %s), step %.2f "
+                "ms (%.3fx); "
                 "solved in %.3f ms\n",
-                detail::format_mib(bytes).c_str(), static_cast<double>(bytes) / none, detail::format_mib(budget_bytes).c_str(), step_seconds * 1e3,
-                none_step_seconds > 0 ? step_seconds / none_step_seconds : 0.0, solve_seconds * 1e3);
+                detail::format_mib(bytes).c_str(), static_cast<double>(bytes) / none,
+                detail::format_mib(budget_bytes).c_str(), step_seconds * 1e3,
+                none_step_seconds > 0 ? step_seconds / none_step_seconds : 0.0,
+                solve_seconds * 1e3);
   s << line;
   if (peak_bytes > 0) {
-    std::snprintf(line, sizeof line, "simulated peak device memory of the step: %s\n", detail::format_mib(peak_bytes).c_str());
+    std::snprintf(line, sizeof line, "simulated peak device memory of the step: %s\n",
+                  detail::format_mib(peak_bytes).c_str());
     s << line;
   }
-  s << (backward_measured ? "time line: each module's backward as profiled\n"
-                          : "time line: each module's backward assumed twice its forward (not profiled)\n");
+  s << (backward_measured
+            ? "time line: each module's backward as profiled\n"
+            : "time line: each module's backward assumed twice its forward (not profiled)\n");
   return s.str();
 }
 
@@ -108,25 +120,31 @@ std::string Plan::to_json() const {
 Plan Plan::from_json(std::string_view text) {
   namespace json = detail::json;
   const auto v = json::parse(text);
-  if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.plan") {
-    throw std::invalid_argument("recompose: Plan::from_json: not a recompose plan (no \"format\": \"recompose.plan\")");
+  if (!v.is_object() || !v.contains("format") || !v["format"].is_string() ||
+      v["format"] != "recompose.plan") {
+    throw std::invalid_argument(
+        "recompose: Plan::from_json: not a recompose plan (no \"format\": \"recompose.plan\")");
   }
   int64_t version = 0;
   json::read(v, "version", version);
   if (version != kPlanFormatVersion) {
-    throw std::invalid_argument("recompose: Plan::from_json: plan format version " + v["version"].dump() +
-                                ", this recompose reads version " + std::to_string(kPlanFormatVersion));
+    throw std::invalid_argument("recompose: Plan::from_json: plan format version " +
+                                v["version"].dump() + ", this recompose reads version " +
+                                std::to_string(kPlanFormatVersion));
   }
   Plan p;
-  json::read_members(v, "budget_bytes", p.budget_bytes, "bytes", p.bytes, "step_seconds", p.step_seconds,
-                     "none_bytes", p.none_bytes, "none_step_seconds", p.none_step_seconds, "solve_seconds",
-                     p.solve_seconds);
-  if (v.contains("peak_bytes")) json::read(v, "peak_bytes", p.peak_bytes);  // absent before issue 27
-  if (v.contains("backward_measured")) json::read(v, "backward_measured", p.backward_measured);  // issue 25
+  json::read_members(v, "budget_bytes", p.budget_bytes, "bytes", p.bytes, "step_seconds",
+                     p.step_seconds, "none_bytes", p.none_bytes, "none_step_seconds",
+                     p.none_step_seconds, "solve_seconds", p.solve_seconds);
+  if (v.contains("peak_bytes"))
+    json::read(v, "peak_bytes", p.peak_bytes);  // absent before issue 27
+  if (v.contains("backward_measured"))
+    json::read(v, "backward_measured", p.backward_measured);  // issue 25
   for (const auto& m : json::array(v, "modules")) {
     ModulePlan mp;
     std::string choice;
-    json::read_members(m, "name", mp.name, "type", mp.type, "choice", choice, "bytes", mp.bytes, "seconds", mp.seconds);
+    json::read_members(m, "name", mp.name, "type", mp.type, "choice", choice, "bytes", mp.bytes,
+                       "seconds", mp.seconds);
     mp.choice = choice_from(choice);
     mp.save = ops_from(m, "save");
     mp.swap = ops_from(m, "swap");
@@ -135,8 +153,12 @@ Plan Plan::from_json(std::string_view text) {
   return p;
 }
 
-void Plan::save(const std::filesystem::path& path) const { detail::json::write_text(path, to_json()); }
+void Plan::save(const std::filesystem::path& path) const {
+  detail::json::write_text(path, to_json());
+}
 
-Plan Plan::load(const std::filesystem::path& path) { return from_json(detail::json::read_text(path)); }
+Plan Plan::load(const std::filesystem::path& path) {
+  return from_json(detail::json::read_text(path));
+}
 
 }  // namespace recompose

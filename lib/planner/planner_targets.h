@@ -19,7 +19,8 @@ struct PlannerTarget {
 // annotated). Throws std::invalid_argument for a path that names no module, a module whose
 // forward is not annotated, one nested in another, a path given twice, or a tree with no
 // annotated module.
-std::vector<PlannerTarget> planner_targets(torch::nn::Module& root, const std::vector<std::string>& paths);
+std::vector<PlannerTarget> planner_targets(torch::nn::Module& root,
+                                           const std::vector<std::string>& paths);
 
 // The module at `path` below `root` ("" is the root), or null.
 std::shared_ptr<torch::nn::Module> find_module(torch::nn::Module& root, const std::string& path);

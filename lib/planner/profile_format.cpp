@@ -18,39 +18,46 @@ constexpr int kProfileFormatVersion = 1;
 }  // namespace
 
 bool MemoryProfile::backward_measured() const {
-  return !modules.empty() && std::all_of(modules.begin(), modules.end(), [](const ModuleProfile& m) {
-    return m.backward_seconds > 0;
-  });
+  return !modules.empty() &&
+         std::all_of(modules.begin(), modules.end(),
+                     [](const ModuleProfile& m) { return m.backward_seconds > 0; });
 }
 
 std::string MemoryProfile::to_string() const {
   std::ostringstream s;
   char line[256];
   std::snprintf(line, sizeof line,
-                "profile on %s: %s held for backward without checkpointing (%s outside the modules), step %.2f ms, "
+                "profile on %s: %s held for backward without checkpointing (%s outside the "
+                "modules), step %.2f ms, "
                 "copy bandwidth %.2f GB/s, profiled in %.1f ms\n",
-                device.c_str(), detail::format_mib(bytes_held).c_str(), detail::format_mib(other_bytes).c_str(), step_seconds * 1e3,
-                copy_bandwidth / 1e9, profile_seconds * 1e3);
+                device.c_str(), detail::format_mib(bytes_held).c_str(),
+                detail::format_mib(other_bytes).c_str(), step_seconds * 1e3, copy_bandwidth / 1e9,
+                profile_seconds * 1e3);
   s << line;
   s << (backward_measured() ? "backward: measured per module\n"
                             : "backward: not measured per module, assumed twice the forward\n");
-  std::snprintf(line, sizeof line, "| %-16s | %5s | %10s | %10s | %8s | %8s | %8s | %-6s | %8s | %4s |\n", "module",
+  std::snprintf(line, sizeof line,
+                "| %-16s | %5s | %10s | %10s | %8s | %8s | %8s | %-6s | %8s | %4s |\n", "module",
                 "calls", "saves", "inputs", "fwd ms", "bwd ms", "sac ms", "recomp", "ms", "ops");
   s << line
-    << "|------------------|-------|------------|------------|----------|----------|----------|--------|----------|------|\n";
+    << "|------------------|-------|------------|------------|----------|----------|----------|----"
+       "----|----------|------|\n";
   for (const auto& m : modules) {
-    std::snprintf(line, sizeof line, "| %-16s | %5lld | %10s | %10s | %8.2f | %8.2f | %8.2f | %-6s | %8.2f | %4zu |\n",
+    std::snprintf(line, sizeof line,
+                  "| %-16s | %5lld | %10s | %10s | %8.2f | %8.2f | %8.2f | %-6s | %8.2f | %4zu |\n",
                   m.name.empty() ? "(root)" : m.name.c_str(), static_cast<long long>(m.calls),
-                  detail::format_mib(m.saved_bytes).c_str(), detail::format_mib(m.input_bytes).c_str(), m.forward_seconds * 1e3,
-                  m.backward_seconds * 1e3, m.selective_forward_seconds * 1e3, m.replayed ? "replay" : "rerun",
-                  m.replay_seconds * 1e3, m.ops.size());
+                  detail::format_mib(m.saved_bytes).c_str(),
+                  detail::format_mib(m.input_bytes).c_str(), m.forward_seconds * 1e3,
+                  m.backward_seconds * 1e3, m.selective_forward_seconds * 1e3,
+                  m.replayed ? "replay" : "rerun", m.replay_seconds * 1e3, m.ops.size());
     s << line;
   }
   for (const auto& m : modules) {
     s << "\nops of " << (m.name.empty() ? "(root)" : m.name) << " (" << m.type << "):\n";
     for (const auto& o : m.ops) {
       std::snprintf(line, sizeof line, "  %-52s #%-2lld %10s %8.3f ms%s%s%s%s\n", o.op.c_str(),
-                    static_cast<long long>(o.call_index), detail::format_mib(o.output_bytes).c_str(), o.seconds * 1e3,
+                    static_cast<long long>(o.call_index),
+                    detail::format_mib(o.output_bytes).c_str(), o.seconds * 1e3,
                     o.random ? " random" : "", o.inplace ? " in-place" : "", o.view ? " view" : "",
                     o.mutated ? " mutated-later" : "");
       s << line;
@@ -103,34 +110,39 @@ std::string MemoryProfile::to_json() const {
 MemoryProfile MemoryProfile::from_json(std::string_view text) {
   namespace json = detail::json;
   const auto v = json::parse(text);
-  if (!v.is_object() || !v.contains("format") || !v["format"].is_string() || v["format"] != "recompose.profile") {
-    throw std::invalid_argument("recompose: MemoryProfile::from_json: not a recompose profile (no \"format\": \"recompose.profile\")");
+  if (!v.is_object() || !v.contains("format") || !v["format"].is_string() ||
+      v["format"] != "recompose.profile") {
+    throw std::invalid_argument(
+        "recompose: MemoryProfile::from_json: not a recompose profile (no \"format\": "
+        "\"recompose.profile\")");
   }
   int64_t version = 0;
   json::read(v, "version", version);
   if (version != kProfileFormatVersion) {
-    throw std::invalid_argument("recompose: MemoryProfile::from_json: profile format version " + v["version"].dump() +
-                                ", this recompose reads version " + std::to_string(kProfileFormatVersion));
+    throw std::invalid_argument("recompose: MemoryProfile::from_json: profile format version " +
+                                v["version"].dump() + ", this recompose reads version " +
+                                std::to_string(kProfileFormatVersion));
   }
   MemoryProfile p;
-  json::read_members(v, "device", p.device, "bytes_held", p.bytes_held, "other_bytes", p.other_bytes,
-                     "step_seconds", p.step_seconds, "copy_bandwidth", p.copy_bandwidth, "profile_seconds",
-                     p.profile_seconds);
-  if (v.contains("resident_bytes")) json::read(v, "resident_bytes", p.resident_bytes);  // absent before issue 27
+  json::read_members(v, "device", p.device, "bytes_held", p.bytes_held, "other_bytes",
+                     p.other_bytes, "step_seconds", p.step_seconds, "copy_bandwidth",
+                     p.copy_bandwidth, "profile_seconds", p.profile_seconds);
+  if (v.contains("resident_bytes"))
+    json::read(v, "resident_bytes", p.resident_bytes);  // absent before issue 27
   for (const auto& m : json::array(v, "modules")) {
     ModuleProfile mp;
-    json::read_members(m, "name", mp.name, "type", mp.type, "calls", mp.calls, "input_bytes", mp.input_bytes,
-                       "saved_bytes", mp.saved_bytes, "forward_seconds", mp.forward_seconds,
-                       "selective_forward_seconds", mp.selective_forward_seconds, "replay_seconds",
-                       mp.replay_seconds);
+    json::read_members(m, "name", mp.name, "type", mp.type, "calls", mp.calls, "input_bytes",
+                       mp.input_bytes, "saved_bytes", mp.saved_bytes, "forward_seconds",
+                       mp.forward_seconds, "selective_forward_seconds",
+                       mp.selective_forward_seconds, "replay_seconds", mp.replay_seconds);
     // Absent before issue 25: a rerun, backward not measured.
     if (m.contains("replayed")) json::read(m, "replayed", mp.replayed);
     if (m.contains("backward_seconds")) json::read(m, "backward_seconds", mp.backward_seconds);
     for (const auto& o : json::array(m, "ops")) {
       OpProfile op;
-      json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes", op.output_bytes, "seconds",
-                         op.seconds, "random", op.random, "inplace", op.inplace, "view", op.view, "mutated",
-                         op.mutated);
+      json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes",
+                         op.output_bytes, "seconds", op.seconds, "random", op.random, "inplace",
+                         op.inplace, "view", op.view, "mutated", op.mutated);
       mp.ops.push_back(std::move(op));
     }
     p.modules.push_back(std::move(mp));
@@ -138,7 +150,9 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
   return p;
 }
 
-void MemoryProfile::save(const std::filesystem::path& path) const { detail::json::write_text(path, to_json()); }
+void MemoryProfile::save(const std::filesystem::path& path) const {
+  detail::json::write_text(path, to_json());
+}
 
 MemoryProfile MemoryProfile::load(const std::filesystem::path& path) {
   return from_json(detail::json::read_text(path));

@@ -16,14 +16,14 @@
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/selective_checkpoint.h>
 
-#include <ATen/core/Generator.h>
 #include <ATen/Context.h>
+#include <ATen/core/Generator.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -34,11 +34,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string overload_name(const c10::OperatorHandle& op) {
   const auto& name = op.schema().operator_name();
-  return name.name + "." + (name.overload_name.empty() ? std::string("default") : name.overload_name);
+  return name.name + "." +
+         (name.overload_name.empty() ? std::string("default") : name.overload_name);
 }
 
 bool draws_random(const c10::OperatorHandle& op) {
@@ -46,7 +49,8 @@ bool draws_random(const c10::OperatorHandle& op) {
   for (const auto& arg : op.schema().arguments()) {
     auto type = arg.type();
     if (type->kind() == c10::TypeKind::GeneratorType) return true;
-    if (auto opt = type->cast<c10::OptionalType>(); opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
+    if (auto opt = type->cast<c10::OptionalType>();
+        opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
       return true;
     }
   }
@@ -60,13 +64,20 @@ int64_t storage_bytes(c10::ArrayRef<c10::IValue> values, bool skip_grad_leaves) 
   int64_t bytes = 0;
   auto add = [&](const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) return;
-    if (skip_grad_leaves && t.requires_grad() && (t.is_leaf() || (t.is_view() && t._base().is_leaf()))) return;
-    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+    if (skip_grad_leaves && t.requires_grad() &&
+        (t.is_leaf() || (t.is_view() && t._base().is_leaf())))
+      return;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
+      bytes += static_cast<int64_t>(t.storage().nbytes());
   };
   for (const auto& v : values) {
-    if (v.isTensor()) add(v.toTensor());
-    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) add(t);
-    else if (v.isList()) for (const auto& e : v.toListRef()) if (e.isTensor()) add(e.toTensor());
+    if (v.isTensor())
+      add(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec()) add(t);
+    else if (v.isList())
+      for (const auto& e : v.toListRef())
+        if (e.isTensor()) add(e.toTensor());
   }
   return bytes;
 }
@@ -89,7 +100,8 @@ struct Watched {  // a kept output, to see whether the forward later writes into
 // telling `rec` that call `call`'s output (input) gradient is ready. They live on the step's
 // graph, so they go with it; a weak reference, so a graph kept past the profile does nothing.
 template <class Rec>
-void watch_gradients(const std::vector<at::Tensor>& tensors, const std::shared_ptr<Rec>& rec, size_t call, bool output) {
+void watch_gradients(const std::vector<at::Tensor>& tensors, const std::shared_ptr<Rec>& rec,
+                     size_t call, bool output) {
   if (!at::GradMode::is_enabled()) return;
   for (const auto& t : tensors) {
     if (!t.defined() || !t.requires_grad() || t.is_leaf()) continue;
@@ -132,11 +144,13 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   }
 
   void leave(size_t m, const hooks::ForwardCall& call) {
-    if (frames.empty() || frames.back().module != m) return;  // unbalanced: a hook was added mid-call
+    if (frames.empty() || frames.back().module != m)
+      return;  // unbalanced: a hook was added mid-call
     const Frame f = frames.back();
     frames.pop_back();
     const auto end = timeline.mark();
-    if (!f.recomputing && call.has_output()) watch_gradients(call.output_leaves(), shared_from_this(), f.call, true);
+    if (!f.recomputing && call.has_output())
+      watch_gradients(call.output_leaves(), shared_from_this(), f.call, true);
     ModuleProfile& p = modules[m];
     if (run == 1) {
       timeline.add(f.start, end, [this, m]() -> double& { return modules[m].forward_seconds; });
@@ -144,7 +158,8 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
     } else if (f.recomputing) {
       timeline.add(f.start, end, [this, m]() -> double& { return modules[m].replay_seconds; });
     } else {
-      timeline.add(f.start, end, [this, m]() -> double& { return modules[m].selective_forward_seconds; });
+      timeline.add(f.start, end,
+                   [this, m]() -> double& { return modules[m].selective_forward_seconds; });
       for (const Watched& w : watched) {
         if (w.module == m && w.tensor._version() != w.version) p.ops[w.op].mutated = true;
       }
@@ -163,18 +178,22 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       o.op = key.first;
       o.call_index = key.second;
       o.random = draws_random(op);
-      for (const auto& a : op.schema().arguments()) o.inplace = o.inplace || (a.alias_info() && a.alias_info()->isWrite());
-      for (const auto& r : op.schema().returns()) o.view = o.view || (r.alias_info() && !r.alias_info()->isWrite());
+      for (const auto& a : op.schema().arguments())
+        o.inplace = o.inplace || (a.alias_info() && a.alias_info()->isWrite());
+      for (const auto& r : op.schema().returns())
+        o.view = o.view || (r.alias_info() && !r.alias_info()->isWrite());
       modules[m].ops.push_back(std::move(o));
     }
     OpProfile& o = modules[m].ops[it->second];
     const size_t index = it->second;
-    timeline.add(last, now, [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
+    timeline.add(last, now,
+                 [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
     o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
     for (const auto& v : ctx.outputs) {
       if (v.isTensor() && v.toTensor().defined()) {
         // LibTorch's version counter is 32 bits wide; _version() widens it.
-        watched.push_back({m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
+        watched.push_back(
+            {m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
       }
     }
     last = timeline.mark();  // the policy's own bookkeeping is not the op's time
@@ -221,13 +240,15 @@ double measure_copy_bandwidth(const torch::Device& device) {
 }
 
 // The modules to profile; none may carry a recompose API already.
-std::vector<detail::PlannerTarget> profiled_modules(torch::nn::Module& model, const ProfileOptions& options) {
+std::vector<detail::PlannerTarget> profiled_modules(torch::nn::Module& model,
+                                                    const ProfileOptions& options) {
   auto targets = detail::planner_targets(model, options.modules());
   for (const auto& t : targets) {
     for (const auto& api : hooks::applied_apis(*t.module)) {
       if (api.starts_with("recompose.")) {
-        throw CheckpointError("recompose: profile_memory: module '" + t.name + "' already has " + api +
-                              " attached; remove it (remove_checkpoint, remove_offload or remove_plan) first");
+        throw CheckpointError(
+            "recompose: profile_memory: module '" + t.name + "' already has " + api +
+            " attached; remove it (remove_checkpoint, remove_offload or remove_plan) first");
       }
     }
   }
@@ -239,7 +260,8 @@ torch::Device device_of(torch::nn::Module& model) {
   return torch::kCPU;
 }
 
-std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>& targets, const torch::Device& device) {
+std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>& targets,
+                                        const torch::Device& device) {
   auto rec = std::make_shared<Recorder>(device);
   rec->modules.resize(targets.size());
   rec->op_index.resize(targets.size());
@@ -264,7 +286,8 @@ void attach_timing_hooks(Instrumentation& inst, const std::vector<detail::Planne
 
 // Run 1: no checkpointing. What each module saves, its forward time, the step's time.
 void run_plain(const std::function<void()>& step, const std::vector<detail::PlannerTarget>& targets,
-               const std::shared_ptr<Recorder>& rec, const torch::Device& device, MemoryProfile& profile) {
+               const std::shared_ptr<Recorder>& rec, const torch::Device& device,
+               MemoryProfile& profile) {
   Instrumentation inst;
   attach_timing_hooks(inst, targets, rec);
   SavedTensorMeter meter;
@@ -276,23 +299,28 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
   rec->timeline.add(t0, t1, [&profile]() -> double& { return profile.step_seconds; });
   Recorder* r = rec.get();
   for (const auto& s : rec->spans.take(t1)) {
-    rec->timeline.add(s.from, s.to, [r, m = s.module]() -> double& { return r->modules[m].backward_seconds; });
+    rec->timeline.add(s.from, s.to,
+                      [r, m = s.module]() -> double& { return r->modules[m].backward_seconds; });
   }
   rec->timeline.resolve();
   profile.bytes_held = meter.peak_bytes_held();
   // What the device held beside the activations at the step's peak (a peak budget's base).
-  profile.resident_bytes = std::max<int64_t>(0, peak_device_memory(device) - profile.bytes_held);  // -1 off CUDA: 0
+  profile.resident_bytes =
+      std::max<int64_t>(0, peak_device_memory(device) - profile.bytes_held);  // -1 off CUDA: 0
   rec->meter = nullptr;
 }
 
 void check_plain_run(const MemoryProfile& profile, const Recorder& rec) {
   if (profile.bytes_held == 0) {
-    throw CheckpointError("recompose: profile_memory: the step saved nothing for backward (is grad mode on, and does the "
-                          "step run a forward of the model whose result needs gradients?)");
+    throw CheckpointError(
+        "recompose: profile_memory: the step saved nothing for backward (is grad mode on, and does "
+        "the "
+        "step run a forward of the model whose result needs gradients?)");
   }
   for (const auto& m : rec.modules) {
     if (m.calls == 0) {
-      throw CheckpointError("recompose: profile_memory: the step never called module '" + m.name + "' (" + m.type + ")");
+      throw CheckpointError("recompose: profile_memory: the step never called module '" + m.name +
+                            "' (" + m.type + ")");
     }
   }
 }
@@ -303,13 +331,16 @@ void check_plain_run(const MemoryProfile& profile, const Recorder& rec) {
 // backward hooks), or, where the region cannot replay or replay is off, its forward again (timed
 // by the forward hooks, which see it recomputing). Timing hooks go after apply_checkpoint's so
 // that the region's setup is not the first op's time.
-void run_intercepted(const std::function<void()>& step, const std::vector<detail::PlannerTarget>& targets,
+void run_intercepted(const std::function<void()>& step,
+                     const std::vector<detail::PlannerTarget>& targets,
                      const std::shared_ptr<Recorder>& rec) {
   Instrumentation inst;
   rec->run = 2;
-  SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
+  SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx,
+                                 const c10::OperatorHandle& op,
                                  const torch::jit::Stack&) { return rec->record(ctx, op); });
-  // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an error.
+  // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an
+  // error.
   auto contexts = [keep_all] { return create_selective_checkpoint_contexts(keep_all, true); };
   for (const auto& t : targets) {
     apply_checkpoint(*t.module, CheckpointOptions().context_fn(contexts));
@@ -324,7 +355,8 @@ void run_intercepted(const std::function<void()>& step, const std::vector<detail
     fallbacks[s.module] += s.fallbacks;
     rec->modules[s.module].replay_seconds += static_cast<double>(s.replay_ns) * 1e-9;
   }
-  for (size_t i = 0; i < targets.size(); ++i) rec->modules[i].replayed = replays[i] > 0 && fallbacks[i] == 0;
+  for (size_t i = 0; i < targets.size(); ++i)
+    rec->modules[i].replayed = replays[i] > 0 && fallbacks[i] == 0;
   rec->timeline.resolve();
   rec->watched.clear();
 }
@@ -342,7 +374,8 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
   profile.device = device.str();
   {
     // Each run starts from the model as the caller left it, and so does the training that follows
-    // (restored here after each run, by the guard on an exception; each run removes its hooks first).
+    // (restored here after each run, by the guard on an exception; each run removes its hooks
+    // first).
     detail::ModelStateGuard model_state(model, device);
     run_plain(step, targets, rec, device, profile);
     model_state.restore();
@@ -354,7 +387,8 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
   for (const auto& m : rec->modules) module_bytes += m.saved_bytes;
   profile.other_bytes = std::max<int64_t>(0, profile.bytes_held - module_bytes);
   profile.modules = std::move(rec->modules);
-  if (device.is_cuda() && options.measure_bandwidth()) profile.copy_bandwidth = measure_copy_bandwidth(device);
+  if (device.is_cuda() && options.measure_bandwidth())
+    profile.copy_bandwidth = measure_copy_bandwidth(device);
   profile.profile_seconds = seconds_since(t_begin);
   return profile;
 }

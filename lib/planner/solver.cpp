@@ -39,13 +39,14 @@ struct Point {
 struct ModuleOptions {
   const ModuleProfile* profile = nullptr;
   std::vector<std::vector<bool>> keep_sets;  // Selective: per op, kept or not
-  std::vector<bool> swap;                    // per op: offloaded rather than recomputed when not kept
-  std::vector<Point> points;                 // Pareto front, fewest bytes first
+  std::vector<bool> swap;     // per op: offloaded rather than recomputed when not kept
+  std::vector<Point> points;  // Pareto front, fewest bytes first
 };
 
 // The link offload copies cross, or none where the solver may not offload.
 std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptions& options) {
-  const double given = options.copy_bandwidth() > 0 ? options.copy_bandwidth() : profile.copy_bandwidth;
+  const double given =
+      options.copy_bandwidth() > 0 ? options.copy_bandwidth() : profile.copy_bandwidth;
   auto link = [&](double fallback) -> std::optional<LinkModel> {
     if (options.link()) return options.link();
     if (given > 0) return LinkModel::symmetric(given);
@@ -53,9 +54,12 @@ std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptio
     return std::nullopt;
   };
   switch (options.offload()) {
-    case OffloadMode::Never: return std::nullopt;
-    case OffloadMode::Auto: return profile.device.starts_with("cpu") ? std::nullopt : link(0);
-    case OffloadMode::Always: return link(kDefaultForcedBandwidth);
+    case OffloadMode::Never:
+      return std::nullopt;
+    case OffloadMode::Auto:
+      return profile.device.starts_with("cpu") ? std::nullopt : link(0);
+    case OffloadMode::Always:
+      return link(kDefaultForcedBandwidth);
   }
   return std::nullopt;
 }
@@ -71,8 +75,8 @@ bool kept_by_transformer_policy(const std::string& op) {
 
 // Module `index`'s candidates; `windows` (null: no offload) prices copies by what their windows
 // do not hide.
-void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWindowModel* windows, bool offload,
-                    ModuleOptions& mo) {
+void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWindowModel* windows,
+                    bool offload, ModuleOptions& mo) {
   std::vector<Point> points;
   points.push_back({m.saved_bytes, 0.0, ModuleChoice::None, 0});
   points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
@@ -98,7 +102,8 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
   const size_t n = m.ops.size();
   mo.swap.assign(n, false);
   std::vector<double> cost(n, 0.0);
-  const double fixed = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
+  const double fixed =
+      std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
   for (size_t k = 0; k < n; ++k) cost[k] = std::max(0.0, m.ops[k].seconds);
   if (windows) {
     // Offload takes the window, recomputation the rest: ops are swapped, those whose
@@ -109,14 +114,17 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
       if (keepable(m.ops[k]) && m.ops[k].output_bytes > 0) order.push_back(k);
     }
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return cost[a] * static_cast<double>(m.ops[b].output_bytes) > cost[b] * static_cast<double>(m.ops[a].output_bytes);
+      return cost[a] * static_cast<double>(m.ops[b].output_bytes) >
+             cost[b] * static_cast<double>(m.ops[a].output_bytes);
     });
     int64_t bytes = 0, copies = 0;
     for (size_t k : order) {
       const double before = windows->exposed_seconds(index, bytes, copies);
-      const double after = windows->exposed_seconds(index, bytes + m.ops[k].output_bytes, copies + 1);
+      const double after =
+          windows->exposed_seconds(index, bytes + m.ops[k].output_bytes, copies + 1);
       if (!(after - before < cost[k])) continue;
-      cost[k] = after - before + kCopyTieBreak * static_cast<double>(m.ops[k].output_bytes), mo.swap[k] = true;
+      cost[k] = after - before + kCopyTieBreak * static_cast<double>(m.ops[k].output_bytes),
+      mo.swap[k] = true;
       bytes += m.ops[k].output_bytes, copies += 1;
     }
   }
@@ -124,8 +132,10 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
     int64_t bytes = m.input_bytes;
     double seconds = fixed;
     for (size_t k = 0; k < n; ++k) {
-      if (keep[k]) bytes += m.ops[k].output_bytes;
-      else seconds += cost[k];
+      if (keep[k])
+        bytes += m.ops[k].output_bytes;
+      else
+        seconds += cost[k];
     }
     points.push_back({bytes, seconds, ModuleChoice::Selective, mo.keep_sets.size()});
     mo.keep_sets.push_back(std::move(keep));
@@ -136,7 +146,8 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
     if (keepable(m.ops[k]) && cost[k] > 0) ranked.push_back(k);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
-    return cost[a] * static_cast<double>(m.ops[b].output_bytes) > cost[b] * static_cast<double>(m.ops[a].output_bytes);
+    return cost[a] * static_cast<double>(m.ops[b].output_bytes) >
+           cost[b] * static_cast<double>(m.ops[a].output_bytes);
   });
   std::vector<bool> keep(n, false);
   // Nothing kept and nothing swapped is full checkpointing plus the interception: not a candidate.
@@ -171,9 +182,10 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
   }
 }
 
-std::vector<ModuleOptions> module_options(const MemoryProfile& profile, const detail::CopyWindowModel* windows,
-                                          bool offload) {
-  if (profile.modules.empty()) throw std::invalid_argument("recompose: solve_plan: the profile has no module");
+std::vector<ModuleOptions> module_options(const MemoryProfile& profile,
+                                          const detail::CopyWindowModel* windows, bool offload) {
+  if (profile.modules.empty())
+    throw std::invalid_argument("recompose: solve_plan: the profile has no module");
   std::vector<ModuleOptions> out(profile.modules.size());
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].profile = &profile.modules[i];
@@ -211,12 +223,14 @@ void build_frontiers(Family& family, int64_t bucket) {
     next.clear();
     for (size_t f = 0; f < current.size(); ++f) {
       for (size_t k = 0; k < mo.points.size(); ++k) {
-        next.push_back({current[f].bytes + mo.points[k].bytes, current[f].seconds + mo.points[k].seconds,
-                        static_cast<int32_t>(f), static_cast<int32_t>(k)});
+        next.push_back({current[f].bytes + mo.points[k].bytes,
+                        current[f].seconds + mo.points[k].seconds, static_cast<int32_t>(f),
+                        static_cast<int32_t>(k)});
       }
     }
     std::sort(next.begin(), next.end(), [](const Node& a, const Node& b) {
-      return std::tie(a.bytes, a.seconds, a.parent, a.point) < std::tie(b.bytes, b.seconds, b.parent, b.point);
+      return std::tie(a.bytes, a.seconds, a.parent, a.point) <
+             std::tie(b.bytes, b.seconds, b.parent, b.point);
     });
     std::vector<Node> front;
     for (const Node& n : next) {
@@ -265,7 +279,8 @@ std::vector<Final> final_frontier(const std::vector<Family>& fams) {
     for (size_t i = 0; i < last.size(); ++i) all.push_back({last[i].bytes, last[i].seconds, f, i});
   }
   std::sort(all.begin(), all.end(), [](const Final& a, const Final& b) {
-    return std::tie(a.bytes, a.seconds, a.family, a.node) < std::tie(b.bytes, b.seconds, b.family, b.node);
+    return std::tie(a.bytes, a.seconds, a.family, a.node) <
+           std::tie(b.bytes, b.seconds, b.family, b.node);
   });
   std::vector<Final> out;
   for (const Final& x : all) {
@@ -285,8 +300,10 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   if (p.choice != ModuleChoice::Selective) return plan;
   const auto& keep = mo.keep_sets[p.keep_set];
   for (size_t k = 0; k < m.ops.size(); ++k) {
-    if (keep[k]) plan.save.push_back({m.ops[k].op, m.ops[k].call_index});
-    else if (mo.swap[k]) plan.swap.push_back({m.ops[k].op, m.ops[k].call_index});
+    if (keep[k])
+      plan.save.push_back({m.ops[k].op, m.ops[k].call_index});
+    else if (mo.swap[k])
+      plan.swap.push_back({m.ops[k].op, m.ops[k].call_index});
   }
   return plan;
 }
@@ -304,18 +321,24 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
   const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
   // Plans without copies simulate the same on any link.
-  const LinkModel link = link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
+  const LinkModel link =
+      link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
   if (budget.is_peak() && frontier.front().bytes > limit) {
-    throw std::invalid_argument("recompose: solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
-                                " leaves " + detail::format_mib(limit) + " for activations beside the profile's resident " +
-                                detail::format_mib(profile.resident_bytes) + " (weights, gradients, optimizer state, temporaries), "
-                                "below the least any plan holds, " + detail::format_mib(frontier.front().bytes));
+    throw std::invalid_argument(
+        "recompose: solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
+        " leaves " + detail::format_mib(limit) + " for activations beside the profile's resident " +
+        detail::format_mib(profile.resident_bytes) +
+        " (weights, gradients, optimizer state, temporaries), "
+        "below the least any plan holds, " +
+        detail::format_mib(frontier.front().bytes));
   }
   if (frontier.front().bytes > limit) {
-    throw std::invalid_argument("recompose: solve_plan: a budget of " + detail::format_mib(limit, /*exact=*/true) + " is below the least any plan holds, " +
-                                detail::format_mib(frontier.front().bytes, /*exact=*/true) + " (" +
-                                (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
-                                " of every module)");
+    throw std::invalid_argument(
+        "recompose: solve_plan: a budget of " + detail::format_mib(limit, /*exact=*/true) +
+        " is below the least any plan holds, " +
+        detail::format_mib(frontier.front().bytes, /*exact=*/true) + " (" +
+        (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
+        " of every module)");
   }
   // The fastest plan that fits: the last frontier point within the budget (time falls along it).
   auto it = std::upper_bound(frontier.begin(), frontier.end(), limit,
@@ -333,10 +356,12 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
     size_t at = chosen.node;
     for (size_t i = fam.modules.size(); i-- > 0;) {
       const Node& n = fam.fronts[i][at];
-      plan.modules[i] = module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
+      plan.modules[i] =
+          module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
       at = static_cast<size_t>(n.parent);
     }
-    plan.peak_bytes = profile.resident_bytes + detail::simulate_plan(profile, plan, link).peak_bytes;
+    plan.peak_bytes =
+        profile.resident_bytes + detail::simulate_plan(profile, plan, link).peak_bytes;
     return plan;
   };
   Plan plan = plan_at(*(it - 1));
@@ -350,8 +375,10 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
       least = std::min(least, plan.peak_bytes);
     }
     if (plan.peak_bytes > peak) {
-      throw std::invalid_argument("recompose: solve_plan: a peak of " + detail::format_mib(peak) + " is below the least simulated peak of " +
-                                  "any plan, " + detail::format_mib(least) + " (resident " + detail::format_mib(profile.resident_bytes) + ")");
+      throw std::invalid_argument("recompose: solve_plan: a peak of " + detail::format_mib(peak) +
+                                  " is below the least simulated peak of " + "any plan, " +
+                                  detail::format_mib(least) + " (resident " +
+                                  detail::format_mib(profile.resident_bytes) + ")");
     }
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -6,7 +6,8 @@
 
 namespace recompose::detail {
 
-StepTimeline::StepTimeline(const c10::Device& device) : device_(device), on_device_(uses_streams(device)) {}
+StepTimeline::StepTimeline(const c10::Device& device)
+    : device_(device), on_device_(uses_streams(device)) {}
 
 StepTimeline::Mark StepTimeline::mark() {
   if (!on_device_) {
@@ -26,7 +27,8 @@ void StepTimeline::add(Mark from, Mark to, std::function<double&()> slot) {
 }
 
 double StepTimeline::seconds_between(Mark from, Mark to) const {
-  if (!on_device_) return std::chrono::duration<double>(host_marks_[to] - host_marks_[from]).count();
+  if (!on_device_)
+    return std::chrono::duration<double>(host_marks_[to] - host_marks_[from]).count();
   return device_marks_[from].elapsedTime(device_marks_[to]) / 1e3;  // elapsedTime is in ms
 }
 

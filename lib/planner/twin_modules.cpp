@@ -8,15 +8,16 @@ namespace {
 
 bool same_work(const ModuleProfile& a, const ModuleProfile& b) {
   // Not saved_bytes: a block's input that the block before saved is counted there, not here.
-  if (a.type != b.type || a.calls != b.calls || a.input_bytes != b.input_bytes || a.ops.size() != b.ops.size() ||
-      a.replayed != b.replayed) {
+  if (a.type != b.type || a.calls != b.calls || a.input_bytes != b.input_bytes ||
+      a.ops.size() != b.ops.size() || a.replayed != b.replayed) {
     return false;
   }
   for (size_t k = 0; k < a.ops.size(); ++k) {
     const OpProfile& x = a.ops[k];
     const OpProfile& y = b.ops[k];
-    if (x.op != y.op || x.call_index != y.call_index || x.output_bytes != y.output_bytes || x.random != y.random ||
-        x.inplace != y.inplace || x.view != y.view || x.mutated != y.mutated) {
+    if (x.op != y.op || x.call_index != y.call_index || x.output_bytes != y.output_bytes ||
+        x.random != y.random || x.inplace != y.inplace || x.view != y.view ||
+        x.mutated != y.mutated) {
       return false;
     }
   }
@@ -39,7 +40,8 @@ MemoryProfile with_twins_at_their_fastest(MemoryProfile profile) {
     for (size_t j : group) {
       const ModuleProfile& m = modules[j];
       fastest.forward_seconds = std::min(fastest.forward_seconds, m.forward_seconds);
-      fastest.selective_forward_seconds = std::min(fastest.selective_forward_seconds, m.selective_forward_seconds);
+      fastest.selective_forward_seconds =
+          std::min(fastest.selective_forward_seconds, m.selective_forward_seconds);
       fastest.replay_seconds = std::min(fastest.replay_seconds, m.replay_seconds);
       for (size_t k = 0; k < m.ops.size(); ++k) {
         fastest.ops[k].seconds = std::min(fastest.ops[k].seconds, m.ops[k].seconds);
@@ -52,7 +54,8 @@ MemoryProfile with_twins_at_their_fastest(MemoryProfile profile) {
     for (size_t j : group) backward.push_back(modules[j].backward_seconds);
     std::sort(backward.begin(), backward.end());
     const size_t mid = backward.size() / 2;
-    fastest.backward_seconds = backward.size() % 2 ? backward[mid] : (backward[mid - 1] + backward[mid]) / 2;
+    fastest.backward_seconds =
+        backward.size() % 2 ? backward[mid] : (backward[mid - 1] + backward[mid]) / 2;
     for (size_t j : group) {
       ModuleProfile& m = modules[j];
       m.forward_seconds = fastest.forward_seconds;

@@ -2,7 +2,6 @@
 
 #include "engine/internal_ops.h"
 
-
 #include <ATen/ops/empty.h>
 
 #include <recompose/checkpoint_error.h>
@@ -114,7 +113,8 @@ CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, Offloader* sw
         // Holds no memory but shares the version counter, so the mutation check still works.
         InternalOpsGuard internal;  // recompose's op: no region may record it
         at::Tensor marker = at::empty({0}, t.options());
-        marker.unsafeGetTensorImpl()->set_version_counter(t.unsafeGetTensorImpl()->version_counter());
+        marker.unsafeGetTensorImpl()->set_version_counter(
+            t.unsafeGetTensorImpl()->version_counter());
         return marker;
       }
       e.swapped_.push_back(nullptr);
@@ -146,15 +146,16 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
   }
 }
 
-void CacheEntry::check_unmodified(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation) const {
+void CacheEntry::check_unmodified(const c10::OperatorHandle& op, int64_t call_index,
+                                  bool allow_mutation) const {
   size_t k = 0;
   for (const c10::IValue& v : values_) {
     map_tensors(v, [&](const at::Tensor& t) {
       if (!t.defined()) return t;
       const uint32_t kept = versions_[k++];
       if (!allow_mutation && kept != kUntracked && version_of(t) != kept) {
-        throw CheckpointError("recompose: selective checkpoint: the output of " + op.schema().name() +
-                              " (call " + std::to_string(call_index) +
+        throw CheckpointError("recompose: selective checkpoint: the output of " +
+                              op.schema().name() + " (call " + std::to_string(call_index) +
                               " in the region) that was saved in the forward has been modified in "
                               "place since. Avoid modifying it in place, or pass "
                               "allow_cache_entry_mutation = true to use the modified values.");
@@ -202,7 +203,8 @@ c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::device_storages() const
   c10::SmallVector<const c10::StorageImpl*, 4> out;
   for (const c10::IValue& v : values_) {
     map_tensors(v, [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage() && t.storage().nbytes() > 0) out.push_back(t.storage().unsafeGetStorageImpl());
+      if (t.defined() && t.has_storage() && t.storage().nbytes() > 0)
+        out.push_back(t.storage().unsafeGetStorageImpl());
       return t;
     });
   }
@@ -220,12 +222,16 @@ void CacheEntry::release() noexcept {
   swapped_storages_.clear();
 }
 
-void count_bytes_kept(int64_t delta) noexcept { g_bytes_kept.fetch_add(delta, std::memory_order_relaxed); }
+void count_bytes_kept(int64_t delta) noexcept {
+  g_bytes_kept.fetch_add(delta, std::memory_order_relaxed);
+}
 
 }  // namespace recompose::detail
 
 namespace recompose {
 
-int64_t selective_checkpoint_bytes_kept() { return detail::g_bytes_kept.load(std::memory_order_relaxed); }
+int64_t selective_checkpoint_bytes_kept() {
+  return detail::g_bytes_kept.load(std::memory_order_relaxed);
+}
 
 }  // namespace recompose

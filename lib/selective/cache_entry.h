@@ -41,7 +41,8 @@ class CacheEntry {
 
   // The check of replay() alone: throws CheckpointError naming `op` if a kept tensor was
   // modified in place since capture() and !allow_mutation.
-  void check_unmodified(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation) const;
+  void check_unmodified(const c10::OperatorHandle& op, int64_t call_index,
+                        bool allow_mutation) const;
 
   // Replaces the kept tensors by copies (and records their versions anew): called before an op
   // of the same forward writes into their storage through another TensorImpl, whose version
@@ -66,12 +67,12 @@ class CacheEntry {
   std::vector<std::shared_ptr<OffloadedTensor>> swapped_;
   // Storages of offloaded tensors, so that an in-place write into them is still noticed.
   c10::SmallVector<const c10::StorageImpl*, 4> swapped_storages_;
-  Offloader* swap_ = nullptr;    // owned by the region's selective state, which outlives entries
+  Offloader* swap_ = nullptr;  // owned by the region's selective state, which outlives entries
   // The forward wrote into these outputs after they were kept (copy_on_write ran): the
   // recomputation will write into the replayed ones too.
   bool written_after_capture_ = false;
-  int64_t bytes_ = 0;               // counted in selective_checkpoint_bytes_kept()
-  MeterCharge charge_;              // the same bytes, charged to the meters of the forward thread
+  int64_t bytes_ = 0;   // counted in selective_checkpoint_bytes_kept()
+  MeterCharge charge_;  // the same bytes, charged to the meters of the forward thread
   void account();
   c10::SmallVector<const c10::StorageImpl*, 4> device_storages() const;
 };

@@ -34,7 +34,8 @@
 // the same in every version of the range; pythonFallback's behaviour is pinned by the selective
 // and interceptor test suites, run on each version by scripts/test-versions.sh.
 #if !RECOMPOSE_TORCH_VERSION_CHECKED
-#error "recompose: port lib/selective/dispatch_interceptor.cpp to this LibTorch version (checked: see \
+#error \
+    "recompose: port lib/selective/dispatch_interceptor.cpp to this LibTorch version (checked: see \
 lib/engine/torch_version_guard.h): check c10/core/impl/PyInterpreter.h (pure virtuals), \
 c10/core/impl/TorchDispatchModeTLS.h, c10/core/SafePyObject.h and \
 aten/src/ATen/core/PythonFallbackKernel.cpp, then extend torch_version_guard.h"
@@ -81,10 +82,11 @@ thread_local size_t t_suspended = 0;
 thread_local const c10::impl::LocalDispatchKeySet* t_keys_on_entry = nullptr;
 
 [[noreturn]] void unsupported(const char* what) {
-  throw CheckpointError(std::string("recompose: selective checkpoint: PyInterpreterVTable::") + what +
-                        " was called, but recompose's C++ op interceptor has no Python objects. Selective "
-                        "checkpointing cannot be mixed with another TorchDispatchMode or a Python tensor "
-                        "subclass: remove the policy of the regions that run them.");
+  throw CheckpointError(
+      std::string("recompose: selective checkpoint: PyInterpreterVTable::") + what +
+      " was called, but recompose's C++ op interceptor has no Python objects. Selective "
+      "checkpointing cannot be mixed with another TorchDispatchMode or a Python tensor "
+      "subclass: remove the policy of the regions that run them.");
 }
 
 struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
@@ -92,7 +94,8 @@ struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
 
   // Only our ModeRecord tokens ever reach these (SafePyObject copy/destroy).
   void incref(PyObject* obj) const override {
-    if (obj != nullptr) reinterpret_cast<ModeRecord*>(obj)->refs.fetch_add(1, std::memory_order_relaxed);
+    if (obj != nullptr)
+      reinterpret_cast<ModeRecord*>(obj)->refs.fetch_add(1, std::memory_order_relaxed);
   }
   void decref(PyObject* obj) const override {
     if (obj == nullptr) return;
@@ -129,8 +132,9 @@ struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
   void throw_abstract_impl_not_imported_error(std::string opname, const char* pymodule,
                                               const char* context) const override {
     throw CheckpointError("recompose: selective checkpoint: operator " + opname +
-                          " needs a Python abstract implementation (module " + (pymodule ? pymodule : "?") +
-                          ", " + (context ? context : "") + "), which is not available in a C++-only "
+                          " needs a Python abstract implementation (module " +
+                          (pymodule ? pymodule : "?") + ", " + (context ? context : "") +
+                          "), which is not available in a C++-only "
                           "program: keep this op out of selectively checkpointed regions.");
   }
   void python_dispatcher(const c10::OperatorHandle&, c10::DispatchKeySet,
@@ -140,10 +144,18 @@ struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
 
   // Size/stride queries only go to the interpreter of tensors with a Python
   // sizes/strides policy (Python subclasses): never ours.
-  bool is_contiguous(const c10::TensorImpl*, at::MemoryFormat) const override { unsupported("is_contiguous"); }
-  c10::SymBool sym_is_contiguous(const c10::TensorImpl*, at::MemoryFormat) const override { unsupported("sym_is_contiguous"); }
-  bool is_strides_like(const c10::TensorImpl*, at::MemoryFormat) const override { unsupported("is_strides_like"); }
-  bool is_non_overlapping_and_dense(const c10::TensorImpl*) const override { unsupported("is_non_overlapping_and_dense"); }
+  bool is_contiguous(const c10::TensorImpl*, at::MemoryFormat) const override {
+    unsupported("is_contiguous");
+  }
+  c10::SymBool sym_is_contiguous(const c10::TensorImpl*, at::MemoryFormat) const override {
+    unsupported("sym_is_contiguous");
+  }
+  bool is_strides_like(const c10::TensorImpl*, at::MemoryFormat) const override {
+    unsupported("is_strides_like");
+  }
+  bool is_non_overlapping_and_dense(const c10::TensorImpl*) const override {
+    unsupported("is_non_overlapping_and_dense");
+  }
   c10::Device device(const c10::TensorImpl*) const override { unsupported("device"); }
   int64_t dim(const c10::TensorImpl*) const override { unsupported("dim"); }
   c10::IntArrayRef strides(const c10::TensorImpl*) const override { unsupported("strides"); }
@@ -152,8 +164,12 @@ struct CppInterpreterVTable final : c10::impl::PyInterpreterVTable {
   c10::Layout layout(const c10::TensorImpl*) const override { unsupported("layout"); }
   int64_t numel(const c10::TensorImpl*) const override { unsupported("numel"); }
   c10::SymInt sym_numel(const c10::TensorImpl*) const override { unsupported("sym_numel"); }
-  c10::SymIntArrayRef sym_strides(const c10::TensorImpl*) const override { unsupported("sym_strides"); }
-  c10::SymInt sym_storage_offset(const c10::TensorImpl*) const override { unsupported("sym_storage_offset"); }
+  c10::SymIntArrayRef sym_strides(const c10::TensorImpl*) const override {
+    unsupported("sym_strides");
+  }
+  c10::SymInt sym_storage_offset(const c10::TensorImpl*) const override {
+    unsupported("sym_storage_offset");
+  }
 
   // GPU tracing hooks (torch.cuda._sanitizer): nothing to trace.
   void trace_gpu_event_creation(c10::DeviceType, uintptr_t) const override {}
@@ -195,8 +211,10 @@ class SuspendTopMode {
     // the user-mode stack whenever that one is non-empty (ours always is).
     if (popped_.get() != expected) {
       throw CheckpointError(
-          "recompose: selective checkpoint: internal error: the dispatch mode stack changed under the "
-          "Python fallback (is another TorchDispatchMode pushed from a selective policy?). Please report "
+          "recompose: selective checkpoint: internal error: the dispatch mode stack changed under "
+          "the "
+          "Python fallback (is another TorchDispatchMode pushed from a selective policy?). Please "
+          "report "
           "this with the program that triggers it.");
     }
     if (alive_) ++t_suspended;
@@ -234,20 +252,21 @@ class InterceptFrame {
   const c10::impl::LocalDispatchKeySet* outer_keys_;
 };
 
-void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
-                                    torch::jit::Stack* stack) const {
+void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op, torch::jit::Stack* stack) const {
   // Here pythonFallback has already excluded every key above Python, so all
   // dispatches from this frame run below autograd (and are not recorded).
   const int64_t len = TorchDispatchModeTLS::stack_len();
   if (len <= 0) {
-    throw CheckpointError("recompose: selective checkpoint: internal error: the Python fallback was reached "
-                          "without a dispatch mode. Please report this with the program that triggers it.");
+    throw CheckpointError(
+        "recompose: selective checkpoint: internal error: the Python fallback was reached "
+        "without a dispatch mode. Please report this with the program that triggers it.");
   }
   const Mode* top = TorchDispatchModeTLS::get_stack_at(len - 1).get();
   if (!is_ours(*top)) {
-    throw CheckpointError("recompose: selective checkpoint: a dispatch mode that is not recompose's is the "
-                          "innermost one; selective checkpointing cannot be mixed with another "
-                          "TorchDispatchMode.");
+    throw CheckpointError(
+        "recompose: selective checkpoint: a dispatch mode that is not recompose's is the "
+        "innermost one; selective checkpointing cannot be mixed with another "
+        "TorchDispatchMode.");
   }
   OpInterceptor* interceptor = record_of(*top)->interceptor.load();
 
@@ -270,8 +289,9 @@ void CppInterpreterVTable::dispatch(const c10::OperatorHandle& op,
 
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (t_intercept_depth == 0 || t_keys_on_entry == nullptr) {
-    throw CheckpointError("recompose: detail::run_below called outside OpInterceptor::intercept(): call it "
-                          "only from an interceptor, for the op it was handed");
+    throw CheckpointError(
+        "recompose: detail::run_below called outside OpInterceptor::intercept(): call it "
+        "only from an interceptor, for the op it was handed");
   }
   // The calling interceptor is popped (SuspendTopMode); the key state of intercept()'s entry
   // (keys above Python excluded by pythonFallback's guard, Python not excluded) is put back for
@@ -318,8 +338,9 @@ InterceptorScope::~InterceptorScope() {
     if (!found) {
       // Our mode is suspended (scope destroyed inside its own intercept();
       // SuspendTopMode will not re-push it) or the TLS was replaced.
-      TORCH_WARN("recompose: InterceptorScope destroyed while its mode was not on this thread's "
-                 "dispatch mode stack (destroyed inside its own intercept() or on another thread?)");
+      TORCH_WARN(
+          "recompose: InterceptorScope destroyed while its mode was not on this thread's "
+          "dispatch mode stack (destroyed inside its own intercept() or on another thread?)");
     } else if (!above.empty()) {
       TORCH_WARN("recompose: InterceptorScope destroyed out of LIFO order; ", above.size(),
                  " inner dispatch mode(s) kept installed");

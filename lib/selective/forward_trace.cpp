@@ -21,7 +21,8 @@ struct Fallback {
 // A new TensorImpl on the same storage, sharing the version counter (no dispatch).
 at::Tensor alias_of(const at::Tensor& t) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  return at::Tensor(impl->shallow_copy_and_detach(impl->version_counter(), /*allow_tensor_metadata_change=*/false));
+  return at::Tensor(impl->shallow_copy_and_detach(impl->version_counter(),
+                                                  /*allow_tensor_metadata_change=*/false));
 }
 
 uint32_t version_of(const at::Tensor& t) {
@@ -65,8 +66,8 @@ bool holds_tensor(const c10::IValue& v) {
 }  // namespace
 
 bool writes_undeclared(const c10::OperatorHandle& op) {
-  static const char* const names[] = {"aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm",
-                                      "aten::_batch_norm_impl_index"};
+  static const char* const names[] = {"aten::native_batch_norm", "aten::cudnn_batch_norm",
+                                      "aten::miopen_batch_norm", "aten::_batch_norm_impl_index"};
   const std::string& name = op.operator_name().name;
   for (const char* n : names) {
     if (name == n) return true;
@@ -74,7 +75,8 @@ bool writes_undeclared(const c10::OperatorHandle& op) {
   return false;
 }
 
-void ForwardTrace::for_each_kept(const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const {
+void ForwardTrace::for_each_kept(
+    const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const {
   for (const Node& node : nodes_) {
     if (node.kept_calls != nullptr) f(node.op, *node.kept_calls, node.kept_slot);
   }
@@ -90,7 +92,8 @@ TensorGeometry TensorGeometry::of(const at::Tensor& t) {
 }
 
 bool TensorGeometry::same_shape(const at::Tensor& t) const {
-  return t.scalar_type() == dtype && t.sizes() == c10::IntArrayRef(sizes) && t.strides() == c10::IntArrayRef(strides);
+  return t.scalar_type() == dtype && t.sizes() == c10::IntArrayRef(sizes) &&
+         t.strides() == c10::IntArrayRef(strides);
 }
 
 uint32_t ForwardTrace::add_storage(const at::Tensor& t, Storage::Source source) {
@@ -98,7 +101,8 @@ uint32_t ForwardTrace::add_storage(const at::Tensor& t, Storage::Source source) 
   Storage s;
   s.source = source;
   s.key = impl;
-  s.weak = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+  s.weak = c10::weak_intrusive_ptr<c10::StorageImpl>(
+      c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
   s.base = TensorGeometry::of(t);
   const auto id = static_cast<uint32_t>(storages_.size());
   storages_.push_back(std::move(s));
@@ -119,7 +123,8 @@ uint32_t ForwardTrace::storage_of(const at::Tensor& t) {
 TensorUse ForwardTrace::use_of(const at::Tensor& t) {
   TensorUse u;
   if (!t.defined()) return u;
-  if (!t.has_storage() || t.layout() != at::kStrided || t.is_conj() || t.is_neg() || t.is_nested()) {
+  if (!t.has_storage() || t.layout() != at::kStrided || t.is_conj() || t.is_neg() ||
+      t.is_nested()) {
     u.storage = TensorUse::kUnsupported;
     return u;
   }
@@ -132,13 +137,16 @@ TensorUse ForwardTrace::use_of(const at::Tensor& t) {
 void ForwardTrace::add_inputs(const std::vector<at::Tensor>& inputs) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
-    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_conj() || t.is_neg()) continue;
-    if (index_.contains(t.storage().unsafeGetStorageImpl())) continue;  // a view of an earlier input
+    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_conj() || t.is_neg())
+      continue;
+    if (index_.contains(t.storage().unsafeGetStorageImpl()))
+      continue;  // a view of an earlier input
     storages_[add_storage(t, Storage::Source::Input)].input = static_cast<uint32_t>(i);
   }
 }
 
-void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool hidden_writes) {
+void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                         bool hidden_writes) {
   if (pending_) poisoned_ = true;  // the previous op threw
   pending_ = true;
   Node& node = nodes_.emplace_back(op);
@@ -187,7 +195,8 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
   const auto n = static_cast<uint32_t>(nodes_.size() - 1);
   for_each_output(stack, node.op.schema().returns().size(), [&](uint32_t k, const at::Tensor& t) {
     if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided) return;
-    if (index_.contains(t.storage().unsafeGetStorageImpl())) return;  // a view of, or an alias to, a known storage
+    if (index_.contains(t.storage().unsafeGetStorageImpl()))
+      return;  // a view of, or an alias to, a known storage
     const uint32_t id = add_storage(t, Storage::Source::Op);
     storages_[id].op = n;
     storages_[id].output = k;
@@ -197,7 +206,8 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
   node.kept_calls = kept_calls;
   node.kept_slot = kept_slot;
   node.rng = std::move(rng);
-  if (draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor && node.args[0].count == 1) {
+  if (draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor &&
+      node.args[0].count == 1) {
     node.draw = std::move(draw);  // written into the first argument, as bernoulli_ draws into self
   }
   node.complete = true;
@@ -224,7 +234,8 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
   ReplayOutcome outcome;
   try {
     if (poisoned_ || pending_) throw Fallback{"an op of the forward threw"};
-    if (saved_.size() != needed.size()) throw Fallback{"its forward context did not see every tensor the region saved"};
+    if (saved_.size() != needed.size())
+      throw Fallback{"its forward context did not see every tensor the region saved"};
     const std::size_t n_nodes = nodes_.size();
     // 1. Which ops to run: the producers of the versions the needed saved tensors read, and
     //    theirs, back to kept outputs, inputs and outside tensors. Producers precede consumers:
@@ -232,18 +243,22 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     std::vector<char> run(n_nodes, 0);
     // The uses an op to run reads: a kept draw reads only the tensor it is written into.
     auto uses_read = [&](const Node& node) -> c10::ArrayRef<TensorUse> {
-      if (node.draw) return c10::ArrayRef<TensorUse>(node.uses).slice(node.args[0].first, node.args[0].count);
+      if (node.draw)
+        return c10::ArrayRef<TensorUse>(node.uses).slice(node.args[0].first, node.args[0].count);
       return node.uses;
     };
     auto mark = [&](const TensorUse& use) {
       if (use.storage == TensorUse::kUndefined) return;
       if (use.storage == TensorUse::kUnsupported) {
-        throw Fallback{"a tensor it needs has no strided storage or has its conjugate or negative bit set"};
+        throw Fallback{
+            "a tensor it needs has no strided storage or has its conjugate or negative bit set"};
       }
       const Storage& s = storages_[use.storage];
       if (use.version > 0) {
         if (s.source != Storage::Source::Op) {
-          throw Fallback{"it needs a region input or an outside tensor after an op of the region wrote into it"};
+          throw Fallback{
+              "it needs a region input or an outside tensor after an op of the region wrote into "
+              "it"};
         }
         run[s.writers[use.version - 1]] = 1;
       } else if (s.source == Storage::Source::Op) {
@@ -257,23 +272,28 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       if (!run[n]) continue;
       const Node& node = nodes_[n];
       if (!node.complete || node.unsupported) {
-        throw Fallback{"it needs " + node.op.schema().name() + ", whose arguments it cannot rebuild"};
+        throw Fallback{"it needs " + node.op.schema().name() +
+                       ", whose arguments it cannot rebuild"};
       }
       if (node.hidden_writes && node.kept_calls == nullptr) {
         throw Fallback{"it needs " + node.op.schema().name() +
-                       ", which writes into arguments its schema does not declare (batch norm's running statistics)"};
+                       ", which writes into arguments its schema does not declare (batch norm's "
+                       "running statistics)"};
       }
       for (uint32_t w : node.writes) {
         if (storages_[w].source != Storage::Source::Op) {
-          throw Fallback{"it needs " + node.op.schema().name() + ", which writes into a tensor from outside the region"};
+          throw Fallback{"it needs " + node.op.schema().name() +
+                         ", which writes into a tensor from outside the region"};
         }
         if (node.kept_calls != nullptr) {
-          throw Fallback{"it needs " + node.op.schema().name() + ", a kept op that writes into an argument"};
+          throw Fallback{"it needs " + node.op.schema().name() +
+                         ", a kept op that writes into an argument"};
         }
       }
       if (node.kept_calls != nullptr) continue;  // answered by its cache entry
       if (node.rng && !rng_preserved) {
-        throw Fallback{"it needs the random op " + node.op.schema().name() + " and preserve_rng_state is off"};
+        throw Fallback{"it needs the random op " + node.op.schema().name() +
+                       " and preserve_rng_state is off"};
       }
       for (const TensorUse& u : uses_read(node)) mark(u);
     }
@@ -282,13 +302,15 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     // tensor is dropped after it, so that the replay holds no more than the recomputation did.
     std::vector<int64_t> last_write(storages_.size(), -1);
     std::vector<int64_t> last_use(storages_.size(), -1);
-    std::vector<char> viewed(storages_.size(), 0);  // a use in another layout than the storage's tensor
+    std::vector<char> viewed(storages_.size(),
+                             0);  // a use in another layout than the storage's tensor
     auto note_use = [&](const TensorUse& u, int64_t step) {
       if (u.storage >= TensorUse::kUnsupported) return;
       const Storage& s = storages_[u.storage];
       last_use[u.storage] = std::max(last_use[u.storage], step);
       if (u.geometry == s.base) return;
-      if (u.geometry.dtype != s.base.dtype) throw Fallback{"it needs a view of another dtype than its base"};
+      if (u.geometry.dtype != s.base.dtype)
+        throw Fallback{"it needs a view of another dtype than its base"};
       viewed[u.storage] = 1;
     };
     for (std::size_t n = 0; n < n_nodes; ++n) {
@@ -308,14 +330,19 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       // out (and the cache releases them) as it goes, so it should not give up half-way.
       const Storage& s = storages_[id];
       if (s.source == Storage::Source::Outside && version_of(s.outside) != s.outside_version) {
-        throw Fallback{"a tensor from outside the region (a parameter?) was modified in place since the forward"};
+        throw Fallback{
+            "a tensor from outside the region (a parameter?) was modified in place since the "
+            "forward"};
       }
       if (s.source == Storage::Source::Input) {
-        if (s.input >= inputs.size() || !inputs[s.input].defined() || !s.base.same_shape(inputs[s.input])) {
+        if (s.input >= inputs.size() || !inputs[s.input].defined() ||
+            !s.base.same_shape(inputs[s.input])) {
           throw Fallback{"a region input came back in another layout"};
         }
         if (viewed[id] && inputs[s.input].storage().unsafeGetStorageImpl() != s.key) {
-          throw Fallback{"it needs a view of a region input that came back as a copy (offloaded and reloaded)"};
+          throw Fallback{
+              "it needs a view of a region input that came back as a copy (offloaded and "
+              "reloaded)"};
         }
       }
     }
@@ -351,12 +378,17 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       const Storage& s = storages_[id];
       if (s.source == Storage::Source::Input) {
         const at::Tensor& t = s.input < inputs.size() ? inputs[s.input] : at::Tensor();
-        if (!t.defined() || !s.base.same_shape(t)) throw Fallback{"a region input came back in another layout"};
-        // A copy of the input (offloaded and reloaded) holds the input, not the rest of its storage.
-        b = Base{t, t.storage_offset() - s.base.offset, t.storage().unsafeGetStorageImpl() == s.key};
+        if (!t.defined() || !s.base.same_shape(t))
+          throw Fallback{"a region input came back in another layout"};
+        // A copy of the input (offloaded and reloaded) holds the input, not the rest of its
+        // storage.
+        b = Base{t, t.storage_offset() - s.base.offset,
+                 t.storage().unsafeGetStorageImpl() == s.key};
       } else if (s.source == Storage::Source::Outside) {
         if (version_of(s.outside) != s.outside_version) {
-          throw Fallback{"a tensor from outside the region (a parameter?) was modified in place since the forward"};
+          throw Fallback{
+              "a tensor from outside the region (a parameter?) was modified in place since the "
+              "forward"};
         }
         b = Base{s.outside, 0, true};
       } else {
@@ -369,9 +401,11 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       const Storage& s = storages_[use.storage];
       const Base& b = base_of(use.storage);
       if (use.geometry == s.base) return b.tensor;
-      if (use.geometry.dtype != s.base.dtype) throw Fallback{"it needs a view of another dtype than its base"};
+      if (use.geometry.dtype != s.base.dtype)
+        throw Fallback{"it needs a view of another dtype than its base"};
       if (!b.views_ok) throw Fallback{"it needs a view of a region input that came back as a copy"};
-      return at::as_strided(b.tensor, use.geometry.sizes, use.geometry.strides, use.geometry.offset + b.delta);
+      return at::as_strided(b.tensor, use.geometry.sizes, use.geometry.strides,
+                            use.geometry.offset + b.delta);
     };
 
     out.assign(needed.size(), at::Tensor());
@@ -383,7 +417,9 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
         at::Tensor value = materialize(s.use);
         if (!value.defined()) continue;
         // Read before a later op of the replay writes into it: a copy of the value it has now.
-        out[s.index] = last_write[s.use.storage] >= static_cast<int64_t>(position) ? value.clone() : alias_of(value);
+        out[s.index] = last_write[s.use.storage] >= static_cast<int64_t>(position)
+                           ? value.clone()
+                           : alias_of(value);
       }
     };
     torch::jit::Stack stack;
@@ -419,9 +455,13 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
         // without drawing. The generators stay where backward found them, as after a redraw.
         const auto t0 = std::chrono::steady_clock::now();
         if (!node.draw->write_into(materialize(node.uses[node.args[0].first]))) {
-          throw Fallback{"internal error: the replay's tensor for a kept draw is laid out otherwise than in the forward"};
+          throw Fallback{
+              "internal error: the replay's tensor for a kept draw is laid out otherwise than in "
+              "the forward"};
         }
-        outcome.op_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        outcome.op_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - t0)
+                             .count();
         ++outcome.draws_written;
         drop_unread(n);
         continue;
@@ -437,7 +477,8 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
           case Arg::Kind::TensorList: {
             c10::List<at::Tensor> list;
             list.reserve(arg.count);
-            for (uint32_t u = arg.first; u < arg.first + arg.count; ++u) list.push_back(materialize(node.uses[u]));
+            for (uint32_t u = arg.first; u < arg.first + arg.count; ++u)
+              list.push_back(materialize(node.uses[u]));
             stack.emplace_back(std::move(list));
             break;
           }
@@ -456,7 +497,9 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       if (node.rng) node.rng->rewind();
       const auto t0 = std::chrono::steady_clock::now();
       node.op.callBoxed(&stack);
-      outcome.op_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      outcome.op_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
       ++outcome.ops_run;
       if (!node.created.empty()) {
         for_each_output(stack, stack.size(), [&](uint32_t k, const at::Tensor& t) {

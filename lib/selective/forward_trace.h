@@ -49,8 +49,9 @@ struct TensorGeometry {
 
 // One use of a tensor in the forward.
 struct TensorUse {
-  static constexpr uint32_t kUndefined = UINT32_MAX;    // an undefined (optional) tensor
-  static constexpr uint32_t kUnsupported = UINT32_MAX - 1;  // no strided storage, conjugate/negative bit
+  static constexpr uint32_t kUndefined = UINT32_MAX;  // an undefined (optional) tensor
+  static constexpr uint32_t kUnsupported =
+      UINT32_MAX - 1;  // no strided storage, conjugate/negative bit
   uint32_t storage = kUndefined;
   uint32_t version = 0;  // recorded writes into the storage before this use
   TensorGeometry geometry;
@@ -62,7 +63,7 @@ struct ReplayOutcome {
   std::string fallback_reason;  // when !replayed
   int64_t ops_run = 0;
   int64_t ops_skipped = 0;
-  int64_t op_ns = 0;  // host time in the ops' kernels (and in writing kept draws back)
+  int64_t op_ns = 0;          // host time in the ops' kernels (and in writing kept draws back)
   int64_t draws_written = 0;  // random ops not run: their kept draw written back (DrawMask)
 };
 
@@ -79,7 +80,8 @@ class ForwardTrace {
   // its arguments on top of `stack`, end() with its outputs there. An op that throws between them
   // leaves the trace unusable (the region falls back).
   // `hidden_writes`: the op writes into arguments its schema does not declare (writes_undeclared).
-  void begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack, bool hidden_writes = false);
+  void begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+             bool hidden_writes = false);
   // `kept`: the op's outputs are answered by this cache slot. `rng`: a random op's generator
   // states before it ran (not kept ones). `draw`: what an in-place draw wrote, which the replay
   // writes back instead of running the op (it keeps `rng` to draw again once `draw` is freed).
@@ -94,10 +96,11 @@ class ForwardTrace {
   // per kept op the replay needs, in forward order, after every check that can be made up front.
   // It returns true when the tensors it hands are the replay's alone (CacheEntry::private_copies):
   // the replay then writes into them rather than into copies.
-  using ReplayKept =
-      std::function<bool(const c10::OperatorHandle& op, OpCalls& calls, uint32_t slot, torch::jit::Stack* out)>;
-  ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
-                       const ReplayKept& replay_kept, std::vector<at::Tensor>& out) const;
+  using ReplayKept = std::function<bool(const c10::OperatorHandle& op, OpCalls& calls,
+                                        uint32_t slot, torch::jit::Stack* out)>;
+  ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
+                       const std::vector<bool>& needed, const ReplayKept& replay_kept,
+                       std::vector<at::Tensor>& out) const;
 
   std::size_t op_count() const { return nodes_.size(); }
 
@@ -109,7 +112,8 @@ class ForwardTrace {
   int64_t saved_bytes_from_ops() const { return saved_bytes_from_ops_; }
 
   // Calls f(op, calls, slot) for every kept op, in forward order.
-  void for_each_kept(const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const;
+  void for_each_kept(
+      const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const;
 
  private:
   struct Storage {
@@ -123,8 +127,9 @@ class ForwardTrace {
     at::Tensor outside;   // Outside: an alias of the tensor (shares its version counter)
     uint32_t outside_version = 0;
     TensorGeometry base;  // the creating output, the input, or the outside tensor
-    std::vector<uint32_t> writers;  // node of each recorded write: version v is made by writers[v - 1]
-    bool saved = false;             // autograd saved a tensor of it (counted in saved_bytes_from_ops_)
+    std::vector<uint32_t>
+        writers;         // node of each recorded write: version v is made by writers[v - 1]
+    bool saved = false;  // autograd saved a tensor of it (counted in saved_bytes_from_ops_)
   };
   struct Arg {
     enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList };
@@ -138,15 +143,15 @@ class ForwardTrace {
     c10::OperatorHandle op;
     std::vector<Arg> args;
     std::vector<TensorUse> uses;
-    c10::SmallVector<uint32_t, 1> writes;                   // storages written (one version each)
+    c10::SmallVector<uint32_t, 1> writes;  // storages written (one version each)
     c10::SmallVector<std::pair<uint32_t, uint32_t>, 2> created;  // (flattened output, storage)
     OpCalls* kept_calls = nullptr;
     uint32_t kept_slot = 0;
     std::unique_ptr<GeneratorEffect> rng;
     std::unique_ptr<DrawMask> draw;
-    bool unsupported = false;  // an argument the replay cannot rebuild (tensors in a tuple...)
+    bool unsupported = false;    // an argument the replay cannot rebuild (tensors in a tuple...)
     bool hidden_writes = false;  // writes into arguments its schema does not declare
-    bool complete = false;     // end() ran
+    bool complete = false;       // end() ran
   };
   struct Saved {
     std::size_t index;

@@ -30,7 +30,8 @@ void set_state(at::Generator& gen, const at::Tensor& state) {
 // States are CPU byte tensors (an engine's words, or a seed and an offset): compared as bytes,
 // without dispatching an op.
 bool same_state(const at::Tensor& a, const at::Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.const_data_ptr(), b.const_data_ptr(), a.nbytes()) == 0;
+  return a.nbytes() == b.nbytes() &&
+         std::memcmp(a.const_data_ptr(), b.const_data_ptr(), a.nbytes()) == 0;
 }
 
 void add_generator(std::vector<at::Generator>& gens, at::Generator gen) {
@@ -57,14 +58,16 @@ bool is_random_op(const c10::OperatorHandle& op) {
   for (const c10::Argument& arg : op.schema().arguments()) {
     const c10::TypePtr& type = arg.real_type();
     if (type->kind() == c10::TypeKind::GeneratorType) return true;
-    if (auto opt = type->cast<c10::OptionalType>(); opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
+    if (auto opt = type->cast<c10::OptionalType>();
+        opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
       return true;
     }
   }
   return false;
 }
 
-GeneratorEffect GeneratorEffect::before(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+GeneratorEffect GeneratorEffect::before(const c10::OperatorHandle& op,
+                                        const torch::jit::Stack& stack) {
   std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
   const size_t n_args = op.schema().arguments().size();
   for (auto it = stack.end() - static_cast<std::ptrdiff_t>(n_args); it != stack.end(); ++it) {

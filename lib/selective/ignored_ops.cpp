@@ -12,13 +12,19 @@ namespace {
 // queries too).
 const std::unordered_set<std::string>& ignored_names() {
   static const std::unordered_set<std::string> names{
-      "aten::detach",          "prim::device",
-      "aten::is_contiguous",   "aten::is_strides_like_format",
+      "aten::detach",
+      "prim::device",
+      "aten::is_contiguous",
+      "aten::is_strides_like_format",
       "aten::is_non_overlapping_and_dense",
-      "aten::size",            "aten::sym_size",
-      "aten::stride",          "aten::sym_stride",
-      "aten::storage_offset",  "aten::sym_storage_offset",
-      "aten::numel",           "aten::sym_numel",
+      "aten::size",
+      "aten::sym_size",
+      "aten::stride",
+      "aten::sym_stride",
+      "aten::storage_offset",
+      "aten::sym_storage_offset",
+      "aten::numel",
+      "aten::sym_numel",
       "aten::dim",
   };
   return names;
@@ -34,8 +40,9 @@ const std::vector<c10::OperatorHandle>& ignored_handles() {
       if (auto op = dispatcher.findOp(name)) out.push_back(*op);
     }
     // aten::detach first: by far the most frequent of them.
-    std::stable_partition(out.begin(), out.end(),
-                          [](const c10::OperatorHandle& h) { return h.operator_name().name == "aten::detach"; });
+    std::stable_partition(out.begin(), out.end(), [](const c10::OperatorHandle& h) {
+      return h.operator_name().name == "aten::detach";
+    });
     return out;
   }();
   return handles;

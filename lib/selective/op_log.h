@@ -25,10 +25,11 @@ struct OpSlot {
 };
 
 struct OpCalls {
-  std::vector<OpSlot> slots;  // one per forward call, in order
-  size_t replayed = 0;        // calls seen by the current recomputation
+  std::vector<OpSlot> slots;   // one per forward call, in order
+  size_t replayed = 0;         // calls seen by the current recomputation
   std::optional<bool> random;  // is_random_op(), asked once per op
-  std::optional<bool> writes;  // an argument is written (in place, out=), asked once per aliasing op
+  std::optional<bool>
+      writes;  // an argument is written (in place, out=), asked once per aliasing op
   std::optional<bool> hidden_writes;  // writes_undeclared(), asked once per op
 };
 

@@ -13,8 +13,9 @@ struct Split {
 Split split(std::string_view text) {
   const size_t ns = text.find("::");
   if (ns == std::string_view::npos || ns == 0 || ns + 2 >= text.size()) {
-    throw std::invalid_argument("recompose: selective checkpoint: op name \"" + std::string(text) +
-                                "\" has no namespace; write it as the dispatcher does, e.g. \"aten::mm\"");
+    throw std::invalid_argument(
+        "recompose: selective checkpoint: op name \"" + std::string(text) +
+        "\" has no namespace; write it as the dispatcher does, e.g. \"aten::mm\"");
   }
   Split s;
   const size_t dot = text.find('.', ns + 2);
@@ -43,11 +44,13 @@ OpRef resolve_op_name(std::string_view text) {
   if (s.overload) {
     ref.overload = c10::Dispatcher::singleton().findSchema(c10::OperatorName(s.name, *s.overload));
     if (!ref.overload) {
-      throw std::invalid_argument("recompose: selective checkpoint: unknown op overload \"" + std::string(text) +
+      throw std::invalid_argument("recompose: selective checkpoint: unknown op overload \"" +
+                                  std::string(text) +
                                   "\": no such operator is registered with the dispatcher");
     }
   } else if (!any_overload_registered(s.name)) {
-    throw std::invalid_argument("recompose: selective checkpoint: unknown op \"" + std::string(text) +
+    throw std::invalid_argument("recompose: selective checkpoint: unknown op \"" +
+                                std::string(text) +
                                 "\": no operator of that name is registered with the dispatcher");
   }
   return ref;
@@ -55,7 +58,8 @@ OpRef resolve_op_name(std::string_view text) {
 
 std::optional<c10::OperatorHandle> find_overload(std::string_view text) {
   Split s = split(text);
-  return c10::Dispatcher::singleton().findSchema(c10::OperatorName(s.name, s.overload.value_or("")));
+  return c10::Dispatcher::singleton().findSchema(
+      c10::OperatorName(s.name, s.overload.value_or("")));
 }
 
 }  // namespace recompose::detail

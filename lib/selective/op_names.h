@@ -11,8 +11,8 @@
 namespace recompose::detail {
 
 struct OpRef {
-  std::string name;                               // "aten::max"
-  std::optional<c10::OperatorHandle> overload;    // set when one overload was named
+  std::string name;                             // "aten::max"
+  std::optional<c10::OperatorHandle> overload;  // set when one overload was named
 };
 
 // Throws std::invalid_argument naming `text` if it has no namespace, or if no op of that name

@@ -70,7 +70,8 @@ class OpRecorder final : public detail::OpInterceptor {
     detail::run_below(op, stack);
     const size_t n_out = op.schema().returns().size();
     if (stack->size() >= n_out) {
-      rec.output_bytes = output_bytes(c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out));
+      rec.output_bytes =
+          output_bytes(c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out));
     }
     ops.push_back(std::move(rec));
   }
@@ -134,16 +135,20 @@ enum class WarningKind { KeepsNothing, HoldsMore };
 std::vector<std::pair<WarningKind, std::string>> warnings_of(const PolicyReport& r) {
   std::vector<std::pair<WarningKind, std::string>> out;
   if (r.keeps_nothing()) {
-    out.emplace_back(WarningKind::KeepsNothing,
-                     "the policy keeps nothing in " + r.region +
-                         ": it is full checkpointing plus the cost of intercepting every op. Name ops the region "
-                         "runs (see the report's list of ops shown to the policy), or use plain checkpointing.");
+    out.emplace_back(
+        WarningKind::KeepsNothing,
+        "the policy keeps nothing in " + r.region +
+            ": it is full checkpointing plus the cost of intercepting every op. Name ops the "
+            "region "
+            "runs (see the report's list of ops shown to the policy), or use plain checkpointing.");
   }
   if (r.holds_more_than_no_checkpointing()) {
     out.emplace_back(WarningKind::HoldsMore,
-                     "the policy holds " + format_bytes(r.bytes_held_with_policy) + " for backward in " + r.region +
-                         ", more than no checkpointing (" + format_bytes(r.bytes_held_without_checkpointing) +
-                         "): it keeps outputs that backward does not need. Keep fewer ops, or do not checkpoint it.");
+                     "the policy holds " + format_bytes(r.bytes_held_with_policy) +
+                         " for backward in " + r.region + ", more than no checkpointing (" +
+                         format_bytes(r.bytes_held_without_checkpointing) +
+                         "): it keeps outputs that backward does not need. Keep fewer ops, or do "
+                         "not checkpoint it.");
   }
   return out;
 }
@@ -164,32 +169,38 @@ void warn_once(const PolicyReport& r) {
 }  // namespace
 
 bool PolicyReportOp::kept() const {
-  return shown_to_policy && (decision == CheckpointPolicy::MUST_SAVE || decision == CheckpointPolicy::PREFER_SAVE);
+  return shown_to_policy &&
+         (decision == CheckpointPolicy::MUST_SAVE || decision == CheckpointPolicy::PREFER_SAVE);
 }
-bool PolicyReportOp::swapped() const { return shown_to_policy && decision == CheckpointPolicy::MUST_SWAP; }
+bool PolicyReportOp::swapped() const {
+  return shown_to_policy && decision == CheckpointPolicy::MUST_SWAP;
+}
 
 std::string PolicyReport::to_string() const {
   std::ostringstream out;
   out << "policy report: " << region << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "  %4s  %-40s %5s %12s  %-6s %s\n", "#", "op", "call", "output", "policy",
-                "decision");
+  std::snprintf(line, sizeof line, "  %4s  %-40s %5s %12s  %-6s %s\n", "#", "op", "call", "output",
+                "policy", "decision");
   out << line;
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto& o = ops[i];
     const std::string sees = o.shown_to_policy ? "sees" : "-";
     std::snprintf(line, sizeof line, "  %4zu  %-40s %5lld %12s  %-6s %s%s\n", i + 1, o.op.c_str(),
-                  static_cast<long long>(o.call_index), format_bytes(o.output_bytes).c_str(), sees.c_str(),
-                  decision_name(o), o.shown_to_policy ? "" : (": " + o.why_hidden).c_str());
+                  static_cast<long long>(o.call_index), format_bytes(o.output_bytes).c_str(),
+                  sees.c_str(), decision_name(o),
+                  o.shown_to_policy ? "" : (": " + o.why_hidden).c_str());
     out << line;
   }
-  out << "  kept " << ops_kept << " op outputs (" << format_bytes(bytes_kept) << "), swapped " << ops_swapped << " ("
-      << format_bytes(bytes_swapped) << "), recomputed " << ops_recomputed << " ops\n";
+  out << "  kept " << ops_kept << " op outputs (" << format_bytes(bytes_kept) << "), swapped "
+      << ops_swapped << " (" << format_bytes(bytes_swapped) << "), recomputed " << ops_recomputed
+      << " ops\n";
   out << "  held for backward: " << format_bytes(bytes_held_with_policy) << " with the policy, "
       << format_bytes(bytes_held_without_checkpointing) << " without checkpointing";
   if (bytes_held_without_checkpointing > 0) {
-    std::snprintf(line, sizeof line, " (%.2fx)", static_cast<double>(bytes_held_with_policy) /
-                                                    static_cast<double>(bytes_held_without_checkpointing));
+    std::snprintf(line, sizeof line, " (%.2fx)",
+                  static_cast<double>(bytes_held_with_policy) /
+                      static_cast<double>(bytes_held_without_checkpointing));
     out << line;
   }
   out << "; the region's inputs are not counted\n";
@@ -197,12 +208,15 @@ std::string PolicyReport::to_string() const {
   return out.str();
 }
 
-std::ostream& operator<<(std::ostream& out, const PolicyReport& report) { return out << report.to_string(); }
+std::ostream& operator<<(std::ostream& out, const PolicyReport& report) {
+  return out << report.to_string();
+}
 
 PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<void()>& forward,
                             const std::vector<std::shared_ptr<torch::nn::Module>>& state_modules,
                             const std::string& label) {
-  if (!forward) throw std::invalid_argument("recompose::inspect_policy: the forward function is empty");
+  if (!forward)
+    throw std::invalid_argument("recompose::inspect_policy: the forward function is empty");
   torch::AutoGradMode grad_on(true);  // a policy is only asked where a region saves for backward
   PolicyReport report;
   report.region = label;
@@ -225,8 +239,8 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
 
   // 2. As a region with the policy: the decisions, and what the region holds.
   std::map<std::pair<std::string, int64_t>, CheckpointPolicy> decisions;
-  SelectivePolicy recording([&](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                                const torch::jit::Stack& args) {
+  SelectivePolicy recording([&](const SelectiveCheckpointContext& ctx,
+                                const c10::OperatorHandle& op, const torch::jit::Stack& args) {
     const CheckpointPolicy d = policy(ctx, op, args);
     decisions[{overload_name(op), ctx.call_index}] = d;
     return d;
@@ -237,7 +251,8 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     SavedTensorMeter meter;
     auto options = CheckpointOptions().state_modules(state_modules);
     options.policy(recording);
-    auto region = detail::RegionRun::begin(options, {}, [forward](const std::vector<at::Tensor>&) { forward(); });
+    auto region = detail::RegionRun::begin(
+        options, {}, [forward](const std::vector<at::Tensor>&) { forward(); });
     try {
       forward();
     } catch (...) {

@@ -43,7 +43,9 @@ void reset_selective_replay_stats() {
   g_stats = SelectiveReplayStats{};
 }
 
-void set_selective_replay_enabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
+void set_selective_replay_enabled(bool enabled) {
+  g_enabled.store(enabled, std::memory_order_relaxed);
+}
 
 bool selective_replay_enabled() { return g_enabled.load(std::memory_order_relaxed); }
 

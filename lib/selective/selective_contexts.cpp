@@ -42,15 +42,17 @@ using detail::OpCalls;
 using detail::OpSlot;
 
 [[noreturn]] void internal_stack_error(const c10::OperatorHandle& op) {
-  throw CheckpointError("recompose: selective checkpoint: internal error: the stack of " + op.schema().name() +
-                        " holds fewer values than its arguments. Please report this with the model that "
-                        "triggers it.");
+  throw CheckpointError(
+      "recompose: selective checkpoint: internal error: the stack of " + op.schema().name() +
+      " holds fewer values than its arguments. Please report this with the model that "
+      "triggers it.");
 }
 
 // Shared by the contexts object and every token entered from it: a token may outlive the
 // contexts object (the engine drops it when the region ends).
 struct SacState {
-  SacState(SelectivePolicy p, bool allow) : policy(std::move(p)), allow_cache_entry_mutation(allow) {}
+  SacState(SelectivePolicy p, bool allow)
+      : policy(std::move(p)), allow_cache_entry_mutation(allow) {}
   const SelectivePolicy policy;
   const bool allow_cache_entry_mutation;
   detail::OpLog log;
@@ -59,8 +61,8 @@ struct SacState {
   std::atomic<bool> forward_entered{false};
   std::atomic<bool> recompute_active{false};
   detail::ForwardTrace trace;
-  bool replayed = false;       // a replay answered a recomputation (and released the kept outputs)
-  std::string first_kept_op;   // the first op whose outputs the forward kept, if any
+  bool replayed = false;      // a replay answered a recomputation (and released the kept outputs)
+  std::string first_kept_op;  // the first op whose outputs the forward kept, if any
   // What the forward asked the policy, for the keeps-nothing warning: how many decisions, the
   // first op asked about, and a hash of the op names in order (the region's signature).
   int64_t decisions = 0;
@@ -91,15 +93,19 @@ void check_decision(CheckpointPolicy p, const c10::OperatorHandle& op, int64_t c
       return;
   }
   throw CheckpointError("recompose: selective checkpoint: the policy returned CheckpointPolicy(" +
-                        std::to_string(static_cast<int64_t>(p)) + ") for " + op.schema().name() + " (call " +
-                        std::to_string(call_index) + " in the region), which is no CheckpointPolicy value: return "
+                        std::to_string(static_cast<int64_t>(p)) + ") for " + op.schema().name() +
+                        " (call " + std::to_string(call_index) +
+                        " in the region), which is no CheckpointPolicy value: return "
                         "MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE or MUST_SWAP.");
 }
 
 std::string extra_backward_error(const std::string& op_name) {
-  return "recompose: selective checkpoint: Trying to backward an extra time. You are only allowed to "
+  return "recompose: selective checkpoint: Trying to backward an extra time. You are only allowed "
+         "to "
          "backward once on any region computed under selective activation checkpoint (the output "
-         "of " + op_name + " saved in the forward was already used by an earlier "
+         "of " +
+         op_name +
+         " saved in the forward was already used by an earlier "
          "recomputation, e.g. a backward with retain_graph).";
 }
 
@@ -112,7 +118,8 @@ bool writes_argument(const c10::OperatorHandle& op) {
 
 bool keeps_output(CheckpointPolicy p) {
   // MUST_SWAP keeps the output too, offloaded to host memory (CacheEntry::capture).
-  return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE || p == CheckpointPolicy::MUST_SWAP;
+  return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE ||
+         p == CheckpointPolicy::MUST_SWAP;
 }
 
 class CachingInterceptor final : public detail::OpInterceptor {
@@ -141,7 +148,9 @@ class CachingInterceptor final : public detail::OpInterceptor {
         // on CPU: with its generators' state).
         s_.trace.begin(op, *stack);
         std::unique_ptr<detail::GeneratorEffect> rng;
-        if (*calls.random) rng = std::make_unique<detail::GeneratorEffect>(detail::GeneratorEffect::before(op, *stack));
+        if (*calls.random)
+          rng = std::make_unique<detail::GeneratorEffect>(
+              detail::GeneratorEffect::before(op, *stack));
         detail::run_below(op, stack);
         // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
         std::unique_ptr<detail::DrawMask> draw;
@@ -182,21 +191,24 @@ class CachingInterceptor final : public detail::OpInterceptor {
         slot.rng = std::make_unique<detail::GeneratorEffect>(std::move(*rng));
       }
       if (decision != CheckpointPolicy::MUST_SWAP) count_kept_bytes(ctx.outputs);
-      slot.entry = detail::CacheEntry::capture(ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
+      slot.entry = detail::CacheEntry::capture(
+          ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
       }
       if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
       s_.trace.end(*stack, &calls, static_cast<uint32_t>(calls.slots.size() - 1), nullptr);
     } else {
-      s_.trace.end(*stack, nullptr, 0, rng ? std::make_unique<detail::GeneratorEffect>(std::move(*rng)) : nullptr);
+      s_.trace.end(*stack, nullptr, 0,
+                   rng ? std::make_unique<detail::GeneratorEffect>(std::move(*rng)) : nullptr);
     }
   }
 
  private:
   void count_kept_bytes(c10::ArrayRef<c10::IValue> outputs) {
     auto count = [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage() && s_.kept_device_storages.insert(t.storage().unsafeGetStorageImpl()).second) {
+      if (t.defined() && t.has_storage() &&
+          s_.kept_device_storages.insert(t.storage().unsafeGetStorageImpl()).second) {
         s_.kept_device_bytes += static_cast<int64_t>(t.storage().nbytes());
       }
     };
@@ -240,7 +252,9 @@ class CachingInterceptor final : public detail::OpInterceptor {
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         auto [b, e] = s_.kept_storages.equal_range(st);
         for (auto it = b; it != e;) {
-          it = (it->second.first == calls && it->second.second == index) ? s_.kept_storages.erase(it) : std::next(it);
+          it = (it->second.first == calls && it->second.second == index)
+                   ? s_.kept_storages.erase(it)
+                   : std::next(it);
         }
       }
       slot.entry.copy_on_write();
@@ -263,10 +277,12 @@ class CachedInterceptor final : public detail::OpInterceptor {
     const size_t index = calls == nullptr ? 0 : calls->replayed++;
     if (calls == nullptr || index >= calls->slots.size()) {
       throw CheckpointError(
-          "recompose: selective checkpoint: " + op.schema().name() + " (call " + std::to_string(index) +
+          "recompose: selective checkpoint: " + op.schema().name() + " (call " +
+          std::to_string(index) +
           " in the region) ran during the recomputation, but the forward of the region ran it " +
           std::to_string(calls == nullptr ? 0 : calls->slots.size()) +
-          " time(s). The region must run the same ops in the forward and in the recomputation; this "
+          " time(s). The region must run the same ops in the forward and in the recomputation; "
+          "this "
           "happens when it is nondeterministic or depends on global state that changed between "
           "forward and backward.");
     }
@@ -282,7 +298,8 @@ class CachedInterceptor final : public detail::OpInterceptor {
         if (stack->size() < n_args) internal_stack_error(op);
         // Check (may throw) before touching the stack.
         torch::jit::Stack replayed;
-        slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);
+        slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation,
+                          &replayed);
         if (slot.rng && !slot.rng->replay()) advance_generators(op, *stack);
         torch::jit::drop(*stack, n_args);
         for (c10::IValue& v : replayed) stack->push_back(std::move(v));
@@ -348,29 +365,34 @@ void warn_about_policy(const SacState& s) {
   if (s.decisions == 0 || policy_warnings_off) return;
   if (s.first_kept_op.empty()) {
     if (!first_warning_of(s.op_signature)) return;
-    TORCH_WARN("recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
-               " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
-               "), so the region is fully recomputed and pays for interception too. Name ops it runs "
-               "(recompose::inspect_policy(policy, module, input) lists them), or use full checkpointing.");
+    TORCH_WARN(
+        "recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
+        " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
+        "), so the region is fully recomputed and pays for interception too. Name ops it runs "
+        "(recompose::inspect_policy(policy, module, input) lists them), or use full "
+        "checkpointing.");
     return;
   }
   const int64_t plain = s.trace.saved_bytes_from_ops();
   if (s.kept_device_bytes <= plain) return;
   if (!first_warning_of(s.op_signature ^ 0x9e3779b97f4a7c15ull)) return;
-  TORCH_WARN("recompose: selective checkpoint: the policy keeps ", readable_bytes(s.kept_device_bytes),
-             " of op outputs in a region's forward (the first kept: ", s.first_kept_op,
-             "), more than no checkpointing would hold there (", readable_bytes(plain),
-             " saved by autograd): checkpointing this region costs memory. Keep fewer ops, ones whose "
-             "outputs backward reads (recompose::inspect_policy(policy, module, input) shows what each op "
-             "keeps), or do not checkpoint the region.");
+  TORCH_WARN(
+      "recompose: selective checkpoint: the policy keeps ", readable_bytes(s.kept_device_bytes),
+      " of op outputs in a region's forward (the first kept: ", s.first_kept_op,
+      "), more than no checkpointing would hold there (", readable_bytes(plain),
+      " saved by autograd): checkpointing this region costs memory. Keep fewer ops, ones whose "
+      "outputs backward reads (recompose::inspect_policy(policy, module, input) shows what each op "
+      "keeps), or do not checkpoint the region.");
 }
 
 // What enter_*() returns: the interceptor installed on this thread while it is alive.
 template <class Interceptor>
 struct Entered {
-  explicit Entered(std::shared_ptr<SacState> s) : state(std::move(s)), interceptor(*state), scope(interceptor) {}
+  explicit Entered(std::shared_ptr<SacState> s)
+      : state(std::move(s)), interceptor(*state), scope(interceptor) {}
   ~Entered() {
-    if constexpr (std::is_same_v<Interceptor, CachedInterceptor>) state->recompute_active.store(false);
+    if constexpr (std::is_same_v<Interceptor, CachedInterceptor>)
+      state->recompute_active.store(false);
     if constexpr (std::is_same_v<Interceptor, CachingInterceptor>) warn_about_policy(*state);
   }
   std::shared_ptr<SacState> state;
@@ -382,8 +404,12 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
  public:
   explicit SelectiveContexts(std::shared_ptr<SacState> s) : state_(std::move(s)) {}
 
-  void region_inputs(const std::vector<at::Tensor>& inputs) override { state_->trace.add_inputs(inputs); }
-  void saved(std::size_t index, const at::Tensor& tensor) override { state_->trace.saved(index, tensor); }
+  void region_inputs(const std::vector<at::Tensor>& inputs) override {
+    state_->trace.add_inputs(inputs);
+  }
+  void saved(std::size_t index, const at::Tensor& tensor) override {
+    state_->trace.saved(index, tensor);
+  }
   void not_replayed(const char* why) override {
     state_->trace.release_draws();  // the forward runs again and draws anew
     detail::ReplayOutcome outcome;
@@ -391,26 +417,30 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     detail::count_replay(outcome, 0);
   }
 
-  bool replay(const std::vector<at::Tensor>& inputs, bool rng_preserved, const std::vector<bool>& needed,
-              std::vector<at::Tensor>& out) override {
+  bool replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
+              const std::vector<bool>& needed, std::vector<at::Tensor>& out) override {
     SacState& s = *state_;
     if (!selective_replay_enabled()) {
       not_replayed("selective replay is off (recompose::set_selective_replay_enabled(false))");
       return false;
     }
     // As a recomputation would: the first kept output it reaches was handed out already.
-    if (s.replayed && !s.first_kept_op.empty()) throw CheckpointError(extra_backward_error(s.first_kept_op));
+    if (s.replayed && !s.first_kept_op.empty())
+      throw CheckpointError(extra_backward_error(s.first_kept_op));
     // As a recomputation would, which replays every kept output: one modified in place since the
     // forward is an error even where the replay does not need it.
     s.trace.for_each_kept([&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index) {
       const OpSlot& slot = calls.slots[index];
-      if (slot.kind == OpSlot::Kind::Saved) slot.entry.check_unmodified(op, index, s.allow_cache_entry_mutation);
+      if (slot.kind == OpSlot::Kind::Saved)
+        slot.entry.check_unmodified(op, index, s.allow_cache_entry_mutation);
     });
     const auto start = std::chrono::steady_clock::now();
     bool handed_out = false;
-    auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index, torch::jit::Stack* values) {
+    auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index,
+                           torch::jit::Stack* values) {
       OpSlot& slot = calls.slots[index];
-      if (slot.kind != OpSlot::Kind::Saved) throw CheckpointError(extra_backward_error(op.schema().name()));
+      if (slot.kind != OpSlot::Kind::Saved)
+        throw CheckpointError(extra_backward_error(op.schema().name()));
       const bool own = slot.entry.private_copies();  // released below: the replay's alone then
       slot.entry.replay(op, index, s.allow_cache_entry_mutation, values);
       // One replay per region, as one recomputation: free the kept outputs as backward goes.
@@ -421,14 +451,18 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     };
     detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
     s.trace.release_draws();  // one recomputation per region; a second backward draws again
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - start);
     detail::count_replay(outcome, ns.count());
     if (!outcome.replayed && handed_out) {
       // Not reached in practice (what can fail is checked before a kept output is used), but
       // running the forward again would now find kept outputs gone: say so rather than fall back.
-      throw CheckpointError("recompose: selective checkpoint: the replay of a region gave up after using its kept outputs (" +
-                            outcome.fallback_reason + "). Please report this with the model that triggers it; "
-                            "recompose::set_selective_replay_enabled(false) works around it.");
+      throw CheckpointError(
+          "recompose: selective checkpoint: the replay of a region gave up after using its kept "
+          "outputs (" +
+          outcome.fallback_reason +
+          "). Please report this with the model that triggers it; "
+          "recompose::set_selective_replay_enabled(false) works around it.");
     }
     if (!outcome.replayed) return false;
     s.replayed = true;
@@ -439,8 +473,10 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
   std::shared_ptr<void> enter_forward() override {
     if (state_->forward_entered.exchange(true)) {
       throw CheckpointError(
-          "recompose: selective checkpoint: the forward context of these contexts was entered a second "
-          "time. create_selective_checkpoint_contexts() makes the contexts of ONE region invocation; "
+          "recompose: selective checkpoint: the forward context of these contexts was entered a "
+          "second "
+          "time. create_selective_checkpoint_contexts() makes the contexts of ONE region "
+          "invocation; "
           "make new ones for every forward (as a ContextFn does).");
     }
     return std::make_shared<Entered<CachingInterceptor>>(state_);
@@ -449,7 +485,8 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
   std::shared_ptr<void> enter_recompute() override {
     if (state_->recompute_active.exchange(true)) {
       throw CheckpointError(
-          "recompose: selective checkpoint: the recompute context was entered while a recomputation of "
+          "recompose: selective checkpoint: the recompute context was entered while a "
+          "recomputation of "
           "the same region invocation is still running (concurrent backward passes over one region "
           "are not supported).");
     }
@@ -468,16 +505,18 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
 
 }  // namespace
 
-std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(const SelectivePolicy& policy,
-                                                                     bool allow_cache_entry_mutation,
-                                                                     std::shared_ptr<SwapManager> swap_manager) {
+std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(
+    const SelectivePolicy& policy, bool allow_cache_entry_mutation,
+    std::shared_ptr<SwapManager> swap_manager) {
   auto state = std::make_shared<SacState>(policy, allow_cache_entry_mutation);
   state->swap = std::move(swap_manager);
   return std::make_shared<SelectiveContexts>(std::move(state));
 }
 
 namespace detail {
-PolicyWarningsOff::PolicyWarningsOff() : was_off_(policy_warnings_off) { policy_warnings_off = true; }
+PolicyWarningsOff::PolicyWarningsOff() : was_off_(policy_warnings_off) {
+  policy_warnings_off = true;
+}
 PolicyWarningsOff::~PolicyWarningsOff() { policy_warnings_off = was_off_; }
 
 void reset_policy_warnings() {

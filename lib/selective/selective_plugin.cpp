@@ -13,14 +13,15 @@ class SelectivePlugin final : public RegionPlugin {
   const char* name() const override { return "selective checkpointing"; }
   void validate(const CheckpointOptions& options) const override {
     if (options.context_fn() && options.policy()) {
-      throw CheckpointError("recompose: CheckpointOptions sets both policy and context_fn; a selective policy "
-                            "is itself a context_fn, so set only one of them");
+      throw CheckpointError(
+          "recompose: CheckpointOptions sets both policy and context_fn; a selective policy "
+          "is itself a context_fn, so set only one of them");
     }
   }
   std::shared_ptr<RegionContexts> contexts(const CheckpointOptions& options) const override {
     if (!options.policy()) return nullptr;
-    return create_selective_checkpoint_contexts(*options.policy(), /*allow_cache_entry_mutation=*/false,
-                                                options.swap_manager());
+    return create_selective_checkpoint_contexts(
+        *options.policy(), /*allow_cache_entry_mutation=*/false, options.swap_manager());
   }
 };
 

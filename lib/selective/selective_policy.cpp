@@ -64,10 +64,11 @@ void check_keepable(const std::string& name, const detail::OpRef& ref) {
     }
   }
   if (!keepable) {
-    throw std::invalid_argument("recompose: selective checkpoint: \"" + name +
-                                "\" can never be saved: selective checkpointing always recomputes in-place and out= "
-                                "ops and ignores detach and metadata ops (aten::size, ...); name the op that "
-                                "computes the values instead");
+    throw std::invalid_argument(
+        "recompose: selective checkpoint: \"" + name +
+        "\" can never be saved: selective checkpointing always recomputes in-place and out= "
+        "ops and ignores detach and metadata ops (aten::size, ...); name the op that "
+        "computes the values instead");
   }
 }
 
@@ -82,7 +83,8 @@ PolicyFn policy_from_names(const std::vector<std::string>& names) {
       list->any_overload.insert(std::move(ref.name));
     }
   }
-  return [list](const SelectiveCheckpointContext&, const c10::OperatorHandle& op, const torch::jit::Stack&) {
+  return [list](const SelectiveCheckpointContext&, const c10::OperatorHandle& op,
+                const torch::jit::Stack&) {
     return list->contains(op) ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_RECOMPUTE;
   };
 }
@@ -93,7 +95,8 @@ SelectivePolicy::SelectivePolicy(PolicyFn fn) : fn_(std::move(fn)) {
   if (!fn_) throw std::invalid_argument("recompose: SelectivePolicy: the policy function is empty");
 }
 
-SelectivePolicy::SelectivePolicy(const std::vector<std::string>& save_ops) : fn_(policy_from_names(save_ops)) {}
+SelectivePolicy::SelectivePolicy(const std::vector<std::string>& save_ops)
+    : fn_(policy_from_names(save_ops)) {}
 
 SelectivePolicy::SelectivePolicy(std::initializer_list<const char*> save_ops)
     : SelectivePolicy(std::vector<std::string>(save_ops.begin(), save_ops.end())) {}

@@ -18,7 +18,8 @@ constexpr std::string_view kSaveList[] = {
     "aten::mm.default",
     "aten::addmm.default",
     "aten::bmm.default",
-    "aten::linear.default",  // composite on CPU/CUDA (never seen below autograd), kept for backends that dispatch it
+    "aten::linear.default",  // composite on CPU/CUDA (never seen below autograd), kept for backends
+                             // that dispatch it
     "aten::_scaled_mm.default",
     "aten::_scaled_dot_product_flash_attention.default",
     "aten::_scaled_dot_product_efficient_attention.default",
@@ -41,16 +42,18 @@ std::span<const std::string_view> detail::transformer_save_list() { return kSave
 SelectivePolicy transformer_policy(TransformerPolicyOptions options) {
   auto list = std::make_shared<TransformerSaveList>();
   for (std::string_view name : kSaveList) {
-    if (auto op = detail::find_overload(name)) list->save.push_back(*op);  // absent in this build: left out
+    if (auto op = detail::find_overload(name))
+      list->save.push_back(*op);  // absent in this build: left out
   }
   list->mm = detail::find_overload("aten::mm.default");
   list->recompute_every_second_mm = options.recompute_every_second_mm();
-  return SelectivePolicy([list](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                                const torch::jit::Stack&) {
+  return SelectivePolicy([list](const SelectiveCheckpointContext& ctx,
+                                const c10::OperatorHandle& op, const torch::jit::Stack&) {
     // call_index counts this region invocation's forward calls of the op, so the same mm calls
     // are saved in every invocation (torchtitan counts them in a per-invocation dict).
     if (list->recompute_every_second_mm && list->mm && op == *list->mm) {
-      return ctx.call_index % 2 == 0 ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_RECOMPUTE;
+      return ctx.call_index % 2 == 0 ? CheckpointPolicy::MUST_SAVE
+                                     : CheckpointPolicy::PREFER_RECOMPUTE;
     }
     for (const c10::OperatorHandle& h : list->save) {
       if (h == op) return CheckpointPolicy::MUST_SAVE;

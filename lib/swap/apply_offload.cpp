@@ -34,7 +34,8 @@ std::string builtin_module_advice(const torch::nn::Module&) {
 }
 
 const hooks::ComposableApi<OffloadState>& offload_api() {
-  static const hooks::ComposableApi<OffloadState> api(kOffloadApi, "recompose::apply_offload", builtin_module_advice);
+  static const hooks::ComposableApi<OffloadState> api(kOffloadApi, "recompose::apply_offload",
+                                                      builtin_module_advice);
   return api;
 }
 
@@ -43,14 +44,17 @@ struct CallOffload {
   std::shared_ptr<detail::OffloadBatch> batch;
   std::unique_ptr<detail::SavedTensorPolicyScope> scope;
   bool keep_last_on_device = true;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();  // never-stall's measured window
+  std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();  // never-stall's measured window
 };
 
 // Never-stall mode: the windows of a call that took `forward_seconds`.
 std::optional<detail::CopyWindow> window_of(const OffloadOptions& options, double forward_seconds) {
   if (!options.never_stall()) return std::nullopt;
-  const double forward = options.forward_window_seconds() > 0 ? options.forward_window_seconds() : forward_seconds;
-  const double backward = options.backward_window_seconds() > 0 ? options.backward_window_seconds() : 2 * forward;
+  const double forward =
+      options.forward_window_seconds() > 0 ? options.forward_window_seconds() : forward_seconds;
+  const double backward =
+      options.backward_window_seconds() > 0 ? options.backward_window_seconds() : 2 * forward;
   return detail::CopyWindow{*options.never_stall(), forward, backward};
 }
 
@@ -66,8 +70,9 @@ bool offload_applies() {
 
 torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions& options) {
   if (options.never_stall() && !options.never_stall()->valid()) {
-    throw std::invalid_argument("apply_offload: OffloadOptions::never_stall needs a link with positive, finite "
-                                "bandwidths both ways and a non-negative cost per copy");
+    throw std::invalid_argument(
+        "apply_offload: OffloadOptions::never_stall needs a link with positive, finite "
+        "bandwidths both ways and a non-negative cost per copy");
   }
   if (options.forward_window_seconds() < 0 || options.backward_window_seconds() < 0) {
     throw std::invalid_argument("apply_offload: copy windows cannot be negative (0 measures them)");
@@ -75,48 +80,59 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
   auto state = std::make_shared<OffloadState>();
   state->options = options;
   state->manager = options.manager() ? options.manager() : SwapManager::default_manager();
-  offload_api().apply(module, std::move(state), [](hooks::ApiHooks& hooks, std::weak_ptr<OffloadState> weak) {
-    // Prepended pre-hook and appended post-hook: the offload encloses every other hook of the
-    // module, a checkpointed region in particular (whose inputs it then offloads), whichever was
-    // applied first.
-    hooks.pre([weak](hooks::ForwardCall& call) {
-      auto st = weak.lock();
-      if (!st || !offload_applies()) return;
-      detail::launch_closed_batches();  // the previous calls' tensors leave as this one starts
-      auto c = std::make_shared<CallOffload>();
-      c->keep_last_on_device = st->options.keep_last_on_device();
-      c->batch = std::make_shared<detail::OffloadBatch>(detail::SwapAccess::core(*st->manager), st->counters,
-                                                        st->options.policy());
-      c->scope = std::make_unique<detail::SavedTensorPolicyScope>(c->batch->policy(), "recompose::apply_offload",
-                                                                  c->batch);
-      st->counters->calls += 1;
-      call.slot(kOffloadApi) = c;
-    }, hooks::HookOptions().prepend(true));
-    hooks.post([weak](hooks::ForwardCall& call) {
-      auto c = std::static_pointer_cast<CallOffload>(call.slot(kOffloadApi));
-      if (!c) return;
-      call.slot(kOffloadApi).reset();
-      c->scope.reset();
-      if (call.error()) return;  // the forward failed: its graph, and the tensors, are dropped
-      if (auto st = weak.lock()) {
-        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - c->start).count();
-        if (auto window = window_of(st->options, took)) c->batch->limit_to(*window);
-      }
-      if (c->keep_last_on_device) {
-        detail::add_closed_batch(std::move(c->batch));
-      } else {
-        c->batch->launch();
-      }
-    }, hooks::HookOptions().always_call(true));
-  });
+  offload_api().apply(
+      module, std::move(state), [](hooks::ApiHooks& hooks, std::weak_ptr<OffloadState> weak) {
+        // Prepended pre-hook and appended post-hook: the offload encloses every other hook of the
+        // module, a checkpointed region in particular (whose inputs it then offloads), whichever
+        // was applied first.
+        hooks.pre(
+            [weak](hooks::ForwardCall& call) {
+              auto st = weak.lock();
+              if (!st || !offload_applies()) return;
+              detail::launch_closed_batches();  // the previous calls' tensors leave as this one
+                                                // starts
+              auto c = std::make_shared<CallOffload>();
+              c->keep_last_on_device = st->options.keep_last_on_device();
+              c->batch = std::make_shared<detail::OffloadBatch>(
+                  detail::SwapAccess::core(*st->manager), st->counters, st->options.policy());
+              c->scope = std::make_unique<detail::SavedTensorPolicyScope>(
+                  c->batch->policy(), "recompose::apply_offload", c->batch);
+              st->counters->calls += 1;
+              call.slot(kOffloadApi) = c;
+            },
+            hooks::HookOptions().prepend(true));
+        hooks.post(
+            [weak](hooks::ForwardCall& call) {
+              auto c = std::static_pointer_cast<CallOffload>(call.slot(kOffloadApi));
+              if (!c) return;
+              call.slot(kOffloadApi).reset();
+              c->scope.reset();
+              if (call.error())
+                return;  // the forward failed: its graph, and the tensors, are dropped
+              if (auto st = weak.lock()) {
+                const double took =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - c->start)
+                        .count();
+                if (auto window = window_of(st->options, took)) c->batch->limit_to(*window);
+              }
+              if (c->keep_last_on_device) {
+                detail::add_closed_batch(std::move(c->batch));
+              } else {
+                c->batch->launch();
+              }
+            },
+            hooks::HookOptions().always_call(true));
+      });
   return module;
 }
 
 namespace detail {
-int64_t apply_offload_where(torch::nn::Module& model, const std::function<bool(const torch::nn::Module&)>& match,
+int64_t apply_offload_where(torch::nn::Module& model,
+                            const std::function<bool(const torch::nn::Module&)>& match,
                             const std::string& type_name, const OffloadOptions& options) {
   return hooks::apply_to_matching(
-      model, "apply_offload_to", type_name, match, [&](torch::nn::Module& m) { apply_offload(m, options); },
+      model, "apply_offload_to", type_name, match,
+      [&](torch::nn::Module& m) { apply_offload(m, options); },
       [](torch::nn::Module& m) { remove_offload(m); });
 }
 }  // namespace detail

@@ -35,10 +35,12 @@ double best_seconds(int runs, int copies, Copy copy) {
 
 LinkModel measure_link(const c10::Device& device) {
   if (!device.is_cuda()) {
-    throw CheckpointError("measure_link: " + device.str() +
-                          " is not a CUDA device (offloading from the CPU copies nothing across a link)");
+    throw CheckpointError(
+        "measure_link: " + device.str() +
+        " is not a CUDA device (offloading from the CPU copies nothing across a link)");
   }
-  if (!torch::cuda::is_available() || (device.has_index() && device.index() >= torch::cuda::device_count())) {
+  if (!torch::cuda::is_available() ||
+      (device.has_index() && device.index() >= torch::cuda::device_count())) {
     throw CheckpointError("measure_link: no " + device.str() +
                           " here (a CPU-only LibTorch, or no such GPU at run time)");
   }
@@ -53,16 +55,20 @@ LinkModel measure_link(const c10::Device& device) {
   device_large.copy_(host_large);
 
   // Small copies queued back to back: what each costs beyond its bytes (launch, DMA setup).
-  const double small_out = best_seconds(5, kSmallCopies, [&] { host_small.copy_(device_small, true); }) / kSmallCopies;
-  const double small_in = best_seconds(5, kSmallCopies, [&] { device_small.copy_(host_small, true); }) / kSmallCopies;
+  const double small_out =
+      best_seconds(5, kSmallCopies, [&] { host_small.copy_(device_small, true); }) / kSmallCopies;
+  const double small_in =
+      best_seconds(5, kSmallCopies, [&] { device_small.copy_(host_small, true); }) / kSmallCopies;
   const double large_out = best_seconds(5, 1, [&] { host_large.copy_(device_large, true); });
   const double large_in = best_seconds(5, 1, [&] { device_large.copy_(host_large, true); });
 
   LinkModel link;
   link.seconds_per_copy = std::max(0.0, std::min(small_out, small_in));
   // The large copy pays the fixed cost once (and the final synchronisation): take it out.
-  link.d2h_bytes_per_second = static_cast<double>(kLarge) / std::max(large_out - link.seconds_per_copy, 1e-9);
-  link.h2d_bytes_per_second = static_cast<double>(kLarge) / std::max(large_in - link.seconds_per_copy, 1e-9);
+  link.d2h_bytes_per_second =
+      static_cast<double>(kLarge) / std::max(large_out - link.seconds_per_copy, 1e-9);
+  link.h2d_bytes_per_second =
+      static_cast<double>(kLarge) / std::max(large_in - link.seconds_per_copy, 1e-9);
   return link;
 }
 

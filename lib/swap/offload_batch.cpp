@@ -26,15 +26,15 @@ OffloadStats OffloadCounters::snapshot() const {
 }
 
 void OffloadCounters::reset() {
-  for (auto* c : {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept, &tensors_left_on_device,
-                  &bytes_left_on_device, &tensors_over_window, &bytes_over_window, &window_nanoseconds, &bytes_landed,
-                  &landing_nanoseconds}) {
+  for (auto* c : {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept,
+                  &tensors_left_on_device, &bytes_left_on_device, &tensors_over_window,
+                  &bytes_over_window, &window_nanoseconds, &bytes_landed, &landing_nanoseconds}) {
     c->store(0);
   }
 }
 
-DeferredTensor::DeferredTensor(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
-                               at::Tensor tensor)
+DeferredTensor::DeferredTensor(std::shared_ptr<SwapCore> core,
+                               std::shared_ptr<OffloadCounters> counters, at::Tensor tensor)
     : core_(std::move(core)),
       counters_(std::move(counters)),
       on_device_(std::move(tensor)),
@@ -71,7 +71,9 @@ at::Tensor DeferredTensor::get() {
 
 int64_t DeferredTensor::pending_bytes() {
   std::lock_guard lock(mutex_);
-  return on_device_.defined() && !asked_ && !stayed_ && !swapped_ ? static_cast<int64_t>(on_device_.nbytes()) : 0;
+  return on_device_.defined() && !asked_ && !stayed_ && !swapped_
+             ? static_cast<int64_t>(on_device_.nbytes())
+             : 0;
 }
 
 void DeferredTensor::stay() {
@@ -95,7 +97,8 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
   void call_pack_hook(const at::Tensor& tensor) override {
     version_.record(tensor);
     const bool eligible = batch_.core_->eligible(tensor);
-    const bool swap = eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
+    const bool swap =
+        eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
     at::Tensor detached;
     {
       InternalOpsGuard internal;  // recompose's detach, not the user's op
@@ -111,7 +114,8 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       batch_.counters_->bytes_kept += static_cast<int64_t>(tensor.nbytes());
       return;
     }
-    deferred_ = std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_, std::move(detached));
+    deferred_ =
+        std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_, std::move(detached));
     std::lock_guard lock(batch_.mutex_);
     batch_.tensors_.push_back(deferred_);
   }
@@ -141,7 +145,8 @@ class OffloadBatch::Policy final : public SavedTensorPolicy {
   OffloadBatch& batch_;
 };
 
-OffloadBatch::OffloadBatch(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
+OffloadBatch::OffloadBatch(std::shared_ptr<SwapCore> core,
+                           std::shared_ptr<OffloadCounters> counters,
                            std::function<ActivationPolicy(const at::Tensor&)> policy)
     : core_(std::move(core)),
       counters_(std::move(counters)),
@@ -176,7 +181,8 @@ struct Landing {
     }
     const auto took = std::chrono::steady_clock::now() - launched;
     counters->bytes_landed += bytes;
-    counters->landing_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+    counters->landing_nanoseconds +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
     return true;
   }
 };
@@ -237,7 +243,9 @@ namespace {
 thread_local std::vector<std::shared_ptr<OffloadBatch>> closed_batches;
 }
 
-void add_closed_batch(std::shared_ptr<OffloadBatch> batch) { closed_batches.push_back(std::move(batch)); }
+void add_closed_batch(std::shared_ptr<OffloadBatch> batch) {
+  closed_batches.push_back(std::move(batch));
+}
 
 void launch_closed_batches() {
   check_landings();

@@ -47,7 +47,8 @@ struct OffloadCounters {
 // unpack on another thread.
 class DeferredTensor {
  public:
-  DeferredTensor(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters, at::Tensor tensor);
+  DeferredTensor(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
+                 at::Tensor tensor);
   ~DeferredTensor();
   // Starts the copy to host, unless it started already or backward asked for the tensor.
   void launch();
@@ -65,10 +66,11 @@ class DeferredTensor {
   const std::shared_ptr<SwapCore> core_;
   const std::shared_ptr<OffloadCounters> counters_;
   at::Tensor on_device_;  // until launch()
-  MeterCharge charge_;  // on_device_ is held for backward on the device, as SavedTensorMeter sees it
+  MeterCharge
+      charge_;  // on_device_ is held for backward on the device, as SavedTensorMeter sees it
   std::shared_ptr<SwappedTensor> swapped_;  // after launch()
-  int64_t served_ = -1;  // reload generation the last get() was served from
-  bool asked_ = false;  // get() was called: launching now would be pointless
+  int64_t served_ = -1;                     // reload generation the last get() was served from
+  bool asked_ = false;                      // get() was called: launching now would be pointless
   bool stayed_ = false;  // stay() was called: counted over the window, not as left on the device
 };
 

@@ -27,12 +27,14 @@ void add(OffloadStats& into, const OffloadStats& s) {
 std::string row(const std::string& name, const OffloadStats& s) {
   auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   char line[320];
-  std::snprintf(line, sizeof line, "| %-20s | %5lld | %5lld %9.2f | %5lld %9.2f | %5lld %9.2f | %5lld %9.2f | %8.2f |\n",
-                name.c_str(), static_cast<long long>(s.calls), static_cast<long long>(s.tensors_offloaded),
-                mib(s.bytes_offloaded), static_cast<long long>(s.tensors_kept), mib(s.bytes_kept),
-                static_cast<long long>(s.tensors_left_on_device), mib(s.bytes_left_on_device),
-                static_cast<long long>(s.tensors_over_window), mib(s.bytes_over_window),
-                s.achieved_bytes_per_second() / 1e9);
+  std::snprintf(
+      line, sizeof line,
+      "| %-20s | %5lld | %5lld %9.2f | %5lld %9.2f | %5lld %9.2f | %5lld %9.2f | %8.2f |\n",
+      name.c_str(), static_cast<long long>(s.calls), static_cast<long long>(s.tensors_offloaded),
+      mib(s.bytes_offloaded), static_cast<long long>(s.tensors_kept), mib(s.bytes_kept),
+      static_cast<long long>(s.tensors_left_on_device), mib(s.bytes_left_on_device),
+      static_cast<long long>(s.tensors_over_window), mib(s.bytes_over_window),
+      s.achieved_bytes_per_second() / 1e9);
   return line;
 }
 
@@ -48,10 +50,14 @@ OffloadStats total_offload_stats(const torch::nn::Module& root) {
 
 std::string offload_report(const torch::nn::Module& root) {
   std::ostringstream s;
-  s << "tensors and MiB; kept (rule): not eligible (parameters, below min_bytes) or kept by the policy; kept (last):\n"
-    << "the last call's, asked for before they left; kept (window): their copies would not fit the window\n"
-    << "| module               | calls | offloaded (MiB) | kept (rule)     | kept (last)     | kept (window)   |   GB/s   |\n"
-    << "|----------------------|-------|-----------------|-----------------|-----------------|-----------------|----------|\n";
+  s << "tensors and MiB; kept (rule): not eligible (parameters, below min_bytes) or kept by the "
+       "policy; kept (last):\n"
+    << "the last call's, asked for before they left; kept (window): their copies would not fit the "
+       "window\n"
+    << "| module               | calls | offloaded (MiB) | kept (rule)     | kept (last)     | "
+       "kept (window)   |   GB/s   |\n"
+    << "|----------------------|-------|-----------------|-----------------|-----------------|-----"
+       "------------|----------|\n";
   OffloadStats total;
   for (const auto& item : root.named_modules("", /*include_self=*/true)) {
     if (!is_offloaded(*item.value())) continue;

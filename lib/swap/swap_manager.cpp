@@ -6,7 +6,8 @@
 
 namespace recompose {
 
-SwapManager::SwapManager(SwapOptions options) : core_(std::make_shared<detail::SwapCore>(std::move(options))) {}
+SwapManager::SwapManager(SwapOptions options)
+    : core_(std::make_shared<detail::SwapCore>(std::move(options))) {}
 SwapManager::~SwapManager() = default;
 
 std::shared_ptr<SwapManager> SwapManager::create(SwapOptions options) {
@@ -24,7 +25,9 @@ const SwapOptions& SwapManager::options() const { return core_->options(); }
 int64_t SwapManager::begin_group() { return core_->begin_group(); }
 void SwapManager::end_group(int64_t id) { core_->end_group(id); }
 bool SwapManager::eligible(const at::Tensor& tensor) const { return core_->eligible(tensor); }
-std::shared_ptr<SwappedTensor> SwapManager::offload(const at::Tensor& tensor) { return core_->offload(tensor); }
+std::shared_ptr<SwappedTensor> SwapManager::offload(const at::Tensor& tensor) {
+  return core_->offload(tensor);
+}
 void SwapManager::poll() { core_->poll(); }
 void SwapManager::synchronize() { core_->synchronize(); }
 SwapStats SwapManager::stats() const { return core_->stats(); }

@@ -13,7 +13,8 @@ namespace {
 class SwapInputsPlugin final : public RegionPlugin {
  public:
   const char* name() const override { return "activation swap"; }
-  std::unique_ptr<SavedTensorPolicyScope> input_policy(const CheckpointOptions& options) const override {
+  std::unique_ptr<SavedTensorPolicyScope> input_policy(
+      const CheckpointOptions& options) const override {
     // Only a top-level region's inputs are really held: an enclosing region already replaces a
     // nested region's inputs by placeholders, and a recomputation's are transient.
     if (CheckpointDepth::forward() > 0 || CheckpointDepth::recompute() > 0) return nullptr;
@@ -44,7 +45,8 @@ class SwapOffloader final : public Offloader {
 };
 
 std::shared_ptr<Offloader> make_swap_offloader(std::shared_ptr<SwapManager> manager) {
-  return std::make_shared<SwapOffloader>(manager ? std::move(manager) : SwapManager::default_manager());
+  return std::make_shared<SwapOffloader>(manager ? std::move(manager)
+                                                 : SwapManager::default_manager());
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ int main() {
       ++failures;
     }
   }
-  std::printf("consumer: %zu gradients, %d forward runs (%d in recomputation), %s\n", expected.size(),
-              block->forward_runs, block->recomputations, failures == 0 ? "OK" : "FAILED");
+  std::printf("consumer: %zu gradients, %d forward runs (%d in recomputation), %s\n",
+              expected.size(), block->forward_runs, block->recomputations,
+              failures == 0 ? "OK" : "FAILED");
   return failures == 0 ? 0 : 1;
 }

@@ -17,11 +17,13 @@ inline std::vector<torch::Tensor> grads_of(const std::function<torch::Tensor()>&
   }
   loss_fn().backward();
   std::vector<torch::Tensor> out;
-  for (const auto& t : inputs) out.push_back(t.grad().defined() ? t.grad().clone() : torch::Tensor());
+  for (const auto& t : inputs)
+    out.push_back(t.grad().defined() ? t.grad().clone() : torch::Tensor());
   return out;
 }
 
-inline bool bitwise_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+inline bool bitwise_equal(const std::vector<torch::Tensor>& a,
+                          const std::vector<torch::Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].defined() != b[i].defined()) return false;

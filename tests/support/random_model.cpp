@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <functional>
 #include <sstream>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 namespace rt::diff {
@@ -24,7 +24,8 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
       {"softmax", "softmax ops"},
       {"attention", "matmul(x, x^T) -> softmax -> matmul"},
       {"bmm", "bmm over a reshaped view"},
-      {"inplace", "in-place ops (relu_ on a Linear output, mul_/add_ on a clone, add_ into a slice)"},
+      {"inplace",
+       "in-place ops (relu_ on a Linear output, mul_/add_ on a clone, add_ into a slice)"},
       {"views", "view/transpose/reshape round trips, slices and cat"},
       {"random", "random ops (randn_like noise, bernoulli masks)"},
       {"rank3", "3-d inputs (batch, seq, width): Linear through matmul/_unsafe_view"},
@@ -49,18 +50,24 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
       {"sac_random", "selective policies may keep outputs of random ops (randn_like, bernoulli)"},
       {"nested_sac", "selective regions nested in selective regions"},
       {"nested_must_swap", "MUST_SWAP in selective regions nested with other selective regions"},
-      {"bn_twice", "a top-level block called twice per step (its BatchNorms run in two invocations of its region)"},
-      {"bn_shared", "one BatchNorm1d shared by blocks (a child of each): called in several regions"},
-      {"bn_outside", "the shared BatchNorm also called by the model outside any region, before or after a block"},
-      {"bn_idle", "the shared BatchNorm called on an all-zero batch (ReLU of -|x|): its running mean stays as it was"},
+      {"bn_twice",
+       "a top-level block called twice per step (its BatchNorms run in two invocations of its "
+       "region)"},
+      {"bn_shared",
+       "one BatchNorm1d shared by blocks (a child of each): called in several regions"},
+      {"bn_outside",
+       "the shared BatchNorm also called by the model outside any region, before or after a block"},
+      {"bn_idle",
+       "the shared BatchNorm called on an all-zero batch (ReLU of -|x|): its running mean stays as "
+       "it was"},
   };
   return list;
 }
 
 const std::vector<std::string>& Features::known() {
-  static const std::vector<std::string> list = {"bn",        "eval_switch", "sac_random", "nested_sac",
-                                                "nested_must_swap", "autocast", "bn_twice",  "bn_shared",
-                                                "bn_outside", "bn_idle"};
+  static const std::vector<std::string> list = {
+      "bn",       "eval_switch", "sac_random", "nested_sac", "nested_must_swap",
+      "autocast", "bn_twice",    "bn_shared",  "bn_outside", "bn_idle"};
   return list;
 }
 
@@ -87,7 +94,8 @@ Features Features::parse(const std::string& spec) {
       for (const auto& name : known()) f.on[name] = value;
       continue;
     }
-    if (!f.on.contains(item)) throw std::invalid_argument("RECOMPOSE_DIFF_FEATURES: unknown feature '" + item + "'");
+    if (!f.on.contains(item))
+      throw std::invalid_argument("RECOMPOSE_DIFF_FEATURES: unknown feature '" + item + "'");
     f.on[item] = value;
   }
   return f;
@@ -113,20 +121,26 @@ namespace {
 
 const char* short_name(CheckpointPolicy p) {
   switch (p) {
-    case CheckpointPolicy::MUST_SAVE: return "MS";
-    case CheckpointPolicy::PREFER_SAVE: return "PS";
-    case CheckpointPolicy::MUST_RECOMPUTE: return "MR";
-    case CheckpointPolicy::PREFER_RECOMPUTE: return "PR";
-    case CheckpointPolicy::MUST_SWAP: return "SW";
+    case CheckpointPolicy::MUST_SAVE:
+      return "MS";
+    case CheckpointPolicy::PREFER_SAVE:
+      return "PS";
+    case CheckpointPolicy::MUST_RECOMPUTE:
+      return "MR";
+    case CheckpointPolicy::PREFER_RECOMPUTE:
+      return "PR";
+    case CheckpointPolicy::MUST_SWAP:
+      return "SW";
   }
   return "?";
 }
 
 bool is_random_op(const std::string& name) {
-  static const std::set<std::string> random = {"aten::randn_like", "aten::rand_like", "aten::bernoulli", "aten::normal",
-                                               "aten::native_dropout", "aten::randint_like", "aten::multinomial",
-                                               "aten::rand", "aten::randn", "aten::randint", "aten::randperm",
-                                               "aten::dropout", "aten::poisson"};
+  static const std::set<std::string> random = {
+      "aten::randn_like",     "aten::rand_like",    "aten::bernoulli",   "aten::normal",
+      "aten::native_dropout", "aten::randint_like", "aten::multinomial", "aten::rand",
+      "aten::randn",          "aten::randint",      "aten::randperm",    "aten::dropout",
+      "aten::poisson"};
   return random.contains(name);
 }
 
@@ -154,7 +168,8 @@ std::string strip_aten(const std::string& s) { return s.rfind("aten::", 0) == 0 
 
 bool RegionDesc::uses_swap() const {
   if (kind == Kind::SwapInputs) return true;
-  if (kind == Kind::SacFn) return std::find(values.begin(), values.end(), CheckpointPolicy::MUST_SWAP) != values.end();
+  if (kind == Kind::SacFn)
+    return std::find(values.begin(), values.end(), CheckpointPolicy::MUST_SWAP) != values.end();
   if (kind == Kind::SacList) return list_value == CheckpointPolicy::MUST_SWAP;
   return false;
 }
@@ -162,12 +177,18 @@ bool RegionDesc::uses_swap() const {
 std::string RegionDesc::str() const {
   std::string s;
   switch (kind) {
-    case Kind::None: return "none";
-    case Kind::Full: s = "full"; break;
-    case Kind::SwapInputs: s = "swapin"; break;
+    case Kind::None:
+      return "none";
+    case Kind::Full:
+      s = "full";
+      break;
+    case Kind::SwapInputs:
+      s = "swapin";
+      break;
     case Kind::SacFn: {
       s = "sac-fn{";
-      for (size_t i = 0; i < values.size(); ++i) s += std::string(i ? "," : "") + short_name(values[i]);
+      for (size_t i = 0; i < values.size(); ++i)
+        s += std::string(i ? "," : "") + short_name(values[i]);
       char buf[16];
       std::snprintf(buf, sizeof buf, "#%04x", static_cast<unsigned>(salt & 0xffff));
       s += std::string("}") + buf;
@@ -175,7 +196,8 @@ std::string RegionDesc::str() const {
     }
     case Kind::SacList: {
       s = std::string("sac-list{") + short_name(list_value) + ":";
-      for (size_t i = 0; i < list_ops.size(); ++i) s += std::string(i ? "," : "") + strip_aten(list_ops[i]);
+      for (size_t i = 0; i < list_ops.size(); ++i)
+        s += std::string(i ? "," : "") + strip_aten(list_ops[i]);
       s += "}";
       break;
     }
@@ -186,7 +208,8 @@ std::string RegionDesc::str() const {
   return s;
 }
 
-recompose::CheckpointOptions RegionDesc::make(const std::shared_ptr<recompose::SwapManager>& manager) const {
+recompose::CheckpointOptions RegionDesc::make(
+    const std::shared_ptr<recompose::SwapManager>& manager) const {
   recompose::CheckpointOptions o;
   o.early_stop(early_stop);
   std::shared_ptr<recompose::SwapManager> mgr = default_manager ? nullptr : manager;
@@ -200,8 +223,8 @@ recompose::CheckpointOptions RegionDesc::make(const std::shared_ptr<recompose::S
     auto vals = values;
     const uint64_t s = salt;
     const bool keep_random = this->keep_random;
-    policy.emplace([vals, s, keep_random](const recompose::SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                                          const torch::jit::Stack&) {
+    policy.emplace([vals, s, keep_random](const recompose::SelectiveCheckpointContext& ctx,
+                                          const c10::OperatorHandle& op, const torch::jit::Stack&) {
       const std::string& name = op.schema().name();
       if (!keep_random && is_random_op(name)) return CheckpointPolicy::PREFER_RECOMPUTE;
       const uint64_t h = mix(fnv1a(name + "." + op.schema().overload_name()) ^ s ^
@@ -213,17 +236,19 @@ recompose::CheckpointOptions RegionDesc::make(const std::shared_ptr<recompose::S
   } else {
     auto names = std::make_shared<std::set<std::string>>(list_ops.begin(), list_ops.end());
     const CheckpointPolicy v = list_value;
-    policy.emplace([names, v](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle& op,
-                              const torch::jit::Stack&) {
+    policy.emplace([names, v](const recompose::SelectiveCheckpointContext&,
+                              const c10::OperatorHandle& op, const torch::jit::Stack&) {
       const std::string& name = op.schema().name();
-      if (names->contains(name) || names->contains(name + "." + op.schema().overload_name())) return v;
+      if (names->contains(name) || names->contains(name + "." + op.schema().overload_name()))
+        return v;
       return CheckpointPolicy::PREFER_RECOMPUTE;
     });
   }
   if (via_context_fn) {
     const recompose::SelectivePolicy p = *policy;
     const bool allow = allow_mutation;
-    o.context_fn([p, allow, mgr] { return recompose::create_selective_checkpoint_contexts(p, allow, mgr); });
+    o.context_fn(
+        [p, allow, mgr] { return recompose::create_selective_checkpoint_contexts(p, allow, mgr); });
   } else {
     o.policy(*policy);
     o.swap_manager(mgr);
@@ -233,28 +258,50 @@ recompose::CheckpointOptions RegionDesc::make(const std::shared_ptr<recompose::S
 
 std::string OpDesc::str() const {
   switch (kind) {
-    case OpKind::Linear: return "lin";
-    case OpKind::LinearReluInplace: return "lin+relu_";
-    case OpKind::LayerNorm: return "ln";
-    case OpKind::BatchNorm: return "bn";
-    case OpKind::Gelu: return "gelu";
-    case OpKind::Relu: return "relu";
-    case OpKind::Tanh: return "tanh";
-    case OpKind::Dropout: return "drop." + std::to_string(arg);
-    case OpKind::Softmax: return "softmax";
-    case OpKind::Attention: return "attn";
-    case OpKind::Bmm: return "bmm";
-    case OpKind::InplaceMul: return "clone+mul_";
-    case OpKind::SliceInplace: return "slice-mul_";
-    case OpKind::ViewRoundTrip: return "view";
-    case OpKind::SliceCat: return "slicecat";
-    case OpKind::Residual: return "res";
-    case OpKind::RandNoise: return "randn";
-    case OpKind::Bernoulli: return "bern";
-    case OpKind::Sub: return "sub" + std::to_string(arg);
-    case OpKind::Functional: return "ckpt" + std::to_string(arg) + "{" + region.str() + "}";
-    case OpKind::SharedBn: return "sbn";
-    case OpKind::SharedBnIdle: return "sbn0";
+    case OpKind::Linear:
+      return "lin";
+    case OpKind::LinearReluInplace:
+      return "lin+relu_";
+    case OpKind::LayerNorm:
+      return "ln";
+    case OpKind::BatchNorm:
+      return "bn";
+    case OpKind::Gelu:
+      return "gelu";
+    case OpKind::Relu:
+      return "relu";
+    case OpKind::Tanh:
+      return "tanh";
+    case OpKind::Dropout:
+      return "drop." + std::to_string(arg);
+    case OpKind::Softmax:
+      return "softmax";
+    case OpKind::Attention:
+      return "attn";
+    case OpKind::Bmm:
+      return "bmm";
+    case OpKind::InplaceMul:
+      return "clone+mul_";
+    case OpKind::SliceInplace:
+      return "slice-mul_";
+    case OpKind::ViewRoundTrip:
+      return "view";
+    case OpKind::SliceCat:
+      return "slicecat";
+    case OpKind::Residual:
+      return "res";
+    case OpKind::RandNoise:
+      return "randn";
+    case OpKind::Bernoulli:
+      return "bern";
+    case OpKind::Sub:
+      return "sub" + std::to_string(arg);
+    case OpKind::Functional:
+      return "ckpt" + std::to_string(arg) + "{" + region.str() + "}";
+    case OpKind::SharedBn:
+      return "sbn";
+    case OpKind::SharedBnIdle:
+      return "sbn0";
   }
   return "?";
 }
@@ -278,15 +325,18 @@ std::string CaseDesc::str() const {
   if (seq) s << " T=" << seq;
   s << " steps=" << steps << " autocast=" << (autocast ? "bf16" : "off") << " retain=" << retain
     << " mode=" << (eval ? "eval" : "train") << (eval_switch ? "->flip" : "")
-    << " async=" << (async_save ? (async_groups ? "groups" : "on") : "off")
-    << " es_guard=" << (es_guard == 0 ? "-" : es_guard == 1 ? "on" : "off") << " opt=" << (adam ? "adam" : "sgd")
-    << " xgrad=" << x_grad << " nograd=" << nograd << " prefetch=" << prefetch << " |";
+    << " async=" << (async_save ? (async_groups ? "groups" : "on") : "off") << " es_guard="
+    << (es_guard == 0   ? "-"
+        : es_guard == 1 ? "on"
+                        : "off")
+    << " opt=" << (adam ? "adam" : "sgd") << " xgrad=" << x_grad << " nograd=" << nograd
+    << " prefetch=" << prefetch << " |";
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::string name = "B";
     name += std::to_string(i);
     const int outside = i < outside_bn.size() ? outside_bn[i] : 0;
-    s << (outside == 1 ? " sbn" : "") << " " << blocks[i].str(name) << (i < twice.size() && twice[i] ? "x2" : "")
-      << (outside == 2 ? " sbn" : "");
+    s << (outside == 1 ? " sbn" : "") << " " << blocks[i].str(name)
+      << (i < twice.size() && twice[i] ? "x2" : "") << (outside == 2 ? " sbn" : "");
   }
   return s.str();
 }
@@ -313,9 +363,9 @@ struct Gen {
   // Every draw below happens whatever the features are; a feature switched off only masks what
   // was drawn. So switching a feature off changes a case only where the feature was used, and a
   // failing seed can be attributed by rerunning it with one feature off.
-  static constexpr CheckpointPolicy kValues[] = {CheckpointPolicy::MUST_SAVE, CheckpointPolicy::PREFER_SAVE,
-                                                 CheckpointPolicy::MUST_RECOMPUTE,
-                                                 CheckpointPolicy::PREFER_RECOMPUTE, CheckpointPolicy::MUST_SWAP};
+  static constexpr CheckpointPolicy kValues[] = {
+      CheckpointPolicy::MUST_SAVE, CheckpointPolicy::PREFER_SAVE, CheckpointPolicy::MUST_RECOMPUTE,
+      CheckpointPolicy::PREFER_RECOMPUTE, CheckpointPolicy::MUST_SWAP};
 
   CheckpointPolicy masked(CheckpointPolicy p) const {
     return p == CheckpointPolicy::MUST_SWAP && !f("must_swap") ? CheckpointPolicy::MUST_SAVE : p;
@@ -324,10 +374,14 @@ struct Gen {
   RegionDesc region(bool allow_none) {
     RegionDesc r;
     static const std::vector<std::pair<RegionDesc::Kind, int>> all_kinds = {
-        {RegionDesc::Kind::None, 3}, {RegionDesc::Kind::Full, 2}, {RegionDesc::Kind::SacFn, 3},
-        {RegionDesc::Kind::SacList, 3}, {RegionDesc::Kind::SwapInputs, 1}};
+        {RegionDesc::Kind::None, 3},
+        {RegionDesc::Kind::Full, 2},
+        {RegionDesc::Kind::SacFn, 3},
+        {RegionDesc::Kind::SacList, 3},
+        {RegionDesc::Kind::SwapInputs, 1}};
     int total = 0;
-    for (auto& k : all_kinds) total += (allow_none || k.first != RegionDesc::Kind::None) ? k.second : 0;
+    for (auto& k : all_kinds)
+      total += (allow_none || k.first != RegionDesc::Kind::None) ? k.second : 0;
     int x = uni(0, total - 1);
     for (auto& k : all_kinds) {
       if (!allow_none && k.first == RegionDesc::Kind::None) continue;
@@ -345,21 +399,35 @@ struct Gen {
     const uint64_t salt = rng();
     const bool list_save = coin(0.5);
     const int list_pick = uni(0, 4);
-    std::vector<std::string> names = {"aten::mm", "aten::addmm", "aten::bmm", "aten::_softmax", "aten::gelu",
-                                      "aten::relu", "aten::tanh", "aten::native_layer_norm",
-                                      "aten::native_batch_norm", "aten::add.Tensor", "aten::mul.Tensor",
-                                      "aten::cat", "aten::clone", "aten::_to_copy", "aten::_unsafe_view",
-                                      "aten::randn_like", "aten::bernoulli"};
+    std::vector<std::string> names = {"aten::mm",
+                                      "aten::addmm",
+                                      "aten::bmm",
+                                      "aten::_softmax",
+                                      "aten::gelu",
+                                      "aten::relu",
+                                      "aten::tanh",
+                                      "aten::native_layer_norm",
+                                      "aten::native_batch_norm",
+                                      "aten::add.Tensor",
+                                      "aten::mul.Tensor",
+                                      "aten::cat",
+                                      "aten::clone",
+                                      "aten::_to_copy",
+                                      "aten::_unsafe_view",
+                                      "aten::randn_like",
+                                      "aten::bernoulli"};
     std::shuffle(names.begin(), names.end(), rng);
     names.resize(static_cast<size_t>(uni(1, 4)));
     const bool ctx = coin(0.25);
     const bool mut = coin(0.5);
 
-    static const std::map<RegionDesc::Kind, const char*> feature_of = {{RegionDesc::Kind::Full, "full"},
-                                                                       {RegionDesc::Kind::SacFn, "sac_fn"},
-                                                                       {RegionDesc::Kind::SacList, "sac_list"},
-                                                                       {RegionDesc::Kind::SwapInputs, "swap_inputs"}};
-    if (r.kind != RegionDesc::Kind::None && !f(feature_of.at(r.kind))) r.kind = RegionDesc::Kind::None;
+    static const std::map<RegionDesc::Kind, const char*> feature_of = {
+        {RegionDesc::Kind::Full, "full"},
+        {RegionDesc::Kind::SacFn, "sac_fn"},
+        {RegionDesc::Kind::SacList, "sac_list"},
+        {RegionDesc::Kind::SwapInputs, "swap_inputs"}};
+    if (r.kind != RegionDesc::Kind::None && !f(feature_of.at(r.kind)))
+      r.kind = RegionDesc::Kind::None;
     r.early_stop = f("early_stop_off") ? es : true;
     r.default_manager = f("default_manager") && dm;
     r.keep_random = f("sac_random");
@@ -388,15 +456,15 @@ struct Gen {
     b.region = region(true);
     const int n = uni(2, std::max(2, f.max_ops));
     static const std::vector<std::tuple<OpKind, int, const char*>> kinds = {
-        {OpKind::Linear, 4, nullptr},          {OpKind::Gelu, 1, nullptr},
-        {OpKind::Relu, 1, nullptr},            {OpKind::Tanh, 1, nullptr},
-        {OpKind::Residual, 2, nullptr},        {OpKind::LinearReluInplace, 2, "inplace"},
-        {OpKind::InplaceMul, 1, "inplace"},    {OpKind::SliceInplace, 1, "inplace"},
-        {OpKind::LayerNorm, 2, "layernorm"},   {OpKind::BatchNorm, 2, "bn"},
-        {OpKind::Dropout, 2, "dropout"},       {OpKind::Softmax, 1, "softmax"},
-        {OpKind::Attention, 2, "attention"},   {OpKind::Bmm, 1, "bmm"},
-        {OpKind::ViewRoundTrip, 1, "views"},   {OpKind::SliceCat, 1, "views"},
-        {OpKind::RandNoise, 2, "random"},      {OpKind::Bernoulli, 1, "random"},
+        {OpKind::Linear, 4, nullptr},        {OpKind::Gelu, 1, nullptr},
+        {OpKind::Relu, 1, nullptr},          {OpKind::Tanh, 1, nullptr},
+        {OpKind::Residual, 2, nullptr},      {OpKind::LinearReluInplace, 2, "inplace"},
+        {OpKind::InplaceMul, 1, "inplace"},  {OpKind::SliceInplace, 1, "inplace"},
+        {OpKind::LayerNorm, 2, "layernorm"}, {OpKind::BatchNorm, 2, "bn"},
+        {OpKind::Dropout, 2, "dropout"},     {OpKind::Softmax, 1, "softmax"},
+        {OpKind::Attention, 2, "attention"}, {OpKind::Bmm, 1, "bmm"},
+        {OpKind::ViewRoundTrip, 1, "views"}, {OpKind::SliceCat, 1, "views"},
+        {OpKind::RandNoise, 2, "random"},    {OpKind::Bernoulli, 1, "random"},
     };
     int total = 0;
     for (auto& k : kinds) total += std::get<1>(k);
@@ -479,7 +547,8 @@ void walk(BlockDesc& b, std::vector<RegionDesc*>& stack,
   if (pushed) stack.pop_back();
 }
 
-void walk_all(CaseDesc& c, const std::function<void(RegionDesc&, const std::vector<RegionDesc*>&)>& visit) {
+void walk_all(CaseDesc& c,
+              const std::function<void(RegionDesc&, const std::vector<RegionDesc*>&)>& visit) {
   for (auto& b : c.blocks) {
     std::vector<RegionDesc*> stack;
     walk(b, stack, visit);
@@ -564,16 +633,19 @@ CaseDesc generate(uint64_t seed, const Features& f) {
 // ---------------------------------------------------------------------------------- modules
 
 namespace {
-std::shared_ptr<RandBlockImpl> make_block(const BlockDesc& d, int64_t width, bool checkpointed,
-                                          const std::shared_ptr<recompose::SwapManager>& manager,
-                                          const std::shared_ptr<torch::nn::BatchNorm1dImpl>& shared_bn) {
+std::shared_ptr<RandBlockImpl> make_block(
+    const BlockDesc& d, int64_t width, bool checkpointed,
+    const std::shared_ptr<recompose::SwapManager>& manager,
+    const std::shared_ptr<torch::nn::BatchNorm1dImpl>& shared_bn) {
   auto b = std::make_shared<RandBlockImpl>(d, width, checkpointed, manager, shared_bn);
-  if (checkpointed && d.region.kind != RegionDesc::Kind::None) recompose::apply_checkpoint(b, d.region.make(manager));
+  if (checkpointed && d.region.kind != RegionDesc::Kind::None)
+    recompose::apply_checkpoint(b, d.region.make(manager));
   return b;
 }
 }  // namespace
 
-RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt, std::shared_ptr<recompose::SwapManager> m,
+RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt,
+                             std::shared_ptr<recompose::SwapManager> m,
                              std::shared_ptr<torch::nn::BatchNorm1dImpl> sbn)
     : desc(d), width(w), checkpointed(ckpt), manager(std::move(m)) {
   // A child of every block that calls it (as a user shares a module): part of the module state
@@ -591,7 +663,8 @@ RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt, std::shar
         op_modules[i] = register_module(name + "_lin", torch::nn::Linear(width, width));
         break;
       case OpKind::LayerNorm:
-        op_modules[i] = register_module(name + "_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
+        op_modules[i] = register_module(name + "_ln",
+                                        torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
         break;
       case OpKind::BatchNorm:
         op_modules[i] = register_module(name + "_bn", torch::nn::BatchNorm1d(width));
@@ -605,7 +678,8 @@ RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt, std::shar
   }
   for (size_t j = 0; j < desc.children.size(); ++j) {
     children.push_back(
-        register_module("sub" + std::to_string(j), make_block(desc.children[j], width, checkpointed, manager, sbn)));
+        register_module("sub" + std::to_string(j),
+                        make_block(desc.children[j], width, checkpointed, manager, sbn)));
   }
 }
 
@@ -631,18 +705,29 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
         break;
       case OpKind::BatchNorm: {
         const auto sizes = cur.sizes().vec();
-        cur = std::static_pointer_cast<torch::nn::BatchNorm1dImpl>(op_modules[i])->forward(cur.reshape({-1, W})).reshape(sizes);
+        cur = std::static_pointer_cast<torch::nn::BatchNorm1dImpl>(op_modules[i])
+                  ->forward(cur.reshape({-1, W}))
+                  .reshape(sizes);
         break;
       }
-      case OpKind::Gelu: cur = torch::gelu(cur); break;
-      case OpKind::Relu: cur = torch::relu(cur); break;
-      case OpKind::Tanh: cur = torch::tanh(cur); break;
+      case OpKind::Gelu:
+        cur = torch::gelu(cur);
+        break;
+      case OpKind::Relu:
+        cur = torch::relu(cur);
+        break;
+      case OpKind::Tanh:
+        cur = torch::tanh(cur);
+        break;
       case OpKind::Dropout:
         cur = std::static_pointer_cast<torch::nn::DropoutImpl>(op_modules[i])->forward(cur);
         break;
-      case OpKind::Softmax: cur = torch::softmax(cur, -1); break;
+      case OpKind::Softmax:
+        cur = torch::softmax(cur, -1);
+        break;
       case OpKind::Attention: {
-        torch::Tensor s = torch::matmul(cur, cur.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(W)));
+        torch::Tensor s =
+            torch::matmul(cur, cur.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(W)));
         cur = torch::matmul(torch::softmax(s, -1), cur);
         break;
       }
@@ -669,8 +754,12 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
       case OpKind::SliceCat:
         cur = torch::cat({cur.narrow(-1, W / 2, W - W / 2), cur.narrow(-1, 0, W / 2) * 2}, -1);
         break;
-      case OpKind::Residual: cur = cur + res; break;
-      case OpKind::RandNoise: cur = cur + 0.1 * torch::randn_like(cur); break;
+      case OpKind::Residual:
+        cur = cur + res;
+        break;
+      case OpKind::RandNoise:
+        cur = cur + 0.1 * torch::randn_like(cur);
+        break;
       case OpKind::Bernoulli:
         cur = cur * torch::bernoulli(torch::full_like(cur, 0.75, torch::kFloat));
         break;
@@ -685,7 +774,9 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
         cur = cur + shared_bn->forward(torch::relu(-cur.abs()).reshape({-1, W})).reshape(sizes);
         break;
       }
-      case OpKind::Sub: cur = children[static_cast<size_t>(op.arg)]->forward(cur); break;
+      case OpKind::Sub:
+        cur = children[static_cast<size_t>(op.arg)]->forward(cur);
+        break;
       case OpKind::Functional: {
         const size_t b = i + 1, e = std::min(end, i + 1 + static_cast<size_t>(op.arg));
         if (checkpointed && op.region.kind != RegionDesc::Kind::None) {
@@ -696,7 +787,10 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
           options.state_modules({shared_from_this()});
           cur = recompose::checkpoint(
               options,
-              [self, b, e](const torch::Tensor& c, const torch::Tensor& r) { return self->run(c, r, b, e); }, cur, res);
+              [self, b, e](const torch::Tensor& c, const torch::Tensor& r) {
+                return self->run(c, r, b, e);
+              },
+              cur, res);
         } else {
           cur = run(cur, res, b, e);
         }
@@ -708,13 +802,16 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
   return cur;
 }
 
-RandModelImpl::RandModelImpl(const CaseDesc& desc, bool checkpointed, std::shared_ptr<recompose::SwapManager> manager)
+RandModelImpl::RandModelImpl(const CaseDesc& desc, bool checkpointed,
+                             std::shared_ptr<recompose::SwapManager> manager)
     : twice(desc.twice), outside_bn(desc.outside_bn) {
-  if (desc.shared_bn) shared_bn = register_module("shared_bn", torch::nn::BatchNorm1d(desc.width).ptr());
+  if (desc.shared_bn)
+    shared_bn = register_module("shared_bn", torch::nn::BatchNorm1d(desc.width).ptr());
   for (size_t j = 0; j < desc.blocks.size(); ++j) {
     std::string name = "b";
     name += std::to_string(j);
-    blocks.push_back(register_module(name, make_block(desc.blocks[j], desc.width, checkpointed, manager, shared_bn)));
+    blocks.push_back(register_module(
+        name, make_block(desc.blocks[j], desc.width, checkpointed, manager, shared_bn)));
   }
   // Never checkpointed: the loss always depends on a parameter, whatever the blocks hold.
   head = register_module("head", torch::nn::Linear(desc.width, desc.width));

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -38,14 +38,14 @@ struct RegionDesc {
   enum class Kind { None, Full, SacFn, SacList, SwapInputs };
   Kind kind = Kind::None;
   bool early_stop = true;
-  bool via_context_fn = false;  // SAC through context_fn(create_selective_checkpoint_contexts)
-  bool allow_mutation = false;  // with via_context_fn
+  bool via_context_fn = false;   // SAC through context_fn(create_selective_checkpoint_contexts)
+  bool allow_mutation = false;   // with via_context_fn
   bool default_manager = false;  // MUST_SWAP / swap_inputs through the default SwapManager
   std::vector<recompose::CheckpointPolicy> values;  // SacFn: the values the callable draws from
-  uint64_t salt = 0;  // SacFn
-  bool keep_random = true;  // SacFn/SacList may keep outputs of random ops
+  uint64_t salt = 0;                                // SacFn
+  bool keep_random = true;                          // SacFn/SacList may keep outputs of random ops
   recompose::CheckpointPolicy list_value = recompose::CheckpointPolicy::MUST_SAVE;  // SacList
-  std::vector<std::string> list_ops;  // SacList
+  std::vector<std::string> list_ops;                                                // SacList
   bool is_sac() const { return kind == Kind::SacFn || kind == Kind::SacList; }
   bool uses_swap() const;
   std::string str() const;
@@ -53,15 +53,34 @@ struct RegionDesc {
 };
 
 enum class OpKind {
-  Linear, LinearReluInplace, LayerNorm, BatchNorm, Gelu, Relu, Tanh, Dropout, Softmax, Attention, Bmm,
-  InplaceMul, SliceInplace, ViewRoundTrip, SliceCat, Residual, RandNoise, Bernoulli, Sub, Functional,
+  Linear,
+  LinearReluInplace,
+  LayerNorm,
+  BatchNorm,
+  Gelu,
+  Relu,
+  Tanh,
+  Dropout,
+  Softmax,
+  Attention,
+  Bmm,
+  InplaceMul,
+  SliceInplace,
+  ViewRoundTrip,
+  SliceCat,
+  Residual,
+  RandNoise,
+  Bernoulli,
+  Sub,
+  Functional,
   SharedBn,      // the case's shared BatchNorm (CaseDesc::shared_bn)
   SharedBnIdle,  // cur + shared BatchNorm of an all-zero batch: its running mean stays where it was
 };
 
 struct OpDesc {
   OpKind kind;
-  int arg = 0;  // Sub: child index; Functional: how many following ops it wraps; Dropout: p in tenths
+  int arg =
+      0;  // Sub: child index; Functional: how many following ops it wraps; Dropout: p in tenths
   RegionDesc region;  // Functional
   std::string str() const;
 };
@@ -79,15 +98,15 @@ struct CaseDesc {
   std::vector<BlockDesc> blocks;
   int steps = 2;
   bool autocast = false;
-  bool retain = false;  // retain_graph and a second backward
-  bool eval = false;  // forward in eval mode
-  bool eval_switch = false;  // mode flipped between forward and backward
-  bool async_save = false;  // AsyncSaveOnCpu around the forward
+  bool retain = false;        // retain_graph and a second backward
+  bool eval = false;          // forward in eval mode
+  bool eval_switch = false;   // mode flipped between forward and backward
+  bool async_save = false;    // AsyncSaveOnCpu around the forward
   bool async_groups = false;  // one SwapGroupScope per top-level block
   int es_guard = 0;  // 0: none, 1: set_checkpoint_early_stop(true), 2: (false) around the forward
   bool adam = false;
-  bool x_grad = false;  // the input requires grad
-  bool nograd = false;  // an eval forward without grad after the steps
+  bool x_grad = false;   // the input requires grad
+  bool nograd = false;   // an eval forward without grad after the steps
   int64_t prefetch = 1;  // SwapOptions::prefetch_groups of the case's manager
   // Per top-level block: called twice per step; the shared BatchNorm called outside any region
   // just before it (1) or just after it (2), or not (0).
@@ -121,7 +140,8 @@ struct RandBlockImpl : torch::nn::Module {
 };
 
 struct RandModelImpl : torch::nn::Module {
-  RandModelImpl(const CaseDesc& desc, bool checkpointed, std::shared_ptr<recompose::SwapManager> manager);
+  RandModelImpl(const CaseDesc& desc, bool checkpointed,
+                std::shared_ptr<recompose::SwapManager> manager);
   torch::Tensor forward(torch::Tensor x, recompose::SwapManager* groups);
   std::vector<std::shared_ptr<RandBlockImpl>> blocks;
   std::vector<bool> twice;

@@ -33,8 +33,9 @@ TORCH_MODULE(TinyBlock);
 
 // Every supported argument kind at once.
 struct MixedArgsImpl : torch::nn::Module {
-  torch::Tensor forward(torch::Tensor x, std::optional<torch::Tensor> bias, std::vector<torch::Tensor> extra,
-                        std::tuple<torch::Tensor, double> scaled, std::pair<int64_t, std::string> tag, Mode mode) {
+  torch::Tensor forward(torch::Tensor x, std::optional<torch::Tensor> bias,
+                        std::vector<torch::Tensor> extra, std::tuple<torch::Tensor, double> scaled,
+                        std::pair<int64_t, std::string> tag, Mode mode) {
     RECOMPOSE_FORWARD(x, bias, extra, scaled, tag, mode);
     last_tag = tag.second;
     torch::Tensor y = mode == Mode::Add ? x + std::get<0>(scaled) * std::get<1>(scaled)

@@ -36,7 +36,8 @@ inline void check_backward_calls_share_one_recomputation(const torch::Tensor& x)
     CAPTURE(grouped);
     x.mutable_grad() = torch::Tensor();
     auto heads = std::make_shared<TwoHeads>();
-    auto [a, b] = recompose::checkpoint([heads](const torch::Tensor& in) { return (*heads)(in); }, x);
+    auto [a, b] =
+        recompose::checkpoint([heads](const torch::Tensor& in) { return (*heads)(in); }, x);
     CHECK(heads->runs == 1);
     {
       std::optional<recompose::GraphExecGroup> group;

@@ -14,8 +14,8 @@
 //
 //   struct Batch { at::Tensor tokens; int64_t pad; };
 //   template <> struct recompose::hooks::ArgTraits<Batch> {
-//     static void flatten(const Batch& b, std::vector<at::Tensor>& out) { out.push_back(b.tokens); }
-//     static Batch rebuild(const Batch& like, recompose::hooks::LeafCursor& c) {
+//     static void flatten(const Batch& b, std::vector<at::Tensor>& out) { out.push_back(b.tokens);
+//     } static Batch rebuild(const Batch& like, recompose::hooks::LeafCursor& c) {
 //       return Batch{c.next(), like.pad};
 //     }
 //   };
@@ -43,7 +43,8 @@ class LeafCursor {
   const at::Tensor& next() {
     if (pos_ >= leaves_.size()) {
       throw std::invalid_argument(
-          "recompose: fewer replacement tensors than the stored call has leaves; pass one tensor per leaf, in "
+          "recompose: fewer replacement tensors than the stored call has leaves; pass one tensor "
+          "per leaf, in "
           "flatten order");
     }
     return leaves_[pos_++];
@@ -124,8 +125,8 @@ struct ArgTraits<std::tuple<Ts...>, std::enable_if_t<(Flattenable<Ts> && ...)>> 
   }
   static std::tuple<Ts...> rebuild(const std::tuple<Ts...>& like, LeafCursor& c) {
     // Braced initialisation evaluates left to right, so leaves are consumed in flatten order.
-    return std::apply([&](const Ts&... e) { return std::tuple<Ts...>{ArgTraits<Ts>::rebuild(e, c)...}; },
-                      like);
+    return std::apply(
+        [&](const Ts&... e) { return std::tuple<Ts...>{ArgTraits<Ts>::rebuild(e, c)...}; }, like);
   }
 };
 

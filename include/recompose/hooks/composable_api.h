@@ -8,7 +8,8 @@
 //   const recompose::hooks::ComposableApi<CounterState> counter("my.counter", "my::apply_counter");
 //   counter.apply(*block, std::make_shared<CounterState>(),
 //                 [](recompose::hooks::ApiHooks& hooks, std::weak_ptr<CounterState> state) {
-//     hooks.pre([state](recompose::hooks::ForwardCall&) { if (auto s = state.lock()) ++s->calls; });
+//     hooks.pre([state](recompose::hooks::ForwardCall&) { if (auto s = state.lock()) ++s->calls;
+//     });
 //   });
 //   block(x);
 //   counter.state(*block)->calls;        // 1
@@ -58,7 +59,8 @@ void require_annotated_forward(const torch::nn::Module& module, std::string_view
 // together when the API is removed or its apply fails.
 class ApiHooks {
  public:
-  ApiHooks(torch::nn::Module& module, std::string owner) : module_(&module), owner_(std::move(owner)) {}
+  ApiHooks(torch::nn::Module& module, std::string owner)
+      : module_(&module), owner_(std::move(owner)) {}
   // Registers a forward pre-/post-hook; `options.owner` is replaced by the API's name.
   void pre(ForwardHook hook, HookOptions options = {});
   void post(ForwardHook hook, HookOptions options = {});
@@ -98,7 +100,8 @@ std::string type_name_of() {
 // then the exception goes on. Returns how many modules were applied; none is a
 // std::invalid_argument naming `api_function` ("recompose::apply_checkpoint_to") and `type_name`:
 // applying to nothing is a mistake the user would otherwise not see.
-int64_t apply_to_matching(torch::nn::Module& root, std::string_view api_function, const std::string& type_name,
+int64_t apply_to_matching(torch::nn::Module& root, std::string_view api_function,
+                          const std::string& type_name,
                           const std::function<bool(const torch::nn::Module&)>& match,
                           const std::function<void(torch::nn::Module&)>& apply,
                           const std::function<void(torch::nn::Module&)>& undo);
@@ -124,7 +127,9 @@ class ComposableApi {
   // `api_function`: the public function that applies it, named in error messages
   // ("recompose::apply_checkpoint"). `advice`: what to use instead on a LibTorch module.
   ComposableApi(std::string name, std::string api_function, BuiltinModuleAdvice advice = {})
-      : name_(std::move(name)), api_function_(std::move(api_function)), advice_(std::move(advice)) {}
+      : name_(std::move(name)),
+        api_function_(std::move(api_function)),
+        advice_(std::move(advice)) {}
 
   const std::string& name() const { return name_; }
 
@@ -135,11 +140,13 @@ class ComposableApi {
   // API is already applied to it. If `install` throws, the hooks it registered are removed and
   // the state detached before the exception goes on: the module is left as it was.
   template <class Install>
-  std::shared_ptr<State> apply(torch::nn::Module& module, std::shared_ptr<State> state, Install&& install) const {
+  std::shared_ptr<State> apply(torch::nn::Module& module, std::shared_ptr<State> state,
+                               Install&& install) const {
     require_annotated_forward(module, api_function_, advice_);
-    auto applied = attach_state(module, name_,
-                                std::make_shared<detail::AppliedApi<State>>(
-                                    detail::AppliedApi<State>{std::move(state), ApiHooks(module, name_)}));
+    auto applied =
+        attach_state(module, name_,
+                     std::make_shared<detail::AppliedApi<State>>(
+                         detail::AppliedApi<State>{std::move(state), ApiHooks(module, name_)}));
     try {
       std::forward<Install>(install)(applied->hooks, std::weak_ptr<State>(applied->state));
     } catch (...) {
@@ -167,9 +174,10 @@ class ComposableApi {
     return applied ? applied->state : nullptr;
   }
 
-  // As state(), but throws CheckpointError naming `function` (the caller, "recompose::offload_stats")
-  // and the apply function when the API is not applied.
-  std::shared_ptr<State> state_or_throw(const torch::nn::Module& module, std::string_view function) const {
+  // As state(), but throws CheckpointError naming `function` (the caller,
+  // "recompose::offload_stats") and the apply function when the API is not applied.
+  std::shared_ptr<State> state_or_throw(const torch::nn::Module& module,
+                                        std::string_view function) const {
     auto s = state(module);
     if (!s) detail::throw_not_applied(module, function, api_function_);
     return s;

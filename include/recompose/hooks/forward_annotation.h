@@ -112,7 +112,8 @@ class TypedStoredCall final : public StoredCall {
                                  std::string_view suppressed_owner) const override {
     return run</*kOutput=*/true>(leaves, suppressed_owner);
   }
-  void rerun(const std::vector<at::Tensor>& leaves, std::string_view suppressed_owner) const override {
+  void rerun(const std::vector<at::Tensor>& leaves,
+             std::string_view suppressed_owner) const override {
     run</*kOutput=*/false>(leaves, suppressed_owner);
   }
 
@@ -122,23 +123,26 @@ class TypedStoredCall final : public StoredCall {
  private:
   // Runs the forward again; returns the output's leaves if kOutput.
   template <bool kOutput>
-  std::conditional_t<kOutput, std::vector<at::Tensor>, void> run(const std::vector<at::Tensor>& leaves,
-                                                                 std::string_view suppressed_owner) const {
+  std::conditional_t<kOutput, std::vector<at::Tensor>, void> run(
+      const std::vector<at::Tensor>& leaves, std::string_view suppressed_owner) const {
     if (leaves.empty() && !has_tensors_ && !probe_.empty()) {
       throw std::invalid_argument(
-          "recompose: this call was stored without its tensors; pass the replacement leaves to invoke()");
+          "recompose: this call was stored without its tensors; pass the replacement leaves to "
+          "invoke()");
     }
     if (!leaves.empty() && leaves.size() != probe_.size()) {
-      throw std::invalid_argument("recompose: StoredCall::invoke got " + std::to_string(leaves.size()) +
-                                  " tensors for a call with " + std::to_string(probe_.size()) + " tensor leaves");
+      throw std::invalid_argument("recompose: StoredCall::invoke got " +
+                                  std::to_string(leaves.size()) + " tensors for a call with " +
+                                  std::to_string(probe_.size()) + " tensor leaves");
     }
     OwnerSuppression off(*module_, suppressed_owner);
     if (leaves.empty()) {
       return std::apply([&](const Vs&... a) { return call<kOutput>(a...); }, args_);
     }
     LeafCursor cursor(leaves);
-    std::tuple<Vs...> rebuilt =
-        std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; }, args_);
+    std::tuple<Vs...> rebuilt = std::apply(
+        [&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; },
+        args_);
     return std::apply([&](Vs&... a) { return call<kOutput>(a...); }, rebuilt);
   }
 
@@ -177,17 +181,19 @@ class TypedCallArguments final : public CallArguments {
   std::shared_ptr<StoredCall> store(bool keep_tensors) const override {
     std::vector<at::Tensor> probe = leaves();
     if (keep_tensors) {
-      std::tuple<Vs...> copy = std::apply([](const Vs&... a) { return std::tuple<Vs...>{a...}; }, args_);
-      return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(copy), true,
-                                                          std::move(probe));
+      std::tuple<Vs...> copy =
+          std::apply([](const Vs&... a) { return std::tuple<Vs...>{a...}; }, args_);
+      return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(copy),
+                                                          true, std::move(probe));
     }
     // Same structure, undefined tensors: holds no memory.
     for (auto& t : probe) t = at::Tensor();
     LeafCursor cursor(probe);
-    std::tuple<Vs...> blank =
-        std::apply([&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; }, args_);
-    return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(blank), false,
-                                                        std::move(probe));
+    std::tuple<Vs...> blank = std::apply(
+        [&](const Vs&... a) { return std::tuple<Vs...>{ArgTraits<Vs>::rebuild(a, cursor)...}; },
+        args_);
+    return std::make_shared<TypedStoredCall<Fn, Vs...>>(keep_alive(module_), fn_, std::move(blank),
+                                                        false, std::move(probe));
   }
 
  private:
@@ -245,12 +251,11 @@ class ForwardGate {
 
 }  // namespace recompose::hooks::detail
 
-#define RECOMPOSE_FORWARD(...)                                                                     \
-  if (::recompose::hooks::detail::ForwardGate recompose_forward_gate_{                             \
-          *this, ::recompose::hooks::detail::AnnotatedType<                                        \
-                     std::remove_cvref_t<decltype(*this)>>::registered};                           \
-      recompose_forward_gate_.intercepts())                                                        \
-  return recompose_forward_gate_.run(                                                              \
-      [this](auto&&... recompose_args_) -> decltype(auto) {                                        \
-        return this->forward(std::forward<decltype(recompose_args_)>(recompose_args_)...);         \
-      } __VA_OPT__(, ) __VA_ARGS__)
+#define RECOMPOSE_FORWARD(...)                                                             \
+  if (::recompose::hooks::detail::ForwardGate recompose_forward_gate_{                     \
+          *this, ::recompose::hooks::detail::AnnotatedType<                                \
+                     std::remove_cvref_t<decltype(*this)>>::registered};                   \
+      recompose_forward_gate_.intercepts())                                                \
+  return recompose_forward_gate_.run([this](auto&&... recompose_args_) -> decltype(auto) { \
+    return this->forward(std::forward<decltype(recompose_args_)>(recompose_args_)...);     \
+  } __VA_OPT__(, ) __VA_ARGS__)

@@ -37,7 +37,8 @@ class StoredCall {
 
   // As invoke(), for a caller that does not need the output (a recomputation, whose tensors
   // reach it through saved-tensor hooks): the output is dropped without being flattened.
-  virtual void rerun(const std::vector<at::Tensor>& leaves, std::string_view suppressed_owner) const = 0;
+  virtual void rerun(const std::vector<at::Tensor>& leaves,
+                     std::string_view suppressed_owner) const = 0;
 
   // Number of tensor leaves in the arguments.
   virtual std::size_t leaf_count() const = 0;
@@ -73,7 +74,9 @@ class ForwardCall {
 
   // A copy of this call that can be run again later (see StoredCall). With keep_tensors = false
   // the tensors are not kept (so no memory is held); invoke() must then be given the leaves.
-  std::shared_ptr<StoredCall> store(bool keep_tensors = true) const { return args_.store(keep_tensors); }
+  std::shared_ptr<StoredCall> store(bool keep_tensors = true) const {
+    return args_.store(keep_tensors);
+  }
 
   // Post-hooks only: the output's tensor leaves (empty if the output type has no ArgTraits, or
   // if the body threw).

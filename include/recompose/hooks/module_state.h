@@ -35,8 +35,8 @@ class CompositionError : public CheckpointError {
 };
 
 namespace detail {
-void attach_state_erased(torch::nn::Module& module, std::string_view api, std::shared_ptr<void> state,
-                         std::type_index type);
+void attach_state_erased(torch::nn::Module& module, std::string_view api,
+                         std::shared_ptr<void> state, std::type_index type);
 std::shared_ptr<void> find_state_erased(const torch::nn::Module& module, std::string_view api,
                                         std::type_index type);
 }  // namespace detail
