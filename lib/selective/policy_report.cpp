@@ -4,6 +4,7 @@
 // and the RNG state put back after each run.
 #include "dispatch_interceptor.h"
 #include "engine/rng_state.h"
+#include "format_bytes.h"
 #include "ignored_ops.h"
 #include "policy_warnings.h"
 
@@ -111,17 +112,7 @@ detail::ForwardState rng_state_of(const std::vector<std::shared_ptr<torch::nn::M
   return detail::capture_forward_state(params, /*preserve_rng=*/true);
 }
 
-std::string format_bytes(int64_t bytes) {
-  char buffer[32];
-  if (bytes >= (int64_t{1} << 20)) {
-    std::snprintf(buffer, sizeof buffer, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(buffer, sizeof buffer, "%.1f KiB", static_cast<double>(bytes) / 1024);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%lld B", static_cast<long long>(bytes));
-  }
-  return buffer;
-}
+using detail::format_bytes;
 
 const char* decision_name(const PolicyReportOp& op) {
   if (!op.shown_to_policy) return "always recomputed";

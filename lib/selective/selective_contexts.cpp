@@ -10,6 +10,7 @@
 #include "draw_mask.h"
 #include "engine/internal_ops.h"
 #include "engine/saved_tensor_replay.h"
+#include "format_bytes.h"
 #include "forward_trace.h"
 #include "generator_effect.h"
 #include "replay_stats.h"
@@ -348,18 +349,6 @@ bool first_warning_of(size_t signature) {
   return w.warned.size() < kMostWarnings && w.warned.insert(signature).second;
 }
 
-std::string readable_bytes(int64_t bytes) {
-  char buffer[32];
-  if (bytes >= (int64_t{1} << 20)) {
-    std::snprintf(buffer, sizeof buffer, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(buffer, sizeof buffer, "%.1f KiB", static_cast<double>(bytes) / 1024);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%lld B", static_cast<long long>(bytes));
-  }
-  return buffer;
-}
-
 // At the end of a region's forward, when every decision was made and every tensor saved.
 void warn_about_policy(const SacState& s) {
   if (s.decisions == 0 || policy_warnings_off) return;
@@ -377,9 +366,10 @@ void warn_about_policy(const SacState& s) {
   if (s.kept_device_bytes <= plain) return;
   if (!first_warning_of(s.op_signature ^ 0x9e3779b97f4a7c15ull)) return;
   TORCH_WARN(
-      "recompose: selective checkpoint: the policy keeps ", readable_bytes(s.kept_device_bytes),
+      "recompose: selective checkpoint: the policy keeps ",
+      detail::format_bytes(s.kept_device_bytes),
       " of op outputs in a region's forward (the first kept: ", s.first_kept_op,
-      "), more than no checkpointing would hold there (", readable_bytes(plain),
+      "), more than no checkpointing would hold there (", detail::format_bytes(plain),
       " saved by autograd): checkpointing this region costs memory. Keep fewer ops, ones whose "
       "outputs backward reads (recompose::inspect_policy(policy, module, input) shows what each op "
       "keeps), or do not checkpoint the region.");

@@ -229,6 +229,21 @@ def learning_rate(peak, step, steps):
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(3.141592653589793 * progress)))
 
 
+def begin_step(a, step, optimizer, data, batches, cuda):
+    """What every step does before its forward: the learning rate, the batch, cleared gradients and,
+    on CUDA, a fresh peak. Returns (inputs, targets, bytes allocated at rest or None)."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(a.lr, step, a.steps)
+    inputs, targets = data.batch(a.batch, batches)
+    inputs, targets = inputs.to(a.device), targets.to(a.device)
+    optimizer.zero_grad()
+    if not cuda:
+        return inputs, targets, None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return inputs, targets, torch.cuda.memory_allocated()
+
+
 # ---- torch.compile under activation_memory_budget (issue 27) ----
 
 def compiled_run(a, data, budget, make_model, cuda):
@@ -251,15 +266,7 @@ def compiled_run(a, data, budget, make_model, cuda):
     batches = torch.Generator().manual_seed(a.seed)
     out = []
     for step in range(1, a.steps + 1):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(a.lr, step, a.steps)
-        inputs, targets = data.batch(a.batch, batches)
-        inputs, targets = inputs.to(a.device), targets.to(a.device)
-        optimizer.zero_grad()
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            resting = torch.cuda.memory_allocated()
+        inputs, targets, resting = begin_step(a, step, optimizer, data, batches, cuda)
         t0 = time.perf_counter()
         loss = loss_of(inputs, targets)
         loss.backward()
@@ -376,16 +383,7 @@ def main():
 
     losses, seconds, cpu, faults, peaks = [], [], [], [], []
     for step in range(1, a.steps + 1):
-        lr = learning_rate(a.lr, step, a.steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        inputs, targets = data.batch(a.batch, batches)
-        inputs, targets = inputs.to(a.device), targets.to(a.device)
-        optimizer.zero_grad()
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            resting = torch.cuda.memory_allocated()
+        inputs, targets, resting = begin_step(a, step, optimizer, data, batches, cuda)
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0, c0 = time.perf_counter(), time.process_time()
         with around():
