@@ -53,6 +53,10 @@ class CacheEntry {
   // op writes into). Offloaded storages are only compared, never read: they may be gone.
   c10::SmallVector<const c10::StorageImpl*, 4> storages() const;
 
+  // Device bytes the kept tensors hold (each storage once; offloaded ones hold none): what the
+  // entry adds to selective_checkpoint_bytes_kept().
+  int64_t bytes() const { return bytes_; }
+
   // The kept tensors are copies only this entry holds (copy_on_write ran): once it is released,
   // the tensors replay() handed out are their holder's alone.
   bool private_copies() const { return written_after_capture_; }

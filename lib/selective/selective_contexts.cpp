@@ -69,9 +69,8 @@ struct SacState {
   int64_t decisions = 0;
   std::string first_decided_op;
   size_t op_signature = 0;
-  // Bytes of the outputs kept on the device (each storage once), for the holds-more warning.
+  // Device bytes of the kept outputs at capture (CacheEntry::bytes), for the holds-more warning.
   int64_t kept_device_bytes = 0;
-  std::unordered_set<const c10::StorageImpl*> kept_device_storages;
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
   // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
@@ -191,9 +190,9 @@ class CachingInterceptor final : public detail::OpInterceptor {
         rng->after();
         slot.rng = std::make_unique<detail::GeneratorEffect>(std::move(*rng));
       }
-      if (decision != CheckpointPolicy::MUST_SWAP) count_kept_bytes(ctx.outputs);
       slot.entry = detail::CacheEntry::capture(
           ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
+      s_.kept_device_bytes += slot.entry.bytes();
       for (const c10::StorageImpl* st : slot.entry.storages()) {
         s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
       }
@@ -206,22 +205,6 @@ class CachingInterceptor final : public detail::OpInterceptor {
   }
 
  private:
-  void count_kept_bytes(c10::ArrayRef<c10::IValue> outputs) {
-    auto count = [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage() &&
-          s_.kept_device_storages.insert(t.storage().unsafeGetStorageImpl()).second) {
-        s_.kept_device_bytes += static_cast<int64_t>(t.storage().nbytes());
-      }
-    };
-    for (const c10::IValue& v : outputs) {
-      if (v.isTensor()) {
-        count(v.toTensor());
-      } else if (v.isTensorList()) {
-        for (const at::Tensor& t : v.toTensorList()) count(t);
-      }
-    }
-  }
-
   // An op about to write into the storage of a kept output (possibly through a TensorImpl with
   // its own version counter, as aten::_unsafe_view's output in a 3-d nn::Linear with bias): keep
   // a copy instead, so that the recomputation gets the value the op produced, and writes into
