@@ -244,6 +244,17 @@ def begin_step(a, step, optimizer, data, batches, cuda):
     return inputs, targets, torch.cuda.memory_allocated()
 
 
+def end_step(model, optimizer, loss, cuda):
+    """What every step does after its backward: clipped gradients, the optimizer's step, the loss
+    read back (which waits for the step) and, on CUDA, the device drained. Returns the loss."""
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    value = loss.item()
+    if cuda:
+        torch.cuda.synchronize()
+    return value
+
+
 # ---- torch.compile under activation_memory_budget (issue 27) ----
 
 def compiled_run(a, data, budget, make_model, cuda):
@@ -270,11 +281,7 @@ def compiled_run(a, data, budget, make_model, cuda):
         t0 = time.perf_counter()
         loss = loss_of(inputs, targets)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        value = loss.item()
-        if cuda:
-            torch.cuda.synchronize()
+        value = end_step(model, optimizer, loss, cuda)
         out.append((time.perf_counter() - t0, torch.cuda.max_memory_allocated() - resting if cuda else None))
         if not a.quiet:
             print(f"budget {budget:.2f} step {step:4d}  loss {value:.9g}  {out[-1][0] * 1e3:.1f} ms")
@@ -391,11 +398,8 @@ def main():
                 logits = model(inputs)
                 loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        value = loss.item()
+        value = end_step(model, optimizer, loss, cuda)
         if cuda:
-            torch.cuda.synchronize()
             peaks.append(torch.cuda.max_memory_allocated() - resting)
         seconds.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
