@@ -137,6 +137,35 @@ class DrawCounter {
   at::CallbackHandle handle_;
 };
 
+// Counts the calls of one op, by name ("aten::clone"), dispatched on this thread while alive
+// (each call may be seen at several dispatch levels: compare counts with zero, or before/after).
+thread_local const char* g_counted_name = nullptr;
+thread_local int64_t g_counted = 0;
+class OpCallCounter {
+ public:
+  explicit OpCallCounter(const char* name) {
+    g_counted_name = name;
+    g_counted = 0;
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                       -> std::unique_ptr<at::ObserverContext> {
+          if (g_counted_name != nullptr && std::strcmp(fn.name(), g_counted_name) == 0)
+            ++g_counted;
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~OpCallCounter() {
+    at::removeCallback(handle_);
+    g_counted_name = nullptr;
+  }
+  OpCallCounter(const OpCallCounter&) = delete;
+  OpCallCounter& operator=(const OpCallCounter&) = delete;
+  int64_t calls() const { return g_counted; }
+
+ private:
+  at::CallbackHandle handle_;
+};
+
 }  // namespace
 
 TEST_SUITE("selective replay") {
@@ -343,6 +372,97 @@ TEST_SUITE("selective replay") {
       recompose::set_selective_replay_enabled(true);
       CHECK(stats.replayed == 0);
       CHECK(stats.fallbacks == 1);
+    }
+  }
+
+  TEST_CASE(
+      "an in-place write into a kept output nothing read since is carried: no copy in the "
+      "forward, not written again by the replay or by a recomputation") {
+    // mm is kept; mul_ writes into its output before any op reads it (a Linear's bias, sdpa's
+    // mask); gelu saves the written value (neg saves nothing). The kept output holds it: the
+    // replay runs nothing, the forward copies nothing, a recomputation takes the kept value and
+    // does not write again (writing again would double the values: the gradients would differ).
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor y = torch::mm(p[0], p[1]);
+      y.mul_(2);
+      return torch::gelu(y).neg();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+    const auto policy = with(SelectivePolicy({"aten::mm"}));
+    {
+      auto ckpt = copies(leaves);
+      OpCallCounter clones("aten::clone");
+      torch::Tensor y = recompose::checkpoint(
+          policy, [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+      CHECK(clones.calls() == 0);  // no copy of the kept output
+      const auto stats = check_against_plain(fn, leaves, policy);
+      CHECK(stats.replayed == 1);
+      CHECK(stats.ops_run == 0);  // gelu's saved input is the kept, written output
+    }
+    SUBCASE("a recomputation that runs the forward again") {
+      recompose::set_selective_replay_enabled(false);
+      auto ckpt = copies(leaves);
+      torch::Tensor y = recompose::checkpoint(
+          policy, [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+      y.square().sum().backward();
+      recompose::set_selective_replay_enabled(true);
+      auto plain = copies(leaves);
+      fn(plain).square().sum().backward();
+      CHECK(bitwise_equal(grads_of(ckpt), grads_of(plain)));
+    }
+  }
+
+  TEST_CASE("a write into a kept output after an op read it keeps a copy of the value before") {
+    // mul reads mm's output before mul_ writes into it: the replay needs the value before the
+    // write for it, which the kept output must hold (a copy), and replays the write on another
+    // copy for gelu.
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor y = torch::mm(p[0], p[1]);
+      torch::Tensor s = y * 3;  // saves nothing of y; exp saves its result, which needs s
+      y.mul_(2);
+      return torch::gelu(y) + s.exp();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+    for (bool replay : {true, false}) {
+      CAPTURE(replay);
+      recompose::set_selective_replay_enabled(replay);
+      OpCallCounter clones("aten::clone");
+      const auto stats = check_against_plain(fn, leaves, with(SelectivePolicy({"aten::mm"})));
+      recompose::set_selective_replay_enabled(true);
+      CHECK(clones.calls() > 0);
+      CHECK(stats.replayed == (replay ? 1 : 0));
+    }
+  }
+
+  TEST_CASE("_safe_softmax is replayed as softmax when no row was fully masked, bitwise") {
+    // sdpa's math path: softmax with the rows whose inputs are all -inf set to zero. sin saves the
+    // result. Without a fully masked row the replay runs softmax alone; with one, _safe_softmax
+    // itself (softmax would give that row NaN, and the gradients would differ).
+    for (bool masked_row : {false, true}) {
+      CAPTURE(masked_row);
+      const Fn fn = [&](const std::vector<torch::Tensor>& p) {
+        torch::Tensor mask = torch::ones({4, 6}, torch::kBool).triu(1);
+        if (masked_row) mask[2].fill_(true);
+        torch::Tensor scores = (p[0] * 2).masked_fill(mask, -INFINITY);
+        return at::_safe_softmax(scores, -1).sin();
+      };
+      torch::manual_seed(0);
+      const std::vector<torch::Tensor> leaves = {torch::randn({4, 6})};
+      auto ckpt = copies(leaves);
+      torch::Tensor y = recompose::checkpoint(
+          with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
+          [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+      recompose::reset_selective_replay_stats();
+      OpCallCounter safe("aten::_safe_softmax");
+      y.square().sum().backward();
+      CHECK(recompose::selective_replay_stats().replayed == 1);
+      CHECK((safe.calls() > 0) == masked_row);
+      auto plain = copies(leaves);
+      fn(plain).square().sum().backward();
+      CHECK(bitwise_equal(grads_of(ckpt), grads_of(plain)));
+      CHECK_FALSE(ckpt[0].grad().isnan().any().item<bool>());
     }
   }
 

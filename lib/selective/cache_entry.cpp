@@ -28,6 +28,16 @@ at::Tensor alias_of(const at::Tensor& t) {
                                                   /*allow_tensor_metadata_change=*/false));
 }
 
+// A new TensorImpl on the same storage with a version counter of its own: what a recomputation
+// gets from an entry that carries the forward's later writes (accept_write), which it skips but
+// autograd still counts (ADInplaceOrView bumps the counter of the tensor handed out): the count
+// must not reach the forward's tensors, which other entries may still check.
+at::Tensor with_own_version(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
+      c10::VariableVersion(/*version=*/0), /*allow_tensor_metadata_change=*/false));
+}
+
 // Applies f to every tensor of v (tensors, tensor lists, optional-tensor lists).
 template <class F>
 c10::IValue map_tensors(const c10::IValue& v, F&& f) {
@@ -66,6 +76,7 @@ CacheEntry::CacheEntry(CacheEntry&& other) noexcept
       swapped_storages_(std::move(other.swapped_storages_)),
       swap_(other.swap_),
       written_after_capture_(other.written_after_capture_),
+      carries_writes_(other.carries_writes_),
       bytes_(other.bytes_),
       charge_(std::move(other.charge_)) {
   other.bytes_ = 0;
@@ -80,6 +91,7 @@ CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
     swapped_storages_ = std::move(other.swapped_storages_);
     swap_ = other.swap_;
     written_after_capture_ = other.written_after_capture_;
+    carries_writes_ = other.carries_writes_;
     bytes_ = other.bytes_;
     charge_ = std::move(other.charge_);
     other.bytes_ = 0;
@@ -136,7 +148,7 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
       const auto& swapped = swapped_[j++];
       // get() waits for (or launches) the reload; the stream that needs it waits on its event.
       // Its copies are recompose's ops: no region may record them.
-      if (!swapped) return alias_of(t);
+      if (!swapped) return carries_writes_ ? with_own_version(t) : alias_of(t);
       InternalOpsGuard internal;
       // A reload may be shared with other entries (another region that kept the same output):
       // one the recomputation will write into must be a copy of its own.
@@ -191,6 +203,21 @@ void CacheEntry::copy_on_write() {
   }
   swapped_storages_.clear();
   account();
+}
+
+void CacheEntry::accept_write() {
+  carries_writes_ = true;
+  versions_.clear();
+  for (const c10::IValue& v : values_) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (t.defined()) versions_.push_back(version_of(t));
+      return t;
+    });
+  }
+}
+
+bool CacheEntry::offloaded() const {
+  return std::any_of(swapped_.begin(), swapped_.end(), [](const auto& s) { return s != nullptr; });
 }
 
 c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::storages() const {

@@ -34,7 +34,8 @@ class CacheEntry {
   static CacheEntry capture(c10::ArrayRef<c10::IValue> outputs, Offloader* swap = nullptr);
 
   // Pushes the kept outputs onto `stack`, each tensor as a fresh detached alias (a TensorImpl
-  // nobody else uses, as OpInterceptor requires). Throws CheckpointError naming `op` if a kept
+  // nobody else uses, as OpInterceptor requires; with a version counter of its own once the
+  // entry carries writes, see accept_write). Throws CheckpointError naming `op` if a kept
   // tensor was modified in place since capture() and !allow_mutation.
   void replay(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
               torch::jit::Stack* stack) const;
@@ -48,6 +49,14 @@ class CacheEntry {
   // of the same forward writes into their storage through another TensorImpl, whose version
   // counter the replay check would not see (e.g. aten::_unsafe_view followed by add_).
   void copy_on_write();
+
+  // An op of the same forward wrote into a kept tensor, and the entry keeps the value after the
+  // write (ForwardTrace::carry_write): records the versions anew, so that only writes after the
+  // forward count as modifications. Only for entries that offloaded nothing (offloaded()).
+  void accept_write();
+
+  // Some kept tensor was offloaded (MUST_SWAP): its host copy holds the value at capture.
+  bool offloaded() const;
 
   // The storages of the kept tensors, offloaded ones included (to find the entries an in-place
   // op writes into). Offloaded storages are only compared, never read: they may be gone.
@@ -75,6 +84,10 @@ class CacheEntry {
   // The forward wrote into these outputs after they were kept (copy_on_write ran): the
   // recomputation will write into the replayed ones too.
   bool written_after_capture_ = false;
+  // The forward wrote into these outputs after they were kept and the entry holds the values
+  // after the writes (accept_write): replay() hands out tensors with version counters of their
+  // own.
+  bool carries_writes_ = false;
   int64_t bytes_ = 0;   // counted in selective_checkpoint_bytes_kept()
   MeterCharge charge_;  // the same bytes, charged to the meters of the forward thread
   void account();

@@ -1,6 +1,7 @@
 #include "forward_trace.h"
 
 #include "engine/kernels_only.h"
+#include "replay_substitute.h"
 
 #include <ATen/core/List.h>
 #include <ATen/ops/as_strided.h>
@@ -203,14 +204,51 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
     node.created.emplace_back(k, id);
   });
   for (uint32_t s : node.writes) storages_[s].writers.push_back(n);
+  // The versions this op read are needed again if it runs again (in a replay, or in a forward run
+  // again). An op that returns only tensors on storages known before (_unsafe_view) makes no
+  // value of its own: its reads do not count (item's, equal's do).
+  bool makes_values = !node.created.empty() || !node.writes.empty();
+  for (std::size_t i = stack.size() - node.op.schema().returns().size(); i < stack.size(); ++i) {
+    makes_values = makes_values || !(stack[i].isTensor() || stack[i].isTensorList());
+  }
+  if (makes_values) {
+    for (const TensorUse& u : node.uses) {
+      if (u.storage < TensorUse::kUnsupported) storages_[u.storage].read = true;
+    }
+  }
   node.kept_calls = kept_calls;
   node.kept_slot = kept_slot;
+  if (kept_calls == nullptr && has_cheaper_replay(node.op) && !node.unsupported) {
+    c10::SmallVector<c10::IValue, 4> constants;
+    for (const Arg& arg : node.args) constants.push_back(arg.constant);
+    const std::size_t n_out = node.op.schema().returns().size();
+    if (n_out > 0 && n_out <= stack.size() && stack[stack.size() - n_out].isTensor()) {
+      node.replay_as =
+          cheaper_replay_op(node.op, constants, stack[stack.size() - n_out].toTensor());
+    }
+  }
   node.rng = std::move(rng);
   if (draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor &&
       node.args[0].count == 1) {
     node.draw = std::move(draw);  // written into the first argument, as bernoulli_ draws into self
   }
   node.complete = true;
+}
+
+bool ForwardTrace::kept_output_unread(const at::Tensor& written, const OpCalls* calls,
+                                      uint32_t slot) const {
+  if (poisoned_ || pending_ || !written.has_storage()) return false;
+  auto it = index_.find(written.storage().unsafeGetStorageImpl());
+  if (it == index_.end()) return false;
+  const Storage& s = storages_[it->second];
+  return s.source == Storage::Source::Op && nodes_[s.op].kept_calls == calls &&
+         nodes_[s.op].kept_slot == slot && !s.read;
+}
+
+void ForwardTrace::carry_write(const at::Tensor& written) {
+  Storage& s = storages_[index_.at(written.storage().unsafeGetStorageImpl())];
+  s.kept_version = static_cast<uint32_t>(s.writers.size());
+  s.read = false;  // the writer's own read of the value before is behind the kept value now
 }
 
 void ForwardTrace::release_draws() {
@@ -222,6 +260,7 @@ void ForwardTrace::saved(std::size_t index, const at::Tensor& tensor) {
   const uint32_t id = saved_.back().use.storage;
   if (id >= storages_.size()) return;  // undefined or unsupported
   Storage& s = storages_[id];
+  s.read = true;
   if (s.source == Storage::Source::Op && !s.saved) {
     s.saved = true;
     saved_bytes_from_ops_ += static_cast<int64_t>(tensor.storage().nbytes());
@@ -254,15 +293,19 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
             "a tensor it needs has no strided storage or has its conjugate or negative bit set"};
       }
       const Storage& s = storages_[use.storage];
-      if (use.version > 0) {
+      if (s.source == Storage::Source::Op && use.version == s.kept_version) {
+        run[s.op] = 1;  // what its op made, or a value the kept output carries (carry_write)
+      } else if (use.version < s.kept_version) {
+        throw Fallback{
+            "internal error: it needs the value of a kept output before a write the kept output "
+            "carries"};
+      } else if (use.version > 0) {
         if (s.source != Storage::Source::Op) {
           throw Fallback{
               "it needs a region input or an outside tensor after an op of the region wrote into "
               "it"};
         }
         run[s.writers[use.version - 1]] = 1;
-      } else if (s.source == Storage::Source::Op) {
-        run[s.op] = 1;
       }
     };
     for (const Saved& s : saved_) {
@@ -496,7 +539,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       }
       if (node.rng) node.rng->rewind();
       const auto t0 = std::chrono::steady_clock::now();
-      node.op.callBoxed(&stack);
+      (node.replay_as ? *node.replay_as : node.op).callBoxed(&stack);
       outcome.op_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - t0)
                            .count();

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -104,6 +105,17 @@ class ForwardTrace {
 
   std::size_t op_count() const { return nodes_.size(); }
 
+  // Whether the storage of `written` holds the output of a kept op that no recorded op has read
+  // since that op (or since the last write carried into it): an op about to write into it may
+  // then leave its cache entry holding the value after the write, with carry_write(), instead of
+  // a copy of the value before (no copy in the forward, no write to run again in the replay).
+  // `calls` and `slot` name the cache slot of the kept op (the one that created the storage).
+  bool kept_output_unread(const at::Tensor& written, const OpCalls* calls, uint32_t slot) const;
+  // The op recorded last (end() ran) wrote into the storage of `written`, whose kept output's
+  // cache entry holds the value after that write: the replay takes that value for this version
+  // of the storage, and never runs the write. Only after kept_output_unread() was true for it.
+  void carry_write(const at::Tensor& written);
+
   // Frees the kept draws (after the region's one recomputation): a later replay draws again.
   void release_draws();
 
@@ -130,6 +142,10 @@ class ForwardTrace {
     std::vector<uint32_t>
         writers;         // node of each recorded write: version v is made by writers[v - 1]
     bool saved = false;  // autograd saved a tensor of it (counted in saved_bytes_from_ops_)
+    // Since its value was last kept: an op a replay may run read it, or autograd saved it.
+    bool read = false;
+    // Op storages of a kept op: the version its cache entry holds (writes carried into it).
+    uint32_t kept_version = 0;
   };
   struct Arg {
     enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList };
@@ -149,6 +165,8 @@ class ForwardTrace {
     uint32_t kept_slot = 0;
     std::unique_ptr<GeneratorEffect> rng;
     std::unique_ptr<DrawMask> draw;
+    // A cheaper op the replay runs instead, with the same arguments (replay_substitute.h).
+    std::optional<c10::OperatorHandle> replay_as;
     bool unsupported = false;    // an argument the replay cannot rebuild (tensors in a tuple...)
     bool hidden_writes = false;  // writes into arguments its schema does not declare
     bool complete = false;       // end() ran

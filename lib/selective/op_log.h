@@ -22,6 +22,10 @@ struct OpSlot {
   CacheEntry entry;  // Saved only
   // Saved random ops only: what the op did to the generators in the forward, for the replay.
   std::unique_ptr<GeneratorEffect> rng;
+  // Recompute slots of in-place ops only: the write into a kept output that its cache entry
+  // carries (ForwardTrace::carry_write). A recomputation gets the written value from the entry of
+  // the kept op, and does not write it again.
+  bool carried_write = false;
 };
 
 struct OpCalls {
@@ -31,6 +35,7 @@ struct OpCalls {
   std::optional<bool>
       writes;  // an argument is written (in place, out=), asked once per aliasing op
   std::optional<bool> hidden_writes;  // writes_undeclared(), asked once per op
+  std::optional<bool> carriable;      // may_carry_write(), asked once per writing op
 };
 
 class OpLog {

@@ -71,6 +71,14 @@ struct SacState {
   size_t op_signature = 0;
   // Device bytes of the kept outputs at capture (CacheEntry::bytes), for the holds-more warning.
   int64_t kept_device_bytes = 0;
+  // Kept outputs an in-place op of the forward just wrote into, carried by their entries: their
+  // versions are recorded anew at the next op or at the end of the forward, once autograd's
+  // ADInplaceOrView layer (above the interceptor) has counted the write.
+  std::vector<std::pair<OpCalls*, size_t>> carried_unversioned;
+  void version_carried_writes() {
+    for (auto [calls, index] : carried_unversioned) calls->slots[index].entry.accept_write();
+    carried_unversioned.clear();
+  }
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
   // (through the offload interface, provided by activation swap when it is built).
   std::shared_ptr<SwapManager> swap;
@@ -116,6 +124,39 @@ bool writes_argument(const c10::OperatorHandle& op) {
   return false;
 }
 
+// The argument an in-place op writes into, when it writes into exactly one tensor argument and
+// returns only that argument (add_, mul_, relu_...): the op a kept output's entry may carry.
+std::optional<size_t> single_written_argument(const c10::FunctionSchema& schema) {
+  std::optional<size_t> written;
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* alias = arguments[i].alias_info();
+    if (alias == nullptr || !alias->isWrite()) continue;
+    if (written || arguments[i].type()->kind() != c10::TypeKind::TensorType) return std::nullopt;
+    written = i;
+  }
+  if (!written) return std::nullopt;
+  const c10::AliasInfo& set = *arguments[*written].alias_info();
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info() == nullptr || r.alias_info()->beforeSets() != set.beforeSets())
+      return std::nullopt;
+  }
+  return written;
+}
+
+// A recomputation reaching a write that a kept output's entry carries: the value is in the
+// entry already, so the op returns its argument as it is.
+void leave_written(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t n_args = schema.arguments().size();
+  if (stack->size() < n_args) internal_stack_error(op);
+  const std::optional<size_t> w = single_written_argument(schema);
+  if (!w) internal_stack_error(op);  // not reached: carried only when there is one
+  c10::IValue written = (*stack)[stack->size() - n_args + *w];
+  torch::jit::drop(*stack, n_args);
+  for (size_t r = 0; r < schema.returns().size(); ++r) stack->push_back(written);
+}
+
 bool keeps_output(CheckpointPolicy p) {
   // MUST_SWAP keeps the output too, offloaded to host memory (CacheEntry::capture).
   return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE ||
@@ -137,7 +178,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
       s_.trace.end(*stack, nullptr, 0, nullptr);
       return;
     }
-    if (!s_.kept_storages.empty()) protect_kept_outputs(op, *stack);
+    if (!s_.carried_unversioned.empty()) s_.version_carried_writes();
     OpCalls& calls = s_.log.calls_of(op);
     const auto call_index = static_cast<int64_t>(calls.slots.size());
     if (!calls.random) calls.random = detail::is_random_op(op);
@@ -146,6 +187,13 @@ class CachingInterceptor final : public detail::OpInterceptor {
       if (*calls.writes) {
         // In place or out=: a new version of the storage it writes into (bernoulli_ of dropout
         // on CPU: with its generators' state).
+        std::vector<CarriedWrite> carried;
+        if (!s_.kept_storages.empty()) {
+          // A random write cannot be carried: a recomputation must draw as the forward drew.
+          if (!calls.carriable)
+            calls.carriable = !*calls.random && single_written_argument(op.schema()).has_value();
+          protect_kept_outputs(op, *stack, *calls.carriable ? &carried : nullptr);
+        }
         s_.trace.begin(op, *stack);
         std::unique_ptr<detail::GeneratorEffect> rng;
         if (*calls.random)
@@ -158,12 +206,18 @@ class CachingInterceptor final : public detail::OpInterceptor {
           draw = detail::DrawMask::capture(stack->back().toTensor());
         }
         s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
+        for (const CarriedWrite& c : carried) {
+          s_.trace.carry_write(c.written);
+          s_.carried_unversioned.emplace_back(c.calls, c.index);
+        }
+        calls.slots.emplace_back().carried_write = !carried.empty();
       } else {
         detail::run_below(op, stack);  // a view: the trace names tensors by storage and layout
+        calls.slots.emplace_back();
       }
-      calls.slots.emplace_back();
       return;
     }
+    if (!s_.kept_storages.empty()) protect_kept_outputs(op, *stack, nullptr);
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
     if (stack->size() < n_args) internal_stack_error(op);
@@ -205,11 +259,24 @@ class CachingInterceptor final : public detail::OpInterceptor {
   }
 
  private:
+  // A kept output whose cache entry takes the value an in-place op is about to write.
+  struct CarriedWrite {
+    at::Tensor written;
+    OpCalls* calls;  // the kept op's slot (an index: the op may add slots before it is carried)
+    size_t index;
+  };
+
   // An op about to write into the storage of a kept output (possibly through a TensorImpl with
-  // its own version counter, as aten::_unsafe_view's output in a 3-d nn::Linear with bias): keep
-  // a copy instead, so that the recomputation gets the value the op produced, and writes into
-  // the copy rather than into the forward's tensors.
-  void protect_kept_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  // its own version counter, as aten::_unsafe_view's output in a 3-d nn::Linear with bias). When
+  // the op may be carried (`carried` given: in place into one argument, not random), nothing that
+  // a recomputation runs has read the kept output since it was kept, and the output is held on
+  // the device as the op returned it, the entry keeps the value after the write (sdpa's math path
+  // adding the mask into bmm's output; a Linear's bias): no copy, and no write to run again in
+  // the replay or in a recomputation that runs the forward again (leave_written). Otherwise the
+  // entry keeps a copy of the value before the write, which the recomputation writes into rather
+  // than into the forward's tensors.
+  void protect_kept_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                            std::vector<CarriedWrite>* carried) {
     const auto& arguments = op.schema().arguments();
     const size_t base = stack.size() - arguments.size();
     for (size_t i = 0; i < arguments.size(); ++i) {
@@ -217,18 +284,31 @@ class CachingInterceptor final : public detail::OpInterceptor {
       if (alias == nullptr || !alias->isWrite()) continue;
       const c10::IValue& v = stack[base + i];
       if (v.isTensor()) {
-        copy_kept_in(v.toTensor());
+        protect_kept_in(v.toTensor(), carried);
       } else if (v.isTensorList()) {
-        for (const at::Tensor& t : v.toTensorList()) copy_kept_in(t);
+        for (const at::Tensor& t : v.toTensorList()) protect_kept_in(t, carried);
       }
     }
   }
 
-  void copy_kept_in(const at::Tensor& written) {
+  void protect_kept_in(const at::Tensor& written, std::vector<CarriedWrite>* carried) {
     if (!written.has_storage()) return;
-    auto [first, last] = s_.kept_storages.equal_range(written.storage().unsafeGetStorageImpl());
+    const c10::StorageImpl* storage = written.storage().unsafeGetStorageImpl();
+    auto [first, last] = s_.kept_storages.equal_range(storage);
     std::vector<std::pair<OpCalls*, size_t>> slots;
     for (auto it = first; it != last; ++it) slots.push_back(it->second);
+    if (carried != nullptr && slots.size() == 1) {
+      auto [calls, index] = slots.front();
+      OpSlot& slot = calls->slots[index];
+      for (const CarriedWrite& c : *carried) {
+        if (c.calls == calls && c.index == index) return;  // written twice: carried once
+      }
+      if (!slot.rng && !slot.entry.offloaded() &&
+          s_.trace.kept_output_unread(written, calls, static_cast<uint32_t>(index))) {
+        carried->push_back(CarriedWrite{written, calls, index});
+        return;
+      }
+    }
     for (auto [calls, index] : slots) {
       OpSlot& slot = calls->slots[index];
       // Forget every storage of this entry, then keep copies (new storages, not registered:
@@ -273,7 +353,11 @@ class CachedInterceptor final : public detail::OpInterceptor {
     OpSlot& slot = calls->slots[index];
     switch (slot.kind) {
       case OpSlot::Kind::Recompute:
-        detail::run_below(op, stack);
+        if (slot.carried_write) {
+          leave_written(op, stack);
+        } else {
+          detail::run_below(op, stack);
+        }
         return;
       case OpSlot::Kind::Consumed:
         throw CheckpointError(extra_backward_error(op.schema().name()));
@@ -366,7 +450,10 @@ struct Entered {
   ~Entered() {
     if constexpr (std::is_same_v<Interceptor, CachedInterceptor>)
       state->recompute_active.store(false);
-    if constexpr (std::is_same_v<Interceptor, CachingInterceptor>) warn_about_policy(*state);
+    if constexpr (std::is_same_v<Interceptor, CachingInterceptor>) {
+      state->version_carried_writes();
+      warn_about_policy(*state);
+    }
   }
   std::shared_ptr<SacState> state;
   Interceptor interceptor;

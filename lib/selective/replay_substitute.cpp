@@ -1,0 +1,53 @@
+#include "replay_substitute.h"
+
+#include "op_names.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/amax.h>
+
+#include <c10/core/ScalarType.h>
+#include <c10/core/WrapDimMinimal.h>
+
+namespace recompose::detail {
+namespace {
+
+struct SoftmaxOps {
+  std::optional<c10::OperatorHandle> safe = find_overload("aten::_safe_softmax.default");
+  std::optional<c10::OperatorHandle> plain = find_overload("aten::softmax.int");
+};
+
+const SoftmaxOps& softmax_ops() {
+  static const SoftmaxOps ops;
+  return ops;
+}
+
+// No row of the softmax result `out` along `dim` is zero everywhere. A row softmax computed
+// holds at least 1 / its length (at its largest input); a fully masked row is all zeros; a row
+// with a NaN fails the comparison too (it is not replaced then, nor by the where).
+bool no_row_all_zero(const at::Tensor& out, int64_t dim) {
+  if (out.device().type() != c10::DeviceType::CPU || out.numel() == 0 ||
+      !at::isFloatingType(out.scalar_type()))
+    return false;
+  return at::amax(out, {dim}).gt(0).all().item<bool>();
+}
+
+}  // namespace
+
+bool has_cheaper_replay(const c10::OperatorHandle& op) {
+  const SoftmaxOps& ops = softmax_ops();
+  return ops.safe && ops.plain && op == *ops.safe;
+}
+
+std::optional<c10::OperatorHandle> cheaper_replay_op(const c10::OperatorHandle& op,
+                                                     c10::ArrayRef<c10::IValue> constants,
+                                                     const at::Tensor& result) {
+  if (!has_cheaper_replay(op)) return std::nullopt;
+  // _safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
+  if (constants.size() != 3 || !constants[1].isInt() || !result.defined() || result.dim() == 0)
+    return std::nullopt;
+  const int64_t dim = c10::maybe_wrap_dim(constants[1].toInt(), result.dim());
+  if (!no_row_all_zero(result, dim)) return std::nullopt;
+  return softmax_ops().plain;
+}
+
+}  // namespace recompose::detail
