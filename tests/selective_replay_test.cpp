@@ -149,8 +149,7 @@ class OpCallCounter {
     handle_ = at::addThreadLocalCallback(
         at::RecordFunctionCallback([](const at::RecordFunction& fn)
                                        -> std::unique_ptr<at::ObserverContext> {
-          if (g_counted_name != nullptr && std::strcmp(fn.name(), g_counted_name) == 0)
-            ++g_counted;
+          if (g_counted_name != nullptr && std::strcmp(fn.name(), g_counted_name) == 0) ++g_counted;
           return nullptr;
         }).scopes({at::RecordScope::FUNCTION}));
   }
@@ -399,6 +398,7 @@ TEST_SUITE("selective replay") {
       const auto stats = check_against_plain(fn, leaves, policy);
       CHECK(stats.replayed == 1);
       CHECK(stats.ops_run == 0);  // gelu's saved input is the kept, written output
+      CHECK(stats.writes_carried == 1);
     }
     SUBCASE("a recomputation that runs the forward again") {
       recompose::set_selective_replay_enabled(false);
@@ -458,6 +458,7 @@ TEST_SUITE("selective replay") {
       OpCallCounter safe("aten::_safe_softmax");
       y.square().sum().backward();
       CHECK(recompose::selective_replay_stats().replayed == 1);
+      CHECK(recompose::selective_replay_stats().ops_substituted == (masked_row ? 0 : 1));
       CHECK((safe.calls() > 0) == masked_row);
       auto plain = copies(leaves);
       fn(plain).square().sum().backward();
@@ -529,6 +530,7 @@ TEST_SUITE("selective replay") {
       y.square().sum().backward();
       CHECK(counter.draws() == before_backward);  // no draw in backward
       CHECK(recompose::selective_replay_stats().replayed == 1);
+      CHECK(recompose::selective_replay_stats().draws_written == 3);
       CHECK(recompose::selective_replay_stats().fallbacks == 0);
       CHECK(recompose::selective_checkpoint_bytes_kept() ==
             kept_before);  // the bits go with the replay

@@ -366,6 +366,9 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
       replay_stats.fallbacks += s.fallbacks;
       replay_stats.ops_run += s.ops_run;
       replay_stats.ops_skipped += s.ops_skipped;
+      replay_stats.ops_substituted += s.ops_substituted;
+      replay_stats.draws_written += s.draws_written;
+      replay_stats.writes_carried += s.writes_carried;
       replay_stats.replay_ns += s.replay_ns;
       replay_stats.op_ns += s.op_ns;
       if (s.fallbacks > 0) replay_stats.last_fallback_reason = s.last_fallback_reason;
@@ -412,12 +415,16 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
   std::printf("   ops the policy sees per region: %.0f\n", ops_per_region);
   const double regions = static_cast<double>(std::max<int64_t>(replay_stats.replayed, 1));
   std::printf(
-      "   replay: %lld regions replayed, %lld fell back%s%s; per region %.1f ops run, %.1f "
-      "recorded ops skipped\n",
+      "   replay: %lld regions replayed, %lld fell back%s%s; per region %.1f ops run (%.1f as a "
+      "cheaper op), %.1f recorded ops skipped, %.1f draws written back, %.1f writes carried by "
+      "kept outputs\n",
       static_cast<long long>(replay_stats.replayed), static_cast<long long>(replay_stats.fallbacks),
       replay_stats.fallbacks > 0 ? ": " : "", replay_stats.last_fallback_reason.c_str(),
       static_cast<double>(replay_stats.ops_run) / regions,
-      static_cast<double>(replay_stats.ops_skipped) / regions);
+      static_cast<double>(replay_stats.ops_substituted) / regions,
+      static_cast<double>(replay_stats.ops_skipped) / regions,
+      static_cast<double>(replay_stats.draws_written) / regions,
+      static_cast<double>(replay_stats.writes_carried) / regions);
   std::printf(
       "   replay per region %.3f ms, host time of the ops it ran %.3f ms: replay / its ops %.3f; "
       "rerun (bwd - none) / the replay's ops %.3f\n",

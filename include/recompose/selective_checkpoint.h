@@ -169,8 +169,18 @@ struct SelectiveReplayStats {
   int64_t fallbacks = 0;    // recomputations that ran the region's forward again instead
   int64_t ops_run = 0;      // ops the replays ran
   int64_t ops_skipped = 0;  // recorded ops (not kept) the replays did not need
-  int64_t replay_ns = 0;    // host time in the replays, ...
-  int64_t op_ns = 0;  // ... of which in the ops they ran (the host time of the ops recomputed)
+  // Of ops_run: ops run as a cheaper op that gives the same bits for what the forward saw
+  // (_safe_softmax as softmax where no row was fully masked, on CPU).
+  int64_t ops_substituted = 0;
+  // Random ops the replays did not run: what they drew in the forward, kept as one bit per
+  // element, written back (dropout's bernoulli_ on CPU).
+  int64_t draws_written = 0;
+  // In-place writes of the forward into kept outputs that the kept outputs carried (they hold
+  // the value after the write: no copy in the forward, no write in the replay), in the regions
+  // replayed.
+  int64_t writes_carried = 0;
+  int64_t replay_ns = 0;  // host time in the replays, ...
+  int64_t op_ns = 0;      // ... of which in the ops they ran (the host time of the ops recomputed)
   std::string last_fallback_reason;  // why the last fallback could not replay
 };
 

@@ -248,6 +248,7 @@ bool ForwardTrace::kept_output_unread(const at::Tensor& written, const OpCalls* 
 void ForwardTrace::carry_write(const at::Tensor& written) {
   Storage& s = storages_[index_.at(written.storage().unsafeGetStorageImpl())];
   s.kept_version = static_cast<uint32_t>(s.writers.size());
+  ++writes_carried_;
   s.read = false;  // the writer's own read of the value before is behind the kept value now
 }
 
@@ -544,6 +545,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
                            std::chrono::steady_clock::now() - t0)
                            .count();
       ++outcome.ops_run;
+      if (node.replay_as) ++outcome.ops_substituted;
       if (!node.created.empty()) {
         for_each_output(stack, stack.size(), [&](uint32_t k, const at::Tensor& t) {
           for (const auto& [j, id] : node.created) {
@@ -555,6 +557,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
       drop_unread(n);
     }
     emit_saved(n_nodes);
+    outcome.writes_carried = writes_carried_;
     outcome.replayed = true;
   } catch (const Fallback& f) {
     out.clear();

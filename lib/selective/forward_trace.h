@@ -64,8 +64,10 @@ struct ReplayOutcome {
   std::string fallback_reason;  // when !replayed
   int64_t ops_run = 0;
   int64_t ops_skipped = 0;
-  int64_t op_ns = 0;          // host time in the ops' kernels (and in writing kept draws back)
-  int64_t draws_written = 0;  // random ops not run: their kept draw written back (DrawMask)
+  int64_t op_ns = 0;            // host time in the ops' kernels (and in writing kept draws back)
+  int64_t draws_written = 0;    // random ops not run: their kept draw written back (DrawMask)
+  int64_t ops_substituted = 0;  // ops run as a cheaper op (Node::replay_as)
+  int64_t writes_carried = 0;   // writes of the forward its kept outputs carried (carry_write)
 };
 
 // Ops that write into arguments their schema does not declare (native_batch_norm updates its
@@ -186,6 +188,7 @@ class ForwardTrace {
   std::vector<Node> nodes_;
   std::vector<Saved> saved_;
   int64_t saved_bytes_from_ops_ = 0;
+  int64_t writes_carried_ = 0;
   bool pending_ = false;   // begin() without end()
   bool poisoned_ = false;  // an op threw between begin() and end()
 };
