@@ -413,6 +413,42 @@ TEST_SUITE("selective replay") {
     }
   }
 
+  TEST_CASE(
+      "a kept output that carried a write and that the program writes into after the forward is "
+      "recomputed, as a copy would have been left alone") {
+    // mm's output carries add_ and is the region's output; the caller then writes into it, which
+    // autograd allows (nothing saved it). sin saves y * 3, which the replay makes from the kept
+    // output: the region falls back and runs mm and add_ again, for the values of the forward.
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({4, 4}), torch::randn({4, 4})};
+    auto run = [&](const std::vector<torch::Tensor>& p, bool checkpointed) {
+      torch::Tensor out;
+      auto body = [&](const torch::Tensor&) {
+        torch::Tensor y = torch::mm(p[0], p[1]);
+        y.add_(1);
+        out = y;
+        return (y * 3).sin();
+      };
+      torch::Tensor s = checkpointed
+                            ? recompose::checkpoint(with(SelectivePolicy({"aten::mm"})), body, p[0])
+                            : body(p[0]);
+      {
+        torch::NoGradGuard no_grad;
+        out.mul_(2);  // the caller's write into the region's output
+      }
+      (s.sum() + out.sum()).backward();
+    };
+    auto plain = copies(leaves);
+    run(plain, false);
+    auto ckpt = copies(leaves);
+    recompose::reset_selective_replay_stats();
+    run(ckpt, true);
+    const auto stats = recompose::selective_replay_stats();
+    CHECK(stats.fallbacks == 1);
+    CHECK(stats.last_fallback_reason.find("modified in place since") != std::string::npos);
+    CHECK(bitwise_equal(grads_of(ckpt), grads_of(plain)));
+  }
+
   TEST_CASE("a write into a kept output after an op read it keeps a copy of the value before") {
     // mul reads mm's output before mul_ writes into it: the replay needs the value before the
     // write for it, which the kept output must hold (a copy), and replays the write on another

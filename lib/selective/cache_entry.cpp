@@ -177,6 +177,20 @@ void CacheEntry::check_unmodified(const c10::OperatorHandle& op, int64_t call_in
   }
 }
 
+bool CacheEntry::modified() const {
+  bool changed = false;
+  size_t k = 0;
+  for (const c10::IValue& v : values_) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      const uint32_t kept = versions_[k++];
+      changed = changed || (kept != kUntracked && version_of(t) != kept);
+      return t;
+    });
+  }
+  return changed;
+}
+
 void CacheEntry::copy_on_write() {
   // The copies are recompose's ops, not the program's: an enclosing selective region must not
   // record them (it would replay one in place of a clone of the program's).

@@ -55,6 +55,12 @@ class CacheEntry {
   // forward count as modifications. Only for entries that offloaded nothing (offloaded()).
   void accept_write();
 
+  // The entry carries writes of the forward (accept_write ran).
+  bool carries_writes() const { return carries_writes_; }
+
+  // A kept tensor was modified in place since capture() (or since accept_write()).
+  bool modified() const;
+
   // Some kept tensor was offloaded (MUST_SWAP): its host copy holds the value at capture.
   bool offloaded() const;
 

@@ -16,6 +16,8 @@
 
 namespace recompose::detail {
 
+struct OpCalls;
+
 struct OpSlot {
   enum class Kind : uint8_t { Recompute, Saved, Consumed };
   Kind kind = Kind::Recompute;
@@ -23,9 +25,16 @@ struct OpSlot {
   // Saved random ops only: what the op did to the generators in the forward, for the replay.
   std::unique_ptr<GeneratorEffect> rng;
   // Recompute slots of in-place ops only: the write into a kept output that its cache entry
-  // carries (ForwardTrace::carry_write). A recomputation gets the written value from the entry of
-  // the kept op, and does not write it again.
+  // carries (ForwardTrace::carry_write), in slot `carrier_index` of `carrier`. A recomputation
+  // gets the written value from that entry, and does not write it again, unless the carrier was
+  // recomputed.
   bool carried_write = false;
+  OpCalls* carrier = nullptr;
+  size_t carrier_index = 0;
+  // Saved slots only: the entry carried writes and was modified in place after the forward (the
+  // program wrote into the region's output, which the kept output is): a recomputation that runs
+  // the forward again runs the op again, and the writes it carried, as with a copy of its own.
+  bool carrier_recomputed = false;
 };
 
 struct OpCalls {

@@ -210,7 +210,12 @@ class CachingInterceptor final : public detail::OpInterceptor {
           s_.trace.carry_write(c.written);
           s_.carried_unversioned.emplace_back(c.calls, c.index);
         }
-        calls.slots.emplace_back().carried_write = !carried.empty();
+        OpSlot& writer = calls.slots.emplace_back();
+        if (!carried.empty()) {  // one written argument: one carrier
+          writer.carried_write = true;
+          writer.carrier = carried.front().calls;
+          writer.carrier_index = carried.front().index;
+        }
       } else {
         detail::run_below(op, stack);  // a view: the trace names tensors by storage and layout
         calls.slots.emplace_back();
@@ -353,7 +358,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
     OpSlot& slot = calls->slots[index];
     switch (slot.kind) {
       case OpSlot::Kind::Recompute:
-        if (slot.carried_write) {
+        if (slot.carried_write && !slot.carrier->slots[slot.carrier_index].carrier_recomputed) {
           leave_written(op, stack);
         } else {
           detail::run_below(op, stack);
@@ -362,6 +367,16 @@ class CachedInterceptor final : public detail::OpInterceptor {
       case OpSlot::Kind::Consumed:
         throw CheckpointError(extra_backward_error(op.schema().name()));
       case OpSlot::Kind::Saved: {
+        if (slot.entry.carries_writes() && slot.entry.modified()) {
+          // The program wrote into the kept output after the forward (it is the region's output
+          // too): had the entry kept a copy, that write would not concern it. Run the op again,
+          // and the writes it carried (they see carrier_recomputed).
+          slot.carrier_recomputed = true;
+          slot.kind = OpSlot::Kind::Consumed;
+          slot.entry.release();
+          detail::run_below(op, stack);
+          return;
+        }
         const size_t n_args = op.schema().arguments().size();
         if (stack->size() < n_args) internal_stack_error(op);
         // Check (may throw) before touching the stack.
@@ -489,11 +504,22 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       throw CheckpointError(extra_backward_error(s.first_kept_op));
     // As a recomputation would, which replays every kept output: one modified in place since the
     // forward is an error even where the replay does not need it.
+    bool carrier_modified = false;
     s.trace.for_each_kept([&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index) {
       const OpSlot& slot = calls.slots[index];
-      if (slot.kind == OpSlot::Kind::Saved)
+      if (slot.kind != OpSlot::Kind::Saved) return;
+      if (slot.entry.carries_writes()) {
+        carrier_modified = carrier_modified || slot.entry.modified();
+      } else {
         slot.entry.check_unmodified(op, index, s.allow_cache_entry_mutation);
+      }
     });
+    if (carrier_modified) {
+      not_replayed(
+          "a kept output that carried a write of the forward was modified in place since (the "
+          "region's output?): the recomputation runs its op again");
+      return false;
+    }
     const auto start = std::chrono::steady_clock::now();
     bool handed_out = false;
     auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index,
