@@ -414,6 +414,28 @@ TEST_SUITE("selective replay") {
   }
 
   TEST_CASE(
+      "in-place ops that change a kept output's layout, not its values, are not carried: a "
+      "recomputation runs them") {
+    // unsqueeze_ and t_ change the sizes and strides of mm's output in place (and count as
+    // writes); a forward run again that skipped them would go on with the wrong layout.
+    const Fn fn = [](const std::vector<torch::Tensor>& p) {
+      torch::Tensor y = torch::mm(p[0], p[1]);
+      y.t_();
+      y.unsqueeze_(0);
+      return torch::gelu(y).sum(0).neg();
+    };
+    torch::manual_seed(0);
+    const std::vector<torch::Tensor> leaves = {torch::randn({3, 4}), torch::randn({4, 5})};
+    for (bool replay : {true, false}) {
+      CAPTURE(replay);
+      recompose::set_selective_replay_enabled(replay);
+      const auto stats = check_against_plain(fn, leaves, with(SelectivePolicy({"aten::mm"})));
+      recompose::set_selective_replay_enabled(true);
+      CHECK(stats.writes_carried == 0);
+    }
+  }
+
+  TEST_CASE(
       "a kept output that carried a write and that the program writes into after the forward is "
       "recomputed, as a copy would have been left alone") {
     // mm's output carries add_ and is the region's output; the caller then writes into it, which

@@ -124,15 +124,27 @@ bool writes_argument(const c10::OperatorHandle& op) {
   return false;
 }
 
-// The argument an in-place op writes into, when it writes into exactly one tensor argument and
-// returns only that argument (add_, mul_, relu_...): the op a kept output's entry may carry.
-std::optional<size_t> single_written_argument(const c10::FunctionSchema& schema) {
+// The argument an in-place op writes into, when it writes values into exactly one tensor
+// argument, self, and returns only that argument (add_, mul_, relu_, copy_...): the op a kept
+// output's entry may carry. Not out= ops (they may resize their output), nor ops that change
+// self's sizes, strides or storage rather than its values (t_, unsqueeze_, resize_, set_...): a
+// recomputation that skips those would go on with the wrong layout.
+std::optional<size_t> carriable_written_argument(const c10::OperatorHandle& op) {
+  if (op.hasTag(at::Tag::inplace_view)) return std::nullopt;
+  static const char* const relayouts[] = {"aten::resize_", "aten::resize_as_", "aten::set_",
+                                          "aten::_resize_output_", "aten::resize_as_sparse_"};
+  const c10::FunctionSchema& schema = op.schema();
+  for (const char* name : relayouts) {
+    if (schema.name() == name) return std::nullopt;
+  }
   std::optional<size_t> written;
   const auto& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     const c10::AliasInfo* alias = arguments[i].alias_info();
     if (alias == nullptr || !alias->isWrite()) continue;
-    if (written || arguments[i].type()->kind() != c10::TypeKind::TensorType) return std::nullopt;
+    if (written || arguments[i].is_out() ||
+        arguments[i].type()->kind() != c10::TypeKind::TensorType)
+      return std::nullopt;
     written = i;
   }
   if (!written) return std::nullopt;
@@ -150,7 +162,7 @@ void leave_written(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n_args = schema.arguments().size();
   if (stack->size() < n_args) internal_stack_error(op);
-  const std::optional<size_t> w = single_written_argument(schema);
+  const std::optional<size_t> w = carriable_written_argument(op);
   if (!w) internal_stack_error(op);  // not reached: carried only when there is one
   c10::IValue written = (*stack)[stack->size() - n_args + *w];
   torch::jit::drop(*stack, n_args);
@@ -191,7 +203,7 @@ class CachingInterceptor final : public detail::OpInterceptor {
         if (!s_.kept_storages.empty()) {
           // A random write cannot be carried: a recomputation must draw as the forward drew.
           if (!calls.carriable)
-            calls.carriable = !*calls.random && single_written_argument(op.schema()).has_value();
+            calls.carriable = !*calls.random && carriable_written_argument(op).has_value();
           protect_kept_outputs(op, *stack, *calls.carriable ? &carried : nullptr);
         }
         s_.trace.begin(op, *stack);
