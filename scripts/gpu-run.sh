@@ -10,8 +10,9 @@
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
-# gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, and examples/gpt/python/gpu_compare.sh:
-# C++ against PyTorch Python on the same GPU), offload (issue 27: the link probe, the never-stall
+# gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, the Kineto profile of none, full and
+# selective on the 12 x 1024 bf16 model (gpt --profile, issue 25), and
+# examples/gpt/python/gpu_compare.sh: C++ against PyTorch Python on the same GPU), offload (issue 27: the link probe, the never-stall
 # offload, the planner's sweep with its estimate beside each measured step, a peak-budget sweep,
 # the 24 x 2048 model and a memory cap under which no checkpointing does not fit), compile (issue
 # 27: the Python peer of the 12 x 1024 bf16 GPT under torch.compile at several
@@ -204,6 +205,14 @@ do_gpt() {
   for policy in none full selective every-second-mm swap offload; do
     run_step "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_model[*]}" gpt_phases "$policy" ||
       status=1
+  done
+  # Issue 25: where each policy's time goes, from LibTorch's Kineto profiler (host time of the
+  # top-level ops per phase, the selective replays, device time, synchronisations, allocations);
+  # the Chrome traces stay in $out/gpt_profile.
+  for policy in none full selective; do
+    run_step "gpt --policy $policy --steps 8 --profile 3 --device cuda --bf16 ${gpt_model[*]}" \
+      quietly '^[a-z-]+ +[0-9]+/[0-9]+ ' "$build/examples/gpt/gpt" --policy "$policy" --steps 8 --profile 3 \
+      --device cuda --bf16 --sample 0 --out "$out/gpt_profile" "${gpt_model[@]}" || status=1
   done
   run_step "gpu_compare.sh (C++ against PyTorch Python, alternating)" \
     env RECOMPOSE_GPT="$build/examples/gpt/gpt" RECOMPOSE_PYTHON="$venv/bin/python" \

@@ -92,6 +92,8 @@ Options parse_options(int argc, char** argv) {
       o.bf16 = true;
     } else if (flag == "--phase-times") {
       o.phase_times = true;
+    } else if (flag == "--profile") {
+      o.profile_steps = parse_number<int64_t>(flag, value(), 1);
     } else if (flag == "--no-meter") {
       o.no_meter = true;
     } else if (flag == "--steps") {
@@ -173,6 +175,10 @@ std::string usage(const char* program) {
     << "  --bf16               forward under CUDA autocast to bfloat16 (needs --device cuda)\n"
     << "  --phase-times        time forward, backward and the optimizer apart (synchronises "
        "between them)\n"
+    << "  --profile N          the last N steps under LibTorch's Kineto profiler: a Chrome trace "
+       "in\n"
+       "                       OUT, and per phase (forward, backward, selective replays) the\n"
+       "                       top-level ops' host time, device time, synchronisations\n"
     << "  --no-meter           do not count the bytes held for backward (SavedTensorMeter's "
        "hooks)\n"
     << "  --steps N            training steps (default " << d.steps << ")\n"

@@ -22,10 +22,11 @@ struct Options {
       0;                       // --offload-window-ms: offload-window's forward window (0: measured)
   double memory_fraction = 0;  // --memory-fraction: cap of the CUDA caching allocator (0: none)
   std::string device = "auto";
-  bool bf16 = false;         // --bf16: CUDA autocast to bfloat16 for the forward
-  bool phase_times = false;  // --phase-times: forward and backward timed apart
-  bool no_meter = false;     // --no-meter: bytes held for backward not counted  // auto: CUDA when
-                             // available, else CPU
+  bool bf16 = false;          // --bf16: CUDA autocast to bfloat16 for the forward
+  bool phase_times = false;   // --phase-times: forward and backward timed apart
+  int64_t profile_steps = 0;  // --profile N: the last N steps under the Kineto profiler
+  bool no_meter = false;      // --no-meter: bytes held for backward not counted  // auto: CUDA when
+                              // available, else CPU
   int64_t steps = 300;
   int64_t layers = 4;
   int64_t width = 128;

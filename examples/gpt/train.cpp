@@ -2,11 +2,13 @@
 
 #include "device_memory.h"
 #include "initial_state.h"
+#include "op_profile.h"
 #include "progress.h"
 
 #include <recompose/planner.h>
 
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/swap.h>
 
@@ -203,13 +205,21 @@ StepRecord Trainer::step(int64_t step) {
     // cost host time per saved tensor).
     std::optional<recompose::SavedTensorMeter> meter;
     if (!options_.no_meter) meter.emplace();
-    auto loss = loss_of(model_, inputs, targets, options_.bf16);
+    // Named spans for --profile (RecordFunction costs next to nothing without a profiler).
+    torch::Tensor loss;
+    {
+      RECORD_USER_SCOPE("gpt::forward");
+      loss = loss_of(model_, inputs, targets, options_.bf16);
+    }
     auto since_start = [&] {
       synchronize(options_.device);
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     if (options_.phase_times) record.forward_seconds = since_start();
-    loss.backward();
+    {
+      RECORD_USER_SCOPE("gpt::backward");
+      loss.backward();
+    }
     if (options_.phase_times) record.backward_seconds = since_start() - record.forward_seconds;
     record.bytes_held = meter ? meter->peak_bytes_held() : 0;
     if (fused_optimizer_) {
@@ -237,11 +247,26 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   result.parameters = trainer.model()->parameter_count();
   result.tokens_per_step = trainer.tokens_per_step();
   ProgressBar progress(options.label, options.steps);
+  const int64_t first_profiled = options.steps - std::min(options.profile_steps, options.steps) + 1;
+  std::optional<OpProfile> profile;
   for (int64_t step = 1; step <= options.steps; ++step) {
+    if (options.profile_steps > 0 && step == first_profiled) {
+      synchronize(options.device);
+      profile.emplace(options.device.is_cuda());
+    }
     result.steps.push_back(trainer.step(step));
     progress.update(step, status_line(result.steps.back(), result.tokens_per_step));
   }
   progress.finish();
+  if (profile) {
+    synchronize(options.device);
+    const std::string policy(policy_name(options.policy));
+    const std::string title = "policy " + policy + ", steps " + std::to_string(first_profiled) +
+                              "-" + std::to_string(options.steps);
+    std::fputs(
+        profile->finish(options.profile_dir / ("profile-" + policy + ".json"), title).c_str(),
+        stdout);
+  }
   if (model_out) *model_out = trainer.model();
   return result;
 }

@@ -30,6 +30,10 @@ struct TrainOptions {
   bool phase_times =
       false;              // time forward and backward apart (synchronises the device between them)
   bool no_meter = false;  // no SavedTensorMeter: bytes_held stays 0
+  // The last profile_steps steps under the Kineto profiler (OpProfile): the trace goes to
+  // profile_dir, the summary to stdout.
+  int64_t profile_steps = 0;
+  std::filesystem::path profile_dir;
   std::string label = "train";               // shown before the progress bar
   std::filesystem::path save_initial_state;  // written before the first step when not empty
   // Policy::Planned: the plan applied to the blocks (recompose::apply_plan).

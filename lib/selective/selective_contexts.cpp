@@ -23,6 +23,7 @@
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -532,6 +533,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
           "region's output?): the recomputation runs its op again");
       return false;
     }
+    RECORD_USER_SCOPE("recompose::selective_replay");  // a span in profiles (gpt --profile)
     const auto start = std::chrono::steady_clock::now();
     bool handed_out = false;
     auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index,
