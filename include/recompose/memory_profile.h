@@ -14,11 +14,13 @@
 // every op's output (so nothing is recomputed and nothing changes numerically): the policy, asked
 // after each op ran, records the op, the bytes of its outputs and the time since the previous op
 // (which includes the views and in-place ops the policy does not see, and autograd's bookkeeping:
-// what recomputing the op costs). The backward of the second run times each module's
-// recomputation as training will run it (selective checkpointing's fixed cost): the selective
-// replay where the region replays (selective_replay_enabled(), the default; the replay's time
-// from selective_replay_stats()), else its forward run again. The backward of the first run is
-// timed per module, from the gradient of its output to those of its inputs.
+// what recomputing the op costs), which earlier ops' outputs it reads and whether autograd saves
+// its output (what a selective replay runs for a keep set follows from them). The backward of the
+// second run times each module's recomputation as training will run it (selective
+// checkpointing's fixed cost): the selective replay where the region replays
+// (selective_replay_enabled(), the default; the replay's time from selective_replay_stats()), else
+// its forward run again. The backward of the first run is timed per module, from the gradient of
+// its output to those of its inputs.
 //
 // The model is left exactly as it was found, and each run starts from it: after each run (and when
 // `step` throws) the parameters' and buffers' values (BatchNorm's running statistics and counter
@@ -54,7 +56,20 @@ struct OpProfile {
   bool random = false;       // draws random numbers (nondeterministic_seeded, or takes a Generator)
   bool inplace = false;      // writes into an argument (never true for an op a policy sees)
   bool view = false;         // returns a view of an argument (never true for an op a policy sees)
-  bool mutated = false;      // its output was modified in place later in the forward: never kept
+  bool mutated = false;      // its output was modified in place later in the forward
+  // Of a mutated op: nothing read its output (no op a policy sees, no tensor autograd saved)
+  // before the first write into it. Keeping it then costs no copy: the kept output carries the
+  // write (docs/architecture.md, "Writes carried by kept outputs"), so it may be kept. An output
+  // read and then written would need a copy of the value before the write: never kept.
+  bool carries_write = false;
+  // What the selective replay's dependency walk needs (recorded when
+  // ModuleProfile::dependencies_recorded; a replay runs a dropped op only when backward needs its
+  // output). `reads`: indices in ModuleProfile::ops of the earlier ops of the same forward call
+  // whose outputs this op reads (by storage: a view reads its base; a read after an in-place
+  // write reads what the writer wrote into the producer's output), ascending, each once.
+  std::vector<int64_t> reads = {};
+  // Autograd saves a tensor of its output (any view or version of it) in the module's forward.
+  bool saved_for_backward = false;
 };
 
 // One checkpointable module (a module whose forward carries RECOMPOSE_FORWARD).
@@ -81,6 +96,9 @@ struct ModuleProfile {
   // 0: not measured (a profile saved before it was); the time line then assumes twice its forward.
   double backward_seconds = 0;
   std::vector<OpProfile> ops;  // in forward order
+  // The ops' `reads` and `saved_for_backward` were recorded (false in a profile saved before they
+  // were: the planner then charges every op not kept as recomputed).
+  bool dependencies_recorded = false;
 };
 
 struct MemoryProfile {

@@ -1,4 +1,5 @@
 #include "copy_window_model.h"
+#include "replay_cost.h"
 
 #include <algorithm>
 #include <cmath>
@@ -205,18 +206,21 @@ ModuleLoad load_of(const ModuleProfile& m, const ModulePlan* plan) {
         });
       };
       l.held_bytes = m.input_bytes;
-      l.recompute_seconds =
-          std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
-      for (const auto& o : m.ops) {
+      // The recomputation runs what the replay needs of the ops neither kept nor offloaded.
+      std::vector<bool> answered(m.ops.size(), false);
+      for (size_t k = 0; k < m.ops.size(); ++k) {
+        const OpProfile& o = m.ops[k];
         if (listed(plan->save, o)) {
           l.held_bytes += o.output_bytes;
+          answered[k] = true;
         } else if (listed(plan->swap, o)) {
           l.offload_bytes += o.output_bytes;
           l.offload_copies += 1;
-        } else {
-          l.recompute_seconds += std::max(0.0, o.seconds);
+          answered[k] = true;
         }
       }
+      l.recompute_seconds = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) +
+                            m.replay_seconds + ReplayCost(m).seconds(answered);
       l.backward_bytes = std::max<int64_t>(0, m.saved_bytes - l.held_bytes - l.offload_bytes);
       break;
     }

@@ -54,13 +54,23 @@ std::string MemoryProfile::to_string() const {
   }
   for (const auto& m : modules) {
     s << "\nops of " << (m.name.empty() ? "(root)" : m.name) << " (" << m.type << "):\n";
-    for (const auto& o : m.ops) {
-      std::snprintf(line, sizeof line, "  %-52s #%-2lld %10s %8.3f ms%s%s%s%s\n", o.op.c_str(),
-                    static_cast<long long>(o.call_index),
-                    detail::format_mib(o.output_bytes).c_str(), o.seconds * 1e3,
-                    o.random ? " random" : "", o.inplace ? " in-place" : "", o.view ? " view" : "",
-                    o.mutated ? " mutated-later" : "");
+    for (size_t k = 0; k < m.ops.size(); ++k) {
+      const OpProfile& o = m.ops[k];
+      std::snprintf(
+          line, sizeof line, "  %3zu %-52s #%-2lld %10s %8.3f ms%s%s%s%s\n", k, o.op.c_str(),
+          static_cast<long long>(o.call_index), detail::format_mib(o.output_bytes).c_str(),
+          o.seconds * 1e3, o.random ? " random" : "", o.inplace ? " in-place" : "",
+          o.view ? " view" : "",
+          o.mutated ? (o.carries_write ? " mutated-later (carried)" : " mutated-later") : "");
       s << line;
+      if (m.dependencies_recorded && (o.saved_for_backward || !o.reads.empty())) {
+        s << "      " << (o.saved_for_backward ? "saved for backward" : "");
+        if (!o.reads.empty()) {
+          s << (o.saved_for_backward ? "; " : "") << "reads ops";
+          for (const int64_t r : o.reads) s << ' ' << r;
+        }
+        s << '\n';
+      }
     }
   }
   return s.str();
@@ -80,7 +90,10 @@ std::string MemoryProfile::to_json() const {
                          {"random", o.random},
                          {"inplace", o.inplace},
                          {"view", o.view},
-                         {"mutated", o.mutated}});
+                         {"mutated", o.mutated},
+                         {"carries_write", o.carries_write},
+                         {"reads", o.reads},
+                         {"saved_for_backward", o.saved_for_backward}});
     }
     module_list.push_back({{"name", m.name},
                            {"type", m.type},
@@ -92,6 +105,7 @@ std::string MemoryProfile::to_json() const {
                            {"replay_seconds", finite(m.replay_seconds)},
                            {"replayed", m.replayed},
                            {"backward_seconds", finite(m.backward_seconds)},
+                           {"dependencies_recorded", m.dependencies_recorded},
                            {"ops", std::move(op_list)}});
   }
   const Json document = {{"format", "recompose.profile"},
@@ -143,7 +157,32 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
       json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes",
                          op.output_bytes, "seconds", op.seconds, "random", op.random, "inplace",
                          op.inplace, "view", op.view, "mutated", op.mutated);
+      // Absent before the planner modelled the replay's dependency walk.
+      if (o.contains("carries_write")) json::read(o, "carries_write", op.carries_write);
+      if (o.contains("saved_for_backward"))
+        json::read(o, "saved_for_backward", op.saved_for_backward);
+      if (o.contains("reads")) {
+        for (const auto& r : json::array(o, "reads")) {
+          if (!r.is_number_integer() || r.get<int64_t>() < 0) {
+            throw std::invalid_argument(
+                "recompose: MemoryProfile::from_json: an op's reads must be op indices, got " +
+                r.dump());
+          }
+          op.reads.push_back(r.get<int64_t>());
+        }
+      }
       mp.ops.push_back(std::move(op));
+    }
+    if (m.contains("dependencies_recorded"))
+      json::read(m, "dependencies_recorded", mp.dependencies_recorded);
+    for (const auto& op : mp.ops) {
+      for (const int64_t r : op.reads) {
+        if (r >= static_cast<int64_t>(mp.ops.size())) {
+          throw std::invalid_argument("recompose: MemoryProfile::from_json: module '" + mp.name +
+                                      "': an op reads op " + std::to_string(r) + " of " +
+                                      std::to_string(mp.ops.size()));
+        }
+      }
     }
     p.modules.push_back(std::move(mp));
   }

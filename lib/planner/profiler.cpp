@@ -5,6 +5,7 @@
 #include "backward_spans.h"
 #include "model_state_guard.h"
 #include "planner_targets.h"
+#include "saved_tensor_tap.h"
 #include "step_timeline.h"
 
 #include <recompose/apply_checkpoint.h>
@@ -27,6 +28,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 
 namespace recompose {
@@ -96,6 +98,34 @@ struct Watched {  // a kept output, to see whether the forward later writes into
   uint32_t version;
 };
 
+// An output of an op of the module call being intercepted, by storage (views share it): the op
+// that made it, and its tensor's version then (a read at that version precedes any write into it).
+struct Produced {
+  size_t op;
+  at::Tensor tensor;
+  uint32_t version;
+};
+
+// Calls `fn` on each tensor of `values` (tensors and tensor lists).
+template <class Fn>
+void for_each_tensor(c10::ArrayRef<c10::IValue> values, Fn fn) {
+  for (const auto& v : values) {
+    if (v.isTensor()) {
+      fn(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) fn(t);
+    } else if (v.isList()) {
+      for (const auto& e : v.toListRef())
+        if (e.isTensor()) fn(e.toTensor());
+    }
+  }
+}
+
+void add_once(std::vector<int64_t>& list, int64_t value) {
+  if (std::find(list.begin(), list.end(), value) == list.end())
+    list.insert(std::upper_bound(list.begin(), list.end(), value), value);
+}
+
 // Hooks on the gradients of `tensors` (those that need one and are not autograd leaves), each
 // telling `rec` that call `call`'s output (input) gradient is ready. They live on the step's
 // graph, so they go with it; a weak reference, so a graph kept past the profile does nothing.
@@ -123,6 +153,11 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   std::vector<ModuleProfile> modules;
   std::vector<std::map<std::pair<std::string, int64_t>, size_t>> op_index;
   std::vector<Watched> watched;
+  // Run 2: the outputs of the intercepted module call so far, and per module and op whether
+  // anything read its output before the first in-place write into it (then keeping it needs a
+  // copy: the write is not carried).
+  std::unordered_map<const c10::StorageImpl*, Produced> produced;
+  std::vector<std::vector<bool>> read_before_write;
 
   explicit Recorder(const c10::Device& device) : timeline(device) {}
 
@@ -139,6 +174,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       modules[m].input_bytes += storage_bytes(inputs, /*skip_grad_leaves=*/true);
       f.bytes_at_start = meter->bytes_held();
     }
+    if (run == 2 && !f.recomputing) produced.clear();
     frames.push_back(f);
     frames.back().start = last = timeline.mark();
   }
@@ -164,10 +200,32 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
         if (w.module == m && w.tensor._version() != w.version) p.ops[w.op].mutated = true;
       }
       std::erase_if(watched, [m](const Watched& w) { return w.module == m; });
+      produced.clear();
     }
   }
 
-  CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op) {
+  // The op of the current call that made `t`'s storage, if any; `read`: a value-producing op or
+  // autograd reads it here (before any write into it, if its version is still the one it was made
+  // with).
+  const Produced* producer_of(const at::Tensor& t, bool read) {
+    if (!t.defined() || !t.has_storage()) return nullptr;
+    auto it = produced.find(t.storage().unsafeGetStorageImpl());
+    if (it == produced.end()) return nullptr;
+    const Produced& p = it->second;
+    if (read && static_cast<uint32_t>(p.tensor._version()) == p.version)
+      read_before_write[frames.back().module][p.op] = true;
+    return &p;
+  }
+
+  // Autograd saved `t` in module `m`'s forward.
+  void saved(size_t m, const at::Tensor& t) {
+    if (frames.empty() || frames.back().module != m || frames.back().recomputing) return;
+    if (const Produced* p = producer_of(t, /*read=*/true))
+      modules[m].ops[p->op].saved_for_backward = true;
+  }
+
+  CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
+                          const torch::jit::Stack& args) {
     if (frames.empty()) return CheckpointPolicy::MUST_SAVE;
     const auto now = timeline.mark();
     const size_t m = frames.back().module;
@@ -183,12 +241,19 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       for (const auto& r : op.schema().returns())
         o.view = o.view || (r.alias_info() && !r.alias_info()->isWrite());
       modules[m].ops.push_back(std::move(o));
+      read_before_write[m].push_back(false);
     }
     OpProfile& o = modules[m].ops[it->second];
     const size_t index = it->second;
     timeline.add(last, now,
                  [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
     o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
+    // What it reads of earlier ops' outputs: after an in-place write, the writer's value, which
+    // the replay makes from the producer's (the writer is no op a policy sees).
+    for_each_tensor(args, [&](const at::Tensor& t) {
+      if (const Produced* p = producer_of(t, /*read=*/true); p && p->op != index)
+        add_once(o.reads, static_cast<int64_t>(p->op));
+    });
     for (const auto& v : ctx.outputs) {
       if (v.isTensor() && v.toTensor().defined()) {
         // LibTorch's version counter is 32 bits wide; _version() widens it.
@@ -196,6 +261,12 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
             {m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
       }
     }
+    for_each_tensor(ctx.outputs, [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) {
+        produced.try_emplace(t.storage().unsafeGetStorageImpl(),
+                             Produced{index, t, static_cast<uint32_t>(t._version())});
+      }
+    });
     last = timeline.mark();  // the policy's own bookkeeping is not the op's time
     return CheckpointPolicy::MUST_SAVE;
   }
@@ -265,6 +336,7 @@ std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>
   auto rec = std::make_shared<Recorder>(device);
   rec->modules.resize(targets.size());
   rec->op_index.resize(targets.size());
+  rec->read_before_write.resize(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     rec->modules[i].name = targets[i].name;
     rec->modules[i].type = targets[i].module->name();
@@ -336,15 +408,19 @@ void run_intercepted(const std::function<void()>& step,
                      const std::shared_ptr<Recorder>& rec) {
   Instrumentation inst;
   rec->run = 2;
-  SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx,
-                                 const c10::OperatorHandle& op,
-                                 const torch::jit::Stack&) { return rec->record(ctx, op); });
-  // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an
-  // error.
-  auto contexts = [keep_all] { return create_selective_checkpoint_contexts(keep_all, true); };
-  for (const auto& t : targets) {
-    apply_checkpoint(*t.module, CheckpointOptions().context_fn(contexts));
-    inst.checkpointed.push_back(t.module.get());
+  SelectivePolicy keep_all(
+      [rec](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
+            const torch::jit::Stack& args) { return rec->record(ctx, op, args); });
+  for (size_t i = 0; i < targets.size(); ++i) {
+    // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an
+    // error. The tap tells the recorder what autograd saves in the region.
+    auto contexts = [keep_all, rec, i]() -> std::shared_ptr<RegionContexts> {
+      return std::make_shared<detail::SavedTensorTap>(
+          create_selective_checkpoint_contexts(keep_all, true),
+          [rec, i](const at::Tensor& t) { rec->saved(i, t); });
+    };
+    apply_checkpoint(*targets[i].module, CheckpointOptions().context_fn(contexts));
+    inst.checkpointed.push_back(targets[i].module.get());
   }
   attach_timing_hooks(inst, targets, rec);
   step();
@@ -355,10 +431,16 @@ void run_intercepted(const std::function<void()>& step,
     fallbacks[s.module] += s.fallbacks;
     rec->modules[s.module].replay_seconds += static_cast<double>(s.replay_ns) * 1e-9;
   }
-  for (size_t i = 0; i < targets.size(); ++i)
-    rec->modules[i].replayed = replays[i] > 0 && fallbacks[i] == 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    ModuleProfile& m = rec->modules[i];
+    m.replayed = replays[i] > 0 && fallbacks[i] == 0;
+    m.dependencies_recorded = true;
+    for (size_t k = 0; k < m.ops.size(); ++k)
+      m.ops[k].carries_write = m.ops[k].mutated && !rec->read_before_write[i][k];
+  }
   rec->timeline.resolve();
   rec->watched.clear();
+  rec->produced.clear();
 }
 
 }  // namespace

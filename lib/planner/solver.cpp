@@ -2,6 +2,7 @@
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
 #include "copy_window_model.h"
+#include "replay_cost.h"
 #include "selective/transformer_save_list.h"
 #include "twin_modules.h"
 #include "units.h"
@@ -64,13 +65,57 @@ std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptio
   return std::nullopt;
 }
 
-bool keepable(const OpProfile& o) { return !o.mutated && !o.inplace && !o.view; }
+// Kept on the device: an output written in place later only if it carries the write (nothing read
+// it before; a copy of the value before the write would cost bytes the profile does not count).
+bool keepable(const OpProfile& o) {
+  return (!o.mutated || o.carries_write) && !o.inplace && !o.view;
+}
+// Offloaded: never an output written later (an offloaded output carries no write).
+bool swappable(const OpProfile& o) { return keepable(o) && !o.mutated; }
 
 // What transformer_policy keeps (its own list): its configurations are candidates too, so that a
 // plan is never estimated slower than that fixed policy.
 bool kept_by_transformer_policy(const std::string& op) {
   return std::ranges::find(detail::transformer_save_list(), std::string_view(op)) !=
          detail::transformer_save_list().end();
+}
+
+// Keep sets grown one op at a time, the op that saves the most time per byte of its outputs first.
+// With the replay's dependency walk an op saves what the keep set's cost drops by when it is added
+// (the ops only it needed stop running too; an op nothing needs saves nothing and is never kept);
+// without it, its own cost. O(ops^2) evaluations of `seconds_of`, each O(ops + reads).
+template <class SecondsOf, class Add>
+void add_greedy_keep_sets(const ModuleProfile& m, const std::vector<double>& cost, bool walks,
+                          SecondsOf& seconds_of, std::vector<bool>& keep, Add& add) {
+  const size_t n = m.ops.size();
+  std::vector<size_t> open;
+  for (size_t k = 0; k < n; ++k) {
+    if (keepable(m.ops[k]) && (walks || cost[k] > 0)) open.push_back(k);
+  }
+  auto bytes = [&](size_t k) { return static_cast<double>(m.ops[k].output_bytes); };
+  while (!open.empty()) {
+    const double now = walks ? seconds_of(keep) : 0.0;
+    size_t best = open.size();
+    double best_saving = 0;
+    for (size_t i = 0; i < open.size(); ++i) {
+      const size_t k = open[i];
+      double saving = cost[k];
+      if (walks) {
+        keep[k] = true;
+        saving = now - seconds_of(keep);
+        keep[k] = false;
+      }
+      if (!(saving > 0)) continue;
+      // More saved per byte (an op of no bytes first); the earlier op on a tie.
+      if (best == open.size() || saving * bytes(open[best]) > best_saving * bytes(k)) {
+        best = i, best_saving = saving;
+      }
+    }
+    if (best == open.size()) return;
+    keep[open[best]] = true;
+    open.erase(open.begin() + static_cast<std::ptrdiff_t>(best));
+    add(keep);
+  }
 }
 
 // Module `index`'s candidates; `windows` (null: no offload) prices copies by what their windows
@@ -97,21 +142,27 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
                       ModuleChoice::FullSwapInputs, 0});
   }
 
-  // Selective: not keeping an op costs its recomputation, or its two copies when cheaper; the
-  // fixed cost is the interception in the forward and the replay in backward.
+  // Selective: the fixed cost is the interception in the forward and the replay in backward; an
+  // op not kept costs its two copies where it is offloaded, and its recomputation where the
+  // replay runs it (replay_cost.h: only what backward needs).
   const size_t n = m.ops.size();
   mo.swap.assign(n, false);
-  std::vector<double> cost(n, 0.0);
+  const detail::ReplayCost replay(m);
   const double fixed =
       std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds;
-  for (size_t k = 0; k < n; ++k) cost[k] = std::max(0.0, m.ops[k].seconds);
+  // What dropping an op alone costs: its recomputation, if a replay with nothing kept runs it;
+  // offloaded ops take their copies' cost instead.
+  const std::vector<bool> runs_when_all_dropped = replay.runs(std::vector<bool>(n, false));
+  std::vector<double> cost(n, 0.0);
+  for (size_t k = 0; k < n; ++k)
+    cost[k] = runs_when_all_dropped[k] ? std::max(0.0, m.ops[k].seconds) : 0.0;
   if (windows) {
     // Offload takes the window, recomputation the rest: ops are swapped, those whose
     // recomputation costs most per byte first, while their copies cost less than recomputing
     // them (nothing while they fit in the module's windows).
     std::vector<size_t> order;
     for (size_t k = 0; k < n; ++k) {
-      if (keepable(m.ops[k]) && m.ops[k].output_bytes > 0) order.push_back(k);
+      if (swappable(m.ops[k]) && m.ops[k].output_bytes > 0 && cost[k] > 0) order.push_back(k);
     }
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return cost[a] * static_cast<double>(m.ops[b].output_bytes) >
@@ -128,34 +179,33 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
       bytes += m.ops[k].output_bytes, copies += 1;
     }
   }
-  auto add_selective = [&](std::vector<bool> keep) {
-    int64_t bytes = m.input_bytes;
+  // A keep set's extra seconds: the fixed cost, the copies of the offloaded ops not kept, the ops
+  // the replay runs (kept and offloaded outputs answer it).
+  std::vector<bool> answered(n, false);
+  auto seconds_of = [&](const std::vector<bool>& keep) {
     double seconds = fixed;
     for (size_t k = 0; k < n; ++k) {
-      if (keep[k])
-        bytes += m.ops[k].output_bytes;
-      else
-        seconds += cost[k];
+      answered[k] = keep[k] || mo.swap[k];
+      if (!keep[k] && mo.swap[k]) seconds += cost[k];
     }
-    points.push_back({bytes, seconds, ModuleChoice::Selective, mo.keep_sets.size()});
+    if (replay.walks()) return seconds + replay.seconds(answered);
+    for (size_t k = 0; k < n; ++k) {
+      if (!answered[k]) seconds += cost[k];
+    }
+    return seconds;
+  };
+  auto add_selective = [&](std::vector<bool> keep) {
+    int64_t bytes = m.input_bytes;
+    for (size_t k = 0; k < n; ++k) {
+      if (keep[k]) bytes += m.ops[k].output_bytes;
+    }
+    points.push_back({bytes, seconds_of(keep), ModuleChoice::Selective, mo.keep_sets.size()});
     mo.keep_sets.push_back(std::move(keep));
   };
-  // Keeping the ops with the most time saved per byte first, one more at a time.
-  std::vector<size_t> ranked;
-  for (size_t k = 0; k < n; ++k) {
-    if (keepable(m.ops[k]) && cost[k] > 0) ranked.push_back(k);
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
-    return cost[a] * static_cast<double>(m.ops[b].output_bytes) >
-           cost[b] * static_cast<double>(m.ops[a].output_bytes);
-  });
   std::vector<bool> keep(n, false);
   // Nothing kept and nothing swapped is full checkpointing plus the interception: not a candidate.
   if (std::find(mo.swap.begin(), mo.swap.end(), true) != mo.swap.end()) add_selective(keep);
-  for (size_t k : ranked) {
-    keep[k] = true;
-    add_selective(keep);
-  }
+  add_greedy_keep_sets(m, cost, replay.walks(), seconds_of, keep, add_selective);
   // Partial offload: what fits the windows swapped, everything else kept.
   if (std::find(mo.swap.begin(), mo.swap.end(), true) != mo.swap.end()) {
     std::vector<bool> rest(n, false);

@@ -9,7 +9,8 @@ namespace {
 bool same_work(const ModuleProfile& a, const ModuleProfile& b) {
   // Not saved_bytes: a block's input that the block before saved is counted there, not here.
   if (a.type != b.type || a.calls != b.calls || a.input_bytes != b.input_bytes ||
-      a.ops.size() != b.ops.size() || a.replayed != b.replayed) {
+      a.ops.size() != b.ops.size() || a.replayed != b.replayed ||
+      a.dependencies_recorded != b.dependencies_recorded) {
     return false;
   }
   for (size_t k = 0; k < a.ops.size(); ++k) {
@@ -17,7 +18,8 @@ bool same_work(const ModuleProfile& a, const ModuleProfile& b) {
     const OpProfile& y = b.ops[k];
     if (x.op != y.op || x.call_index != y.call_index || x.output_bytes != y.output_bytes ||
         x.random != y.random || x.inplace != y.inplace || x.view != y.view ||
-        x.mutated != y.mutated) {
+        x.mutated != y.mutated || x.carries_write != y.carries_write || x.reads != y.reads ||
+        x.saved_for_backward != y.saved_for_backward) {
       return false;
     }
   }

@@ -1,0 +1,228 @@
+// The planner's model of a selective replay (lib/planner/replay_cost.h): a dropped op costs its
+// recomputation only when backward needs its output; outputs written in place before anything
+// reads them may be kept (the kept output carries the write). And what the profiler records for
+// it: what each op reads, what autograd saves, which writes are carried.
+#include "planner/replay_cost.h"
+
+#include <recompose/recompose.h>
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using recompose::Budget;
+using recompose::MemoryProfile;
+using recompose::ModuleChoice;
+using recompose::ModuleProfile;
+using recompose::OpProfile;
+using recompose::Plan;
+
+namespace {
+
+constexpr double kMs = 1e-3;
+constexpr int64_t kBytes = 1000;
+
+OpProfile op(std::string name, double ms, std::vector<int64_t> reads, bool saved) {
+  OpProfile o;
+  o.op = std::move(name);
+  o.output_bytes = kBytes;
+  o.seconds = ms * kMs;
+  o.reads = std::move(reads);
+  o.saved_for_backward = saved;
+  return o;
+}
+
+// One module that replays; its fixed cost is 0.5 ms.
+MemoryProfile profile_of(std::vector<OpProfile> ops, bool dependencies = true) {
+  ModuleProfile m;
+  m.name = "block";
+  m.type = "Block";
+  m.calls = 1;
+  m.input_bytes = kBytes;
+  m.saved_bytes = kBytes * static_cast<int64_t>(ops.size() + 1);
+  double forward = 0;
+  for (const auto& o : ops) forward += o.seconds;
+  m.forward_seconds = m.selective_forward_seconds = forward;
+  m.replay_seconds = 0.5 * kMs;
+  m.replayed = true;
+  m.backward_seconds = 2 * forward;
+  m.ops = std::move(ops);
+  m.dependencies_recorded = dependencies;
+  MemoryProfile p;
+  p.device = "cpu";
+  p.bytes_held = m.saved_bytes;
+  p.step_seconds = 3 * forward;
+  p.modules.push_back(std::move(m));
+  return p;
+}
+
+std::vector<bool> answered(std::initializer_list<bool> flags) { return flags; }
+
+bool keeps(const Plan& plan, const std::string& name) {
+  const auto& save = plan.modules.at(0).save;
+  return std::any_of(save.begin(), save.end(), [&](const auto& o) { return o.op == name; });
+}
+
+// A module with an output written in place before anything reads it (mm's, as a 2-d Linear's
+// bias), and one read and then written (gelu's).
+struct WriteBlockImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    auto y = torch::mm(x, x.t());
+    y.add_(1.0);                    // first thing after mm: carried by a kept mm
+    auto g = torch::gelu(y);        // gelu saves its input, y
+    auto skip = torch::sigmoid(g);  // reads g ...
+    g.mul_(0.5);                    // ... before this write: keeping g would need a copy
+    return torch::tanh(g + skip);   // tanh saves its output
+  }
+};
+TORCH_MODULE(WriteBlock);
+
+struct WriteNetImpl : torch::nn::Module {
+  WriteNetImpl() { block = register_module("block", WriteBlock()); }
+  torch::Tensor forward(torch::Tensor x) { return block(x); }
+  WriteBlock block{nullptr};
+};
+TORCH_MODULE(WriteNet);
+
+const OpProfile& find_op(const ModuleProfile& m, const std::string& name) {
+  auto it =
+      std::find_if(m.ops.begin(), m.ops.end(), [&](const OpProfile& o) { return o.op == name; });
+  REQUIRE(it != m.ops.end());
+  return *it;
+}
+
+int64_t index_of(const ModuleProfile& m, const std::string& name) {
+  return std::distance(
+      m.ops.begin(),
+      std::find_if(m.ops.begin(), m.ops.end(), [&](const OpProfile& o) { return o.op == name; }));
+}
+
+}  // namespace
+
+TEST_SUITE("planner") {
+  TEST_CASE("planner: a dropped op whose output nothing needs costs nothing") {
+    // mm's output is saved (by the op after it); relu's output only leaves the module.
+    const MemoryProfile p =
+        profile_of({op("aten::mm.default", 4, {}, true), op("aten::relu.default", 2, {0}, false)});
+    const recompose::detail::ReplayCost cost(p.modules[0]);
+    CHECK(cost.walks());
+    CHECK(cost.seconds(answered({false, false})) == doctest::Approx(4 * kMs));
+    CHECK(cost.seconds(answered({true, false})) == 0);
+    // Keeping mm alone holds the input and mm's output; relu, dropped, is not charged: the fixed
+    // 0.5 ms only (charging every dropped op made it 2.5 ms).
+    const Plan plan = recompose::solve_plan(p, Budget::bytes(2 * kBytes));
+    REQUIRE(plan.modules[0].choice == ModuleChoice::Selective);
+    CHECK(keeps(plan, "aten::mm.default"));
+    CHECK(!keeps(plan, "aten::relu.default"));
+    CHECK(plan.modules[0].seconds == doctest::Approx(0.5 * kMs));
+  }
+
+  TEST_CASE("planner: a dropped op that a needed op reads is charged, transitively") {
+    // mm -> add -> tanh: only tanh's output is saved; mm and add are needed through it.
+    const MemoryProfile p =
+        profile_of({op("aten::mm.default", 4, {}, false), op("aten::add.Tensor", 1, {0}, false),
+                    op("aten::tanh.default", 2, {1}, true)});
+    const recompose::detail::ReplayCost cost(p.modules[0]);
+    CHECK(cost.seconds(answered({false, false, false})) == doctest::Approx(7 * kMs));
+    CHECK(cost.runs(answered({false, false, false})) == std::vector<bool>{true, true, true});
+    // add kept: tanh runs from it, mm is not needed.
+    CHECK(cost.seconds(answered({false, true, false})) == doctest::Approx(2 * kMs));
+    // mm kept: add and tanh run.
+    CHECK(cost.seconds(answered({true, false, false})) == doctest::Approx(3 * kMs));
+    CHECK(cost.seconds(answered({false, false, true})) == 0);
+    // The greedy keeps tanh first (7 ms saved for its bytes): one op, 0.5 ms.
+    const Plan plan = recompose::solve_plan(p, Budget::bytes(2 * kBytes));
+    CHECK(keeps(plan, "aten::tanh.default"));
+    CHECK(plan.modules[0].seconds == doctest::Approx(0.5 * kMs));
+  }
+
+  TEST_CASE("planner: without the ops' dependencies every dropped op is charged, as before") {
+    const MemoryProfile old =
+        profile_of({op("aten::mm.default", 4, {}, true), op("aten::relu.default", 2, {0}, false)},
+                   /*dependencies=*/false);
+    const recompose::detail::ReplayCost cost(old.modules[0]);
+    CHECK(!cost.walks());
+    CHECK(cost.seconds(answered({true, false})) == doctest::Approx(2 * kMs));
+    const Plan plan = recompose::solve_plan(old, Budget::bytes(2 * kBytes));
+    CHECK(keeps(plan, "aten::mm.default"));
+    CHECK(plan.modules[0].seconds == doctest::Approx(2.5 * kMs));
+    // A module that reruns its forward runs every op not kept, whatever the profile knows.
+    MemoryProfile rerun =
+        profile_of({op("aten::mm.default", 4, {}, true), op("aten::relu.default", 2, {0}, false)});
+    rerun.modules[0].replayed = false;
+    CHECK(recompose::detail::ReplayCost(rerun.modules[0]).seconds(answered({true, false})) ==
+          doctest::Approx(2 * kMs));
+  }
+
+  TEST_CASE("planner: an output written before anything reads it may be kept, one read first not") {
+    // bmm's output gets the mask added in place first (carried); softmax's is read, then written.
+    OpProfile bmm = op("aten::bmm.default", 4, {}, false);
+    bmm.mutated = bmm.carries_write = true;
+    OpProfile softmax = op("aten::softmax.int", 4, {0}, true);
+    softmax.mutated = true;
+    const MemoryProfile p = profile_of({bmm, softmax, op("aten::mul.Tensor", 1, {1}, true)});
+    // Room for everything: only what may be kept is.
+    const Plan plan = recompose::solve_plan(p, Budget::bytes(3 * kBytes));
+    REQUIRE(plan.modules[0].choice == ModuleChoice::Selective);
+    CHECK(keeps(plan, "aten::bmm.default"));
+    CHECK(!keeps(plan, "aten::softmax.int"));
+    CHECK(keeps(plan, "aten::mul.Tensor"));
+    // softmax, dropped and needed, runs from the kept bmm.
+    CHECK(plan.modules[0].seconds == doctest::Approx(4.5 * kMs));
+  }
+
+  TEST_CASE(
+      "planner: the profile records what each op reads, what autograd saves, carried writes") {
+    WriteNet net;
+    torch::manual_seed(3);
+    auto x = torch::randn({8, 8}, torch::requires_grad());
+    const MemoryProfile p = recompose::profile_memory(*net, [&] { net(x).sum().backward(); });
+    const MemoryProfile back = MemoryProfile::from_json(p.to_json());
+    for (const MemoryProfile* q : {&p, &back}) {
+      REQUIRE(q->modules.size() == 1);
+      const ModuleProfile& m = q->modules[0];
+      CHECK(m.dependencies_recorded);
+      const OpProfile& mm = find_op(m, "aten::mm.default");
+      const OpProfile& gelu = find_op(m, "aten::gelu.default");
+      const OpProfile& sigmoid = find_op(m, "aten::sigmoid.default");
+      const OpProfile& add = find_op(m, "aten::add.Tensor");
+      const OpProfile& tanh = find_op(m, "aten::tanh.default");
+      CHECK(mm.mutated);
+      CHECK(mm.carries_write);
+      CHECK(gelu.mutated);
+      CHECK(!gelu.carries_write);
+      CHECK(!sigmoid.mutated);
+      // gelu saves its input (mm's output after the add_), sigmoid and tanh their outputs.
+      CHECK(mm.saved_for_backward);
+      CHECK(!gelu.saved_for_backward);
+      CHECK(sigmoid.saved_for_backward);
+      CHECK(!add.saved_for_backward);
+      CHECK(tanh.saved_for_backward);
+      CHECK(mm.reads.empty());  // x comes from outside the module
+      CHECK(gelu.reads == std::vector<int64_t>{index_of(m, "aten::mm.default")});
+      CHECK(sigmoid.reads == std::vector<int64_t>{index_of(m, "aten::gelu.default")});
+      std::vector<int64_t> add_reads{index_of(m, "aten::gelu.default"),
+                                     index_of(m, "aten::sigmoid.default")};
+      std::sort(add_reads.begin(), add_reads.end());
+      CHECK(add.reads == add_reads);
+      CHECK(tanh.reads == std::vector<int64_t>{index_of(m, "aten::add.Tensor")});
+    }
+    // A profile written before these fields loads with none of them (every op charged).
+    std::string old = p.to_json();
+    for (const char* key : {"\"dependencies_recorded\"", "\"carries_write\"", "\"reads\"",
+                            "\"saved_for_backward\""}) {
+      CHECK(old.find(key) != std::string::npos);
+    }
+    const MemoryProfile v1 =
+        MemoryProfile::load(std::string(RECOMPOSE_SOURCE_DIR) + "/tests/data/profile-v1.json");
+    for (const auto& m : v1.modules) {
+      CHECK(!m.dependencies_recorded);
+      for (const auto& o : m.ops)
+        CHECK((o.reads.empty() && !o.saved_for_backward && !o.carries_write));
+    }
+  }
+}  // TEST_SUITE
