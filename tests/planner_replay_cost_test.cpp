@@ -175,6 +175,21 @@ TEST_SUITE("planner") {
     CHECK(plan.modules[0].seconds == doctest::Approx(4.5 * kMs));
   }
 
+  TEST_CASE("planner: an op that only allocates is never kept, whatever it costs") {
+    // Dropout on CPU: empty_like, then bernoulli_ draws into it in place (its time lands on the
+    // next op the policy sees); keeping the allocation keeps no value. Per byte it would be the
+    // best keep here (3 ms for 1 kB, the mul 4 ms for 5 kB), and the budget fits it.
+    OpProfile empty = op("aten::empty_like.default", 3, {}, false);
+    empty.mutated = empty.carries_write = true;
+    OpProfile mul = op("aten::mul.Tensor", 1, {0}, true);
+    mul.output_bytes = 5 * kBytes;
+    const MemoryProfile p = profile_of({empty, mul, op("aten::exp.default", 1, {1}, true)});
+    const Plan plan = recompose::solve_plan(p, Budget::bytes(3 * kBytes));
+    REQUIRE(plan.modules[0].choice == ModuleChoice::Selective);
+    CHECK(!keeps(plan, "aten::empty_like.default"));
+    CHECK(keeps(plan, "aten::exp.default"));
+  }
+
   TEST_CASE(
       "planner: the profile records what each op reads, what autograd saves, carried writes") {
     WriteNet net;

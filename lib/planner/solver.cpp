@@ -65,10 +65,17 @@ std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptio
   return std::nullopt;
 }
 
+// An op that only allocates (empty_like: dropout's noise before bernoulli_ draws into it) makes no
+// value worth keeping; the draw written into it is random, so its entry would keep a copy of the
+// uninitialised memory, and the replay would still write the draw back and divide.
+bool allocates_only(const OpProfile& o) {
+  return o.op.rfind("aten::empty", 0) == 0 || o.op.rfind("aten::new_empty", 0) == 0;
+}
+
 // Kept on the device: an output written in place later only if it carries the write (nothing read
 // it before; a copy of the value before the write would cost bytes the profile does not count).
 bool keepable(const OpProfile& o) {
-  return (!o.mutated || o.carries_write) && !o.inplace && !o.view;
+  return (!o.mutated || o.carries_write) && !o.inplace && !o.view && !allocates_only(o);
 }
 // Offloaded: never an output written later (an offloaded output carries no write).
 bool swappable(const OpProfile& o) { return keepable(o) && !o.mutated; }
