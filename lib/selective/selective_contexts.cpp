@@ -422,8 +422,10 @@ class CachedInterceptor final : public detail::OpInterceptor {
   SacState& s_;
 };
 
-// Two policies cost without paying: one that keeps nothing is full checkpointing plus
-// interception (transformer_policy() on a CNN), one that keeps more bytes than autograd saves
+// Two policies are likely mistakes: one that keeps nothing recomputes the whole region and
+// intercepts every op (transformer_policy() on a CNN; measured against full checkpointing, the
+// replay can still win: on the CPU GPT it wrote dropout's draws back and ran no module code), one
+// that keeps more bytes than autograd saves
 // holds more than no checkpointing (keeping the addmm outputs of a Linear + ReLU stack). Each is
 // said once per kind of region (same op names in the same order: twin blocks warn once), for the
 // first few kinds of a process, so that a randomized test does not flood its log.
@@ -452,9 +454,11 @@ void warn_about_policy(const SacState& s) {
     TORCH_WARN(
         "recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
         " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
-        "), so the region is fully recomputed and pays for interception too. Name ops it runs "
-        "(recompose::inspect_policy(policy, module, input) lists them), or use full "
-        "checkpointing.");
+        "), so the region is fully recomputed, and its forward pays for interception. If the "
+        "policy was meant to keep some, name ops it runs (recompose::inspect_policy(policy, "
+        "module, input) lists them); if not, compare the step with full checkpointing, which "
+        "intercepts nothing (the replay that serves this region can still be the cheaper "
+        "recomputation: it runs no module code and builds no autograd graph).");
     return;
   }
   const int64_t plain = s.trace.saved_bytes_from_ops();
