@@ -177,6 +177,13 @@ do_bench() {
   for b in $benches; do
     run_step "${b}_bench --device cuda" "$build/examples/${b}_bench/${b}_bench" --device cuda || status=1
   done
+  # Issue 25's host time per intercepted op, in a region of a GPT block's size too (section 1 of
+  # the full run above intercepts 200,000 ops in one region, where the forward trace grows large).
+  case "$benches" in
+    *" selective "*)
+      run_step "selective_bench --device cuda --section 1 --ops 200 --reps 15" \
+        "$build/examples/selective_bench/selective_bench" --device cuda --section 1 --ops 200 --reps 15 || status=1 ;;
+  esac
   # Width 2048: twice the arithmetic per activation byte, where swapping can hide behind compute.
   case "$benches" in
     *" swap "*)
