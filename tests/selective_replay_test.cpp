@@ -115,28 +115,6 @@ std::vector<torch::Tensor> gpt_leaves() {
           torch::randn({d, 4 * d}) * 0.3};
 }
 
-// Counts the aten::bernoulli_ calls dispatched on this thread while alive (dropout's draw on CPU).
-thread_local int64_t g_draws = 0;
-class DrawCounter {
- public:
-  DrawCounter() {
-    g_draws = 0;
-    handle_ = at::addThreadLocalCallback(
-        at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                       -> std::unique_ptr<at::ObserverContext> {
-          if (std::strcmp(fn.name(), "aten::bernoulli_") == 0) ++g_draws;
-          return nullptr;
-        }).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~DrawCounter() { at::removeCallback(handle_); }
-  DrawCounter(const DrawCounter&) = delete;
-  DrawCounter& operator=(const DrawCounter&) = delete;
-  int64_t draws() const { return g_draws; }
-
- private:
-  at::CallbackHandle handle_;
-};
-
 // Counts the calls of one op, by name ("aten::clone"), dispatched on this thread while alive
 // (each call may be seen at several dispatch levels: compare counts with zero, or before/after).
 thread_local const char* g_counted_name = nullptr;
@@ -577,16 +555,16 @@ TEST_SUITE("selective replay") {
       auto ckpt = copies(leaves);
       torch::manual_seed(7);
       const int64_t kept_before = recompose::selective_checkpoint_bytes_kept();
-      DrawCounter counter;
+      OpCallCounter counter("aten::bernoulli_");  // dropout's draw on CPU
       torch::Tensor y = recompose::checkpoint(
           with(policy), [&](const torch::Tensor&) { return gpt_block(ckpt); }, ckpt[0]);
-      CHECK(counter.draws() >=
+      CHECK(counter.calls() >=
             3);  // the forward drew (each draw may be seen at several dispatch levels)
       CHECK(recompose::selective_checkpoint_bytes_kept() > kept_before);
       recompose::reset_selective_replay_stats();
-      const int64_t before_backward = counter.draws();
+      const int64_t before_backward = counter.calls();
       y.square().sum().backward();
-      CHECK(counter.draws() == before_backward);  // no draw in backward
+      CHECK(counter.calls() == before_backward);  // no draw in backward
       CHECK(recompose::selective_replay_stats().replayed == 1);
       CHECK(recompose::selective_replay_stats().draws_written == 3);
       CHECK(recompose::selective_replay_stats().fallbacks == 0);
@@ -651,9 +629,9 @@ TEST_SUITE("selective replay") {
       torch::Tensor y = recompose::checkpoint(
           with(always(CheckpointPolicy::PREFER_RECOMPUTE)),
           [&](const torch::Tensor&) { return c.fn(ckpt); }, ckpt[0]);
-      DrawCounter counter;
+      OpCallCounter counter("aten::bernoulli_");  // dropout's draw on CPU
       y.to(torch::kFloat).sum().backward();
-      CHECK(counter.draws() == c.backward_draws);
+      CHECK(counter.calls() == c.backward_draws);
       const auto stats =
           check_against_plain(c.fn, leaves, with(always(CheckpointPolicy::PREFER_RECOMPUTE)));
       CHECK(stats.replayed == 1);
@@ -676,10 +654,10 @@ TEST_SUITE("selective replay") {
     torch::Tensor y =
         recompose::checkpoint(with(always(CheckpointPolicy::PREFER_RECOMPUTE)), fn, a);
     y.sum().backward({}, /*retain_graph=*/true);  // writes the kept draw back, then frees it
-    DrawCounter counter;
+    OpCallCounter counter("aten::bernoulli_");    // dropout's draw on CPU
     recompose::reset_selective_replay_stats();
     y.sum().backward();
-    CHECK(counter.draws() == 1);
+    CHECK(counter.calls() == 1);
     CHECK(recompose::selective_replay_stats().replayed == 1);
     CHECK(torch::equal(a.grad(), plain));
   }

@@ -160,21 +160,12 @@ void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool 
 
 void CacheEntry::check_unmodified(const c10::OperatorHandle& op, int64_t call_index,
                                   bool allow_mutation) const {
-  size_t k = 0;
-  for (const c10::IValue& v : values_) {
-    map_tensors(v, [&](const at::Tensor& t) {
-      if (!t.defined()) return t;
-      const uint32_t kept = versions_[k++];
-      if (!allow_mutation && kept != kUntracked && version_of(t) != kept) {
-        throw CheckpointError("recompose: selective checkpoint: the output of " +
-                              op.schema().name() + " (call " + std::to_string(call_index) +
-                              " in the region) that was saved in the forward has been modified in "
-                              "place since. Avoid modifying it in place, or pass "
-                              "allow_cache_entry_mutation = true to use the modified values.");
-      }
-      return t;
-    });
-  }
+  if (allow_mutation || !modified()) return;
+  throw CheckpointError("recompose: selective checkpoint: the output of " + op.schema().name() +
+                        " (call " + std::to_string(call_index) +
+                        " in the region) that was saved in the forward has been modified in "
+                        "place since. Avoid modifying it in place, or pass "
+                        "allow_cache_entry_mutation = true to use the modified values.");
 }
 
 bool CacheEntry::modified() const {
