@@ -6,7 +6,27 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
-#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded]
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded|verdict]
+#   RECOMPOSE_REHEARSAL=1 bash scripts/gpu-run.sh verdict   # the same steps here, on the CPU
+#
+# verdict (issue 35): does the selective replay beat the straight line between none and full on
+# the device? One call of at most 9 minutes on a fresh machine: it builds only test_checkpoint,
+# gpt and selective_bench, then, each step bounded by `timeout` and its output in the log as soon
+# as it ends: (1) the CUDA suites of test_checkpoint (cuda, cuda_link, cuda differential; run
+# with --no-skip, so a test binary that sees no device fails instead of skipping); (2) gpt
+# --compare, 10 steps, every policy interleaved step by step; (3) gpt --sweep, the planner's
+# estimate beside each measured step; (4) selective_bench's host time per intercepted op in a
+# 200-op region; (5) a Kineto profile of 3 selective steps, then of 3 steps of none and full
+# beside it; (6) selective_bench's region cost (the replay against its ops). The 12 x 1024 bf16
+# GPT throughout.
+# Device time, estimated from the H100 logs of 2026-11-23 (whole-tree build 87-103 s on 16
+# cores, the CUDA suites ~25 s with 300 differential cases, compare ~45 s and sweep ~50 s of
+# 12 x 1024 bf16 steps at 35-120 ms, profiles ~20 s each): build ~95 s, steps ~4 min, about
+# 6 minutes in all, plus the machine's start (1-2 minutes). The steps' bounds add up to 8.5
+# minutes after the build's 4.
+# RECOMPOSE_REHEARSAL=1 runs the verdict's steps on this machine's CPU (./build, or
+# RECOMPOSE_BUILD_DIR; a 2 x 64 model, float32): every command line, path and filter the device
+# call will use, checked before device time is spent on it.
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
@@ -63,6 +83,10 @@ if [ "${1:-}" = "--prepare" ]; then
 fi
 
 # --- tools -------------------------------------------------------------------------------------
+rehearsal=${RECOMPOSE_REHEARSAL:-0}
+if [ "$rehearsal" = 1 ] && [ "${1:-}" != verdict ]; then
+  die "RECOMPOSE_REHEARSAL=1 rehearses the verdict phase only"
+fi
 venv=${RECOMPOSE_VENV:-/opt/torch/.venv}
 # meson and ninja may be installed in the venv only (pip install meson ninja).
 [ -d "$venv/bin" ] && export PATH="$PATH:$venv/bin"
@@ -72,6 +96,12 @@ done
 meson_version=$(meson --version)
 [ "$(printf '%s\n1.0.0\n' "$meson_version" | sort -V | head -n1)" = 1.0.0 ] ||
   die "meson $meson_version is too old (need >= 1.0)"
+if [ "$rehearsal" = 1 ]; then
+  # The CPU rehearsal: this machine's LibTorch and build, none of the GPU's tools.
+  torch_dir=$(bash scripts/setup.sh | tail -n1)
+  CUDA_PATH=""
+  setup_args=(--buildtype=release -Dtorch_dir="$torch_dir")
+else
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 ||
   die "no GPU: nvidia-smi is missing or sees no device"
 
@@ -107,13 +137,15 @@ else
       die "$header not found (offline): run 'bash scripts/gpu-run.sh --prepare' on an online machine and carry .carry"
   done
 fi
+fi  # not the rehearsal
 
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 phase=${1:-all}
-case "$phase" in all|build|test|bench|gpt|offload|compile|sharded) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile or sharded)" ;; esac
-log="$out/gpu-run-$phase-$(date -u +%Y%m%dT%H%M%SZ).txt"
+case "$phase" in all|build|test|bench|gpt|offload|compile|sharded|verdict) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile, sharded or verdict)" ;; esac
+log="$out/gpu-run-$phase$([ "$rehearsal" = 1 ] && echo -cpu-rehearsal)-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
+[ "$rehearsal" = 1 ] && build=${RECOMPOSE_BUILD_DIR:-build}
 jobs=${RECOMPOSE_JOBS:-$(nproc)}
 # The realistic GPT of the benchmarks: 12 blocks of width 1024, 16 heads, context 1024, batch 8,
 # bf16 autocast (about 150M parameters; ~25 ms per step on an H100 without checkpointing).
@@ -131,18 +163,20 @@ quietly() {  # pattern command...
   return $rc
 }
 
-do_build() {
-  stamp "build"
+do_build() {  # [ninja target...] (default: the whole tree)
+  stamp "build${*:+ of $*}"
   # A fresh checkout has no build-gpu: plain setup (meson 1.0 refuses --wipe on a missing
-  # folder); later runs reconfigure in place and rebuild only what changed.
+  # folder); later runs reconfigure in place and rebuild only what changed. The CPU rehearsal
+  # keeps the build folder as this machine configured it.
   if [ -f "$build/build.ninja" ]; then
-    meson setup --reconfigure "$build" "${setup_args[@]}" >/dev/null
+    [ "$rehearsal" = 1 ] || meson setup --reconfigure "$build" "${setup_args[@]}" >/dev/null
   else
     rm -rf "$build"
     meson setup "$build" "${setup_args[@]}"
   fi
-  grep -q 'RECOMPOSE_WITH_CUDA' "$build/build.ninja" || { echo "CUDA IS NOT ON in $build"; return 1; }
-  quietly '^\[[0-9]+/[0-9]+\] (Compiling|Linking|Precompiling)' ninja -C "$build" -j "$jobs" ||
+  [ "$rehearsal" = 1 ] || grep -q 'RECOMPOSE_WITH_CUDA' "$build/build.ninja" ||
+    { echo "CUDA IS NOT ON in $build"; return 1; }
+  quietly '^\[[0-9]+/[0-9]+\] (Compiling|Linking|Precompiling)' ninja -C "$build" -j "$jobs" "$@" ||
     { echo "BUILD FAILED"; return 1; }
   stamp "build done"
 }
@@ -295,15 +329,73 @@ do_sharded() {
   return $status
 }
 
+# Issue 35: the verdict (see the header). Each step under `timeout` (a hung step cannot eat the
+# call), its figures in the log as it ends. At most 8 files come back from the device machine, so
+# the runs write into $build/verdict and only the tables and the selective trace are copied to
+# $out beside the log.
+do_verdict() {
+  local status=0 dev=cuda precision=(--bf16) model=("${gpt_model[@]}") steps=10 sweep_steps=20
+  local scratch="$build/verdict" gpt="$build/examples/gpt/gpt"
+  local bench="$build/examples/selective_bench/selective_bench" policy trace
+  if [ "$rehearsal" = 1 ]; then
+    dev=cpu precision=() model=(--layers 2 --width 64 --heads 4 --context 64 --batch 4) steps=4 sweep_steps=4
+  fi
+  local run=(--device "$dev" "${precision[@]}" --sample 0)
+  rm -rf "$scratch"
+  mkdir -p "$scratch"
+  do_build tests/test_checkpoint examples/gpt/gpt examples/selective_bench/selective_bench || return 1
+  stamp "verdict: --device $dev ${precision[*]} ${model[*]}"
+  # 1. --no-skip: a binary that sees no CUDA device fails these cases instead of skipping them.
+  if [ "$rehearsal" = 1 ]; then
+    run_step "the CUDA suites of test_checkpoint (rehearsal: counted, not run)" \
+      timeout 60 "$build/tests/test_checkpoint" --test-suite='cuda*' --count || status=1
+  else
+    run_step "the CUDA suites of test_checkpoint (--test-suite='cuda*' --no-skip)" \
+      timeout -k 10 150 "$build/tests/test_checkpoint" --test-suite='cuda*' --no-skip || status=1
+  fi
+  # 2. Every policy, interleaved step by step; the ratios are of medians.
+  run_step "gpt --compare --steps $steps ${run[*]} ${model[*]}" \
+    timeout -k 10 150 "$gpt" --compare --steps "$steps" "${run[@]}" --out "$scratch/compare" "${model[@]}" ||
+    status=1
+  cp "$scratch/compare/compare.csv" "$out/verdict-compare.csv" 2>/dev/null || true
+  # 3. The planner's curve: 'est. ms' (the cost model) beside 'step ms' at every budget.
+  run_step "gpt --sweep --steps $sweep_steps ${run[*]} ${model[*]}" \
+    quietly '^sweep \(' timeout -k 10 180 "$gpt" --sweep --steps "$sweep_steps" "${run[@]}" \
+    --out "$scratch/sweep" "${model[@]}" || status=1
+  cp "$scratch/sweep/sweep.csv" "$out/verdict-sweep.csv" 2>/dev/null || true
+  cp "$scratch/sweep/sweep.svg" "$out/verdict-sweep.svg" 2>/dev/null || true
+  # 4. Host time per intercepted op in a region of a GPT block's size.
+  run_step "selective_bench --device $dev --section 1 --ops 200 --reps 15" \
+    timeout -k 10 60 "$bench" --device "$dev" --section 1 --ops 200 --reps 15 || status=1
+  # 5. Where a selective step's time goes (the replays are recompose::selective_replay spans),
+  # then none and full beside it.
+  for policy in selective none full; do
+    run_step "gpt --policy $policy --steps 8 --profile 3 ${run[*]} ${model[*]}" \
+      quietly '^[a-z-]+ +[0-9]+/[0-9]+ ' timeout -k 10 90 "$gpt" --policy "$policy" --steps 8 --profile 3 \
+      "${run[@]}" --out "$scratch/profile" "${model[@]}" || status=1
+  done
+  trace="$scratch/profile/profile-selective.json"
+  [ -f "$trace" ] && gzip -c "$trace" >"$out/verdict-profile-selective.json.gz" || true
+  # 6. The replay's host time against the ops it ran, one GPT-like block per region.
+  run_step "selective_bench --device $dev --section 3" \
+    timeout -k 10 90 "$bench" --device "$dev" --section 3 || status=1
+  stamp "verdict done: $SECONDS s in all"
+  return $status
+}
+
 main() {
   local status=0
   echo "date: $(date -u)"
-  echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+  if [ "$rehearsal" = 1 ]; then
+    echo "device: none (the CPU rehearsal of the verdict phase)"
+  else
+    echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+  fi
   echo "torch: $torch_dir ($(grep -h '^__version__' "$torch_dir/version.py" | head -n1))"
-  echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
+  [ -z "$CUDA_PATH" ] || echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
   echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1), $(nproc) cores"
   echo "command: bash scripts/gpu-run.sh $phase ($(git rev-parse --short HEAD 2>/dev/null || echo no git)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
-  do_build || return 1
+  [ "$phase" = verdict ] || do_build || return 1
   case "$phase" in
     all) do_test || status=1; do_bench || status=1; do_gpt || status=1 ;;
     test) do_test || status=1 ;;
@@ -312,6 +404,7 @@ main() {
     offload) do_offload || status=1 ;;
     compile) do_compile || status=1 ;;
     sharded) do_sharded || status=1 ;;
+    verdict) do_verdict || status=1 ;;
   esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status

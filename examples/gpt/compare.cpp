@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <vector>
 
 namespace gpt {
 namespace {
@@ -28,12 +30,30 @@ double ratio(int64_t a, int64_t b) {
 
 CompareOutcome compare_policies(const Config& config, const CharDataset& data,
                                 TrainOptions options) {
+  // Every policy's trainer first (same seed: same weights, batches and dropout masks), then step k
+  // of every policy before step k+1, starting one policy later each step: a clock that drifts
+  // during the run lands on every policy alike instead of on the last ones trained.
   CompareOutcome outcome;
+  std::vector<std::unique_ptr<Trainer>> trainers;
   for (Policy policy : kAllPolicies) {
     options.policy = policy;
     options.label = std::string(policy_name(policy));
-    outcome.results.emplace_back(policy, train(config, data, options));
+    trainers.push_back(std::make_unique<Trainer>(config, data, options));
+    TrainResult result;
+    result.parameters = trainers.back()->model()->parameter_count();
+    result.tokens_per_step = trainers.back()->tokens_per_step();
+    outcome.results.emplace_back(policy, std::move(result));
   }
+  const size_t n = trainers.size();
+  ProgressBar progress("compare (" + std::to_string(n) + " policies interleaved)", options.steps);
+  for (int64_t step = 1; step <= options.steps; ++step) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t j = (i + static_cast<size_t>(step)) % n;
+      outcome.results[j].second.steps.push_back(trainers[j]->step(step));
+    }
+    progress.update(step, "");
+  }
+  progress.finish();
 
   const auto& base = outcome.results.front().second;
   const double tolerance = loss_tolerance(options.bf16);
@@ -43,33 +63,35 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data,
               static_cast<long long>(config.width), options.device.str().c_str());
   std::printf(
       "| policy          | loss after %3zu | max rel. diff | step ms | time x | held for backward "
-      "| x     "
-      "| step peak | x     |\n",
+      "| x     | step peak | x     | moved per step |\n",
       base.steps.size());
   std::printf(
       "|-----------------|----------------|---------------|---------|--------|-------------------|-"
-      "------"
-      "|-----------|-------|\n");
+      "------|-----------|-------|----------------|\n");
   for (const auto& [policy, result] : outcome.results) {
     const double diff = max_relative_difference(base, result);
     const bool ok = diff <= tolerance;
     outcome.losses_match = outcome.losses_match && ok;
-    std::printf("| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f |\n",
-                std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
-                result.mean_step_seconds() * 1e3,
-                result.mean_step_seconds() / base.mean_step_seconds(),
-                format_bytes(result.peak_bytes_held()).c_str(),
-                ratio(result.peak_bytes_held(), base.peak_bytes_held()),
-                format_bytes(result.peak_step_memory()).c_str(),
-                ratio(result.peak_step_memory(), base.peak_step_memory()));
+    std::printf(
+        "| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f | %14s |\n",
+        std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
+        result.median_step_seconds() * 1e3,
+        result.median_step_seconds() / base.median_step_seconds(),
+        format_bytes(result.peak_bytes_held()).c_str(),
+        ratio(result.peak_bytes_held(), base.peak_bytes_held()),
+        format_bytes(result.peak_step_memory()).c_str(),
+        ratio(result.peak_step_memory(), base.peak_step_memory()),
+        result.bytes_moved_per_step() > 0 ? format_bytes(result.bytes_moved_per_step()).c_str()
+                                          : "-");
   }
   std::printf(
-      "\nx: against none. held for backward: peak bytes held for backward on the device "
+      "\nstep ms: median without the first step, the policies interleaved step by step.\n"
+      "x: against none (ratio of medians). held for backward: peak bytes held for backward on the device "
       "(SavedTensorMeter:\n"
       "tensors autograd saves and the products selective checkpointing keeps; swapped ones are "
       "not).\n"
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
-      "gradients, temporaries).%s\n",
+      "gradients, temporaries). moved per step: bytes swap and offload sent to host memory.%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",
       options.device.is_cuda()
           ? ""

@@ -24,7 +24,7 @@ struct CompareOutcome {
   bool losses_match = true;
 };
 
-// Trains once per policy and prints the table.
+// Builds every policy's trainer, runs them interleaved step by step, and prints the table.
 CompareOutcome compare_policies(const Config& config, const CharDataset& data,
                                 TrainOptions options);
 

@@ -28,11 +28,11 @@ void write_csv(const std::filesystem::path& path, const PolicyResults& results) 
 void write_cost_plot(const std::filesystem::path& path, const PolicyResults& results,
                      const torch::Device& device) {
   if (results.empty()) return;
-  const double base = results.front().second.mean_step_seconds();  // none comes first
+  const double base = results.front().second.median_step_seconds();  // none comes first
   constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<PolicyCost> costs;
   for (const auto& [policy, result] : results) {
-    costs.push_back({std::string(policy_name(policy)), result.mean_step_seconds() / base,
+    costs.push_back({std::string(policy_name(policy)), result.median_step_seconds() / base,
                      static_cast<double>(result.peak_bytes_held()) / kMiB,
                      static_cast<double>(result.peak_step_memory()) / kMiB});
   }

@@ -105,6 +105,13 @@ double mean_without_first(const std::vector<StepRecord>& steps, Field field) {
 double TrainResult::mean_step_seconds() const {
   return mean_without_first(steps, &StepRecord::seconds);
 }
+double median_step_seconds(const std::vector<StepRecord>& steps) {
+  std::vector<double> t;
+  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) t.push_back(steps[i].seconds);
+  if (t.empty()) return 0;
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
 double TrainResult::mean_step_cpu_seconds() const {
   return mean_without_first(steps, &StepRecord::cpu_seconds);
 }

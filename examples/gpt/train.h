@@ -56,6 +56,10 @@ struct StepRecord {
   double backward_seconds = 0;
 };
 
+// Median step time without the first step (one-time allocations and warm-up): what --compare
+// and --sweep rank by, robust to one disturbed step.
+double median_step_seconds(const std::vector<StepRecord>& steps);
+
 struct TrainResult {
   std::vector<StepRecord> steps;
   int64_t parameters = 0;
@@ -64,6 +68,7 @@ struct TrainResult {
   double final_loss() const { return steps.back().loss; }
   // Mean step time without the first step, which pays for one-time allocations and warm-up.
   double mean_step_seconds() const;
+  double median_step_seconds() const { return gpt::median_step_seconds(steps); }
   double mean_step_cpu_seconds() const;  // same, CPU time
   // Same, of the forward and of the backward (--phase-times; 0 otherwise).
   double mean_forward_seconds() const;
@@ -75,6 +80,8 @@ struct TrainResult {
   int64_t peak_memory() const;
   // Highest peak above the resting memory: activations, gradients and temporaries of a step.
   int64_t peak_step_memory() const;
+  // Bytes the step moved to host memory (swap, offload; the last step's count, 0 otherwise).
+  int64_t bytes_moved_per_step() const { return steps.empty() ? 0 : steps.back().bytes_swapped; }
 };
 
 // The cross-entropy of the model's next-character predictions.
