@@ -7,6 +7,7 @@
 // and the program says why when it starts.
 #include "support/deterministic_cuda.h"
 #include "support/grad_check.h"
+#include "support/op_call_counter.h"
 #include "support/two_heads.h"
 
 #include <recompose/recompose.h>
@@ -477,33 +478,69 @@ TEST_SUITE("cuda" * doctest::skip(!has_cuda())) {
       "cuda selective: saving mm and recomputing the rest gives the plain gradients, without "
       "rerunning mm") {
     DeterministicCuda deterministic;
-    OpCounter none_bwd, full_bwd, sac_bwd, recompute_bwd;
-    const auto none = mm_grads([](const MmLeaves& l) { return mm_body(l.a, l.b, l.c); }, none_bwd);
-    const auto full = mm_grads(
-        [](const MmLeaves& l) { return recompose::checkpoint(mm_body, l.a, l.b, l.c); }, full_bwd);
     const auto save_mm =
         recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::mm"}));
-    const auto sac = mm_grads(
-        [&](const MmLeaves& l) { return recompose::checkpoint(save_mm, mm_body, l.a, l.b, l.c); },
-        sac_bwd);
     const auto recompute_all = recompose::CheckpointOptions().policy(recompose::SelectivePolicy(
         [](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle&,
            const torch::jit::Stack&) { return recompose::CheckpointPolicy::PREFER_RECOMPUTE; }));
-    const auto recomputed = mm_grads(
-        [&](const MmLeaves& l) {
-          return recompose::checkpoint(recompute_all, mm_body, l.a, l.b, l.c);
-        },
-        recompute_bwd);
+    const auto plain = [](const MmLeaves& l) { return mm_body(l.a, l.b, l.c); };
+    const auto full = [](const MmLeaves& l) { return recompose::checkpoint(mm_body, l.a, l.b, l.c); };
+    const auto sac = [&](const MmLeaves& l) {
+      return recompose::checkpoint(save_mm, mm_body, l.a, l.b, l.c);
+    };
+    const auto recomputed = [&](const MmLeaves& l) {
+      return recompose::checkpoint(recompute_all, mm_body, l.a, l.b, l.c);
+    };
+    OpCounter none_bwd, full_bwd;
+    const auto none = mm_grads(plain, none_bwd);
     REQUIRE(none[0].is_cuda());
-    CHECK(rt::bitwise_equal(none, full));
-    CHECK(rt::bitwise_equal(none, sac));
-    CHECK(rt::bitwise_equal(none, recomputed));
-    // Full checkpointing and recompute-everything rerun both products; saving mm reruns neither,
-    // but still recomputes the elementwise ops (sin).
+    CHECK(rt::bitwise_equal(none, mm_grads(full, full_bwd)));
+    // Full checkpointing reruns both products.
     CHECK(full_bwd["aten::mm"] == none_bwd["aten::mm"] + 2);
-    CHECK(recompute_bwd["aten::mm"] == none_bwd["aten::mm"] + 2);
-    CHECK(sac_bwd["aten::mm"] == none_bwd["aten::mm"]);
-    CHECK(sac_bwd["aten::sin"] == none_bwd["aten::sin"] + 1);
+
+    SUBCASE("replayed (the default): the replay runs sin again, never mm under save_mm") {
+      // The replay's ops reach no interceptor: count them through RecordFunction.
+      auto calls_in_backward = [](const std::function<torch::Tensor(const MmLeaves&)>& run,
+                                  const char* op, std::vector<torch::Tensor>* grads) {
+        const MmLeaves l = MmLeaves::make();
+        torch::Tensor loss = run(l).square().sum();
+        rt::OpCallCounter counter(op);
+        loss.backward();
+        if (grads) {
+          for (const auto& t : l.all()) grads->push_back(t.grad());
+        }
+        return counter.calls();
+      };
+      recompose::reset_selective_replay_stats();
+      std::vector<torch::Tensor> sac_grads, recomputed_grads;
+      const int64_t sac_mm = calls_in_backward(sac, "aten::mm", &sac_grads);
+      const int64_t recomputed_mm = calls_in_backward(recomputed, "aten::mm", &recomputed_grads);
+      const auto stats = recompose::selective_replay_stats();
+      CHECK(stats.replayed == 2);
+      CHECK(stats.fallbacks == 0);
+      CHECK(rt::bitwise_equal(none, sac_grads));
+      CHECK(rt::bitwise_equal(none, recomputed_grads));
+      const int64_t none_mm = calls_in_backward(plain, "aten::mm", nullptr);
+      const int64_t full_mm = calls_in_backward(full, "aten::mm", nullptr);
+      CHECK(none_mm > 0);
+      CHECK(full_mm > none_mm);
+      CHECK(sac_mm == none_mm);         // saving mm: neither product runs again
+      CHECK(recomputed_mm == full_mm);  // recomputing everything: both do, as in full
+      CHECK(calls_in_backward(plain, "aten::sin", nullptr) == 0);
+      CHECK(calls_in_backward(sac, "aten::sin", nullptr) > 0);  // sin is recomputed
+    }
+    SUBCASE("rerun (replay off): the region's forward runs again, and so do its ops") {
+      recompose::set_selective_replay_enabled(false);
+      struct On {
+        ~On() { recompose::set_selective_replay_enabled(true); }
+      } on;
+      OpCounter sac_bwd, recompute_bwd;
+      CHECK(rt::bitwise_equal(none, mm_grads(sac, sac_bwd)));
+      CHECK(rt::bitwise_equal(none, mm_grads(recomputed, recompute_bwd)));
+      CHECK(recompute_bwd["aten::mm"] == none_bwd["aten::mm"] + 2);
+      CHECK(sac_bwd["aten::mm"] == none_bwd["aten::mm"]);
+      CHECK(sac_bwd["aten::sin"] == none_bwd["aten::sin"] + 1);
+    }
   }
 
   TEST_CASE(

@@ -3,6 +3,7 @@
 // those of plain autograd, bitwise; the replay runs exactly the ops it needs; regions it cannot
 // replay fall back to running the forward again, counted.
 #include "selective/draw_mask.h"
+#include "support/op_call_counter.h"
 
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
@@ -115,33 +116,7 @@ std::vector<torch::Tensor> gpt_leaves() {
           torch::randn({d, 4 * d}) * 0.3};
 }
 
-// Counts the calls of one op, by name ("aten::clone"), dispatched on this thread while alive
-// (each call may be seen at several dispatch levels: compare counts with zero, or before/after).
-thread_local const char* g_counted_name = nullptr;
-thread_local int64_t g_counted = 0;
-class OpCallCounter {
- public:
-  explicit OpCallCounter(const char* name) {
-    g_counted_name = name;
-    g_counted = 0;
-    handle_ = at::addThreadLocalCallback(
-        at::RecordFunctionCallback([](const at::RecordFunction& fn)
-                                       -> std::unique_ptr<at::ObserverContext> {
-          if (g_counted_name != nullptr && std::strcmp(fn.name(), g_counted_name) == 0) ++g_counted;
-          return nullptr;
-        }).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~OpCallCounter() {
-    at::removeCallback(handle_);
-    g_counted_name = nullptr;
-  }
-  OpCallCounter(const OpCallCounter&) = delete;
-  OpCallCounter& operator=(const OpCallCounter&) = delete;
-  int64_t calls() const { return g_counted; }
-
- private:
-  at::CallbackHandle handle_;
-};
+using rt::OpCallCounter;
 
 }  // namespace
 
