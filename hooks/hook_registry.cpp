@@ -1,6 +1,7 @@
 // Registration and removal of forward hooks, and the per-call decision of which hooks run.
 #include "module_registry.h"
 
+#include <recompose/checkpoint_error.h>
 #include <recompose/hooks/composable_api.h>
 #include <recompose/hooks/forward_annotation.h>
 #include <recompose/hooks/forward_hooks.h>
@@ -32,6 +33,7 @@ std::unordered_set<std::type_index>& annotated_types() {
 
 // The module whose next forward entry on this thread is the body call of an intercepted call.
 thread_local const torch::nn::Module* tl_body_call = nullptr;
+thread_local const CallArguments* tl_body_arguments = nullptr;  // what the body call must receive
 
 struct Suppressed {
   const torch::nn::Module* module;
@@ -98,6 +100,7 @@ bool register_annotated_type(const std::type_info& type) {
 bool plan_forward(torch::nn::Module& module, HookPlan& plan) {
   if (tl_body_call == &module) {
     tl_body_call = nullptr;
+    plan.body_arguments = tl_body_arguments;
     return false;
   }
   auto& reg = ModuleRegistry::instance();
@@ -129,7 +132,20 @@ bool plan_forward(torch::nn::Module& module, HookPlan& plan) {
   return true;
 }
 
-void mark_body_call(const torch::nn::Module& module) { tl_body_call = &module; }
+void mark_body_call(const torch::nn::Module& module, const CallArguments& passed) {
+  tl_body_call = &module;
+  tl_body_arguments = &passed;
+}
+
+void throw_not_first_statement(const torch::nn::Module& module) {
+  throw ::recompose::CheckpointError(
+      "recompose: the forward of " + module.name() +
+      " does not begin with RECOMPOSE_FORWARD: the hooks called it again with the arguments the "
+      "annotation received, and the annotation then received other tensors, so a statement "
+      "before it ran twice (e.g. `x = x * 2; RECOMPOSE_FORWARD(x);`) and the output would differ "
+      "from the forward without hooks. Make RECOMPOSE_FORWARD(...) the first statement of "
+      "forward, naming its parameters as they come in.");
+}
 void clear_body_call(const torch::nn::Module& module) {
   if (tl_body_call == &module) tl_body_call = nullptr;
 }

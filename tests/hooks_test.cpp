@@ -992,3 +992,30 @@ TEST_CASE("slots: short and long owner names, each its own slot, found again by 
   block(torch::randn({1, 4}));
   CHECK(seen == std::vector<std::size_t>{0, 1, 2, 3, 4});
 }
+
+// A statement before the annotation: the hooks' body call runs it a second time.
+struct LateAnnotationImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    x = x * 2;
+    RECOMPOSE_FORWARD(x);
+    return x + 1;
+  }
+};
+TORCH_MODULE(LateAnnotation);
+
+TEST_CASE("a forward whose annotation is not its first statement is an error under hooks") {
+  LateAnnotation m;
+  const auto x = torch::ones({2});
+  CHECK(torch::equal(m(x), torch::full({2}, 3.0)));  // no hooks: the annotation does nothing
+  auto pre = register_forward_pre_hook(*m, [](ForwardCall&) {});
+  try {
+    m(x);
+    FAIL("expected a CheckpointError");
+  } catch (const recompose::CheckpointError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("does not begin with RECOMPOSE_FORWARD") != std::string::npos);
+    CHECK(msg.find("LateAnnotation") != std::string::npos);
+  }
+  pre.remove();
+  CHECK(torch::equal(m(x), torch::full({2}, 3.0)));
+}

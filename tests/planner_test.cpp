@@ -315,6 +315,9 @@ TEST_CASE("planner: bad budgets and misuse are clear errors") {
   CHECK(Budget::parse("2MiB").resolve(shared_profile()) == 2 * 1024 * 1024);
   CHECK(Budget::parse("64MB").resolve(shared_profile()) == 64'000'000);
   CHECK(Budget::parse("123456").resolve(shared_profile()) == 123456);
+  // A bare number up to 100 is a percentage that lost its '%': an error saying so.
+  CHECK_THROWS_WITH_AS(Budget::parse("50"), doctest::Contains("\"50%\""), std::invalid_argument);
+  CHECK(Budget::parse("50B").resolve(shared_profile()) == 50);
   CHECK_THROWS_AS(Budget::bytes(0), std::invalid_argument);
   CHECK_THROWS_AS(Budget::fraction(-0.5), std::invalid_argument);
   CHECK_THROWS_AS(Budget::fraction(NAN), std::invalid_argument);

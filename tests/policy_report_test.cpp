@@ -249,3 +249,30 @@ TEST_CASE(
 }
 
 TEST_SUITE_END();
+
+#ifndef RECOMPOSE_TEST_NO_PLANNER
+// One annotated child, for the planner's profile.
+struct WideReluHolderImpl : torch::nn::Module {
+  WideReluHolderImpl() : block(register_module("block", WideRelu())) {}
+  torch::Tensor forward(torch::Tensor x) { return block(x); }
+  WideRelu block;
+};
+TORCH_MODULE(WideReluHolder);
+
+TEST_CASE("the planner's profiling neither gives nor uses up the policy warnings") {
+  recompose::detail::reset_policy_warnings();
+  WarningCollector collector;
+  c10::WarningUtils::WarningHandlerGuard guard(&collector);
+  WideReluHolder net;
+  const torch::Tensor x = torch::randn({8, 4});
+  // The profile runs the block under a keep-all policy, which keeps more than autograd saves.
+  recompose::profile_memory(*net, [&] { net(x).sum().backward(); });
+  CHECK(count_containing(collector.messages, "more than no checkpointing") == 0);
+  // The same finding about the user's own policy is still given.
+  recompose::apply_checkpoint(
+      net->block,
+      recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm", "aten::relu"})));
+  net(x).sum().backward();
+  CHECK(count_containing(collector.messages, "more than no checkpointing") == 1);
+}
+#endif

@@ -1363,4 +1363,19 @@ TEST_SUITE("selective") {
     CHECK_NOTHROW(SelectivePolicy({"aten::add", "aten::mm", "aten::max.dim"}));
   }
 
+  TEST_CASE("misuse: naming a composite op is an error naming the ops a policy sees instead") {
+    // aten::linear and aten::conv2d are made of addmm/mm and convolution before autograd runs:
+    // no policy ever sees them, so a list naming them would keep nothing.
+    CHECK_THROWS_WITH_AS(SelectivePolicy({"aten::linear"}),
+                         doctest::Contains("\"aten::linear\" is a composite op"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(SelectivePolicy({"aten::linear"}), doctest::Contains("aten::addmm"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(SelectivePolicy({"aten::conv2d"}), doctest::Contains("aten::convolution"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(SelectivePolicy({"aten::mm", "aten::matmul"}),
+                         doctest::Contains("aten::matmul"), std::invalid_argument);
+    CHECK_NOTHROW(SelectivePolicy({"aten::addmm", "aten::convolution", "aten::native_dropout"}));
+  }
+
 }  // TEST_SUITE

@@ -61,7 +61,9 @@ class Budget {
   // Throws std::invalid_argument unless 0 < `fraction` (finite; above 1 means no checkpointing).
   static Budget fraction(double fraction);
   // "40%" (a fraction), "123456" (bytes), "12.5MiB", "3GiB", "512KiB", "64MB" (units of 1024 and
-  // 1000). Throws std::invalid_argument naming the text if it is none of these or not positive.
+  // 1000), "50B". Throws std::invalid_argument naming the text if it is none of these or not
+  // positive, and for a bare number up to 100 ("50": a percentage without its '%'? write "50%",
+  // or "50B" for bytes).
   // "peak=20GiB" (any of the byte forms above after "peak="): Budget::peak_bytes.
   static Budget parse(std::string_view text);
   // Peak device memory of the whole step: weights, gradients, optimizer state and temporaries

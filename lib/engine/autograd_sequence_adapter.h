@@ -18,4 +18,11 @@ uint64_t next_autograd_sequence_nr();
 // read without regenerating a view's, took the last sequence number).
 bool is_output_of_newest_node(const at::Tensor& tensor);
 
+// At a pack hook: `tensor` is an input of the op saving it that needs no gradient, saved before
+// the op's kernel ran, which may still write into it (rrelu_with_noise's noise). A copy made now
+// would miss that write. See Note [ Early stop after the op's own writes ].
+inline bool may_be_written_by_saving_op(const at::Tensor& tensor) {
+  return tensor.defined() && !tensor.requires_grad() && !is_output_of_newest_node(tensor);
+}
+
 }  // namespace recompose::detail

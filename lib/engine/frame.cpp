@@ -90,7 +90,14 @@ std::size_t Frame::record_saved(const at::Tensor& tensor) {
   std::lock_guard lock(mutex_);
   holders_.emplace_back();
   if (check_ != DeterminismCheck::None) metadata_.push_back(TensorMeta::of(tensor));
-  sequence_after_last_output_ = is_output_of_newest_node(tensor) ? next_autograd_sequence_nr() : 0;
+  const bool output = is_output_of_newest_node(tensor);
+  const uint64_t next_node = next_autograd_sequence_nr();
+  sequence_after_last_output_ = output ? next_node : 0;
+  // An input without gradient saved by the op that saves last: its kernel, still to run, may
+  // write into it. See Note [ Early stop after the op's own writes ].
+  if (output || next_node != next_node_at_last_save_) last_saved_may_be_written_ = false;
+  if (may_be_written_by_saving_op(tensor)) last_saved_may_be_written_ = true;
+  next_node_at_last_save_ = next_node;
   if (replay_ != nullptr) replay_->saved(holders_.size() - 1, tensor);
   return holders_.size() - 1;
 }
@@ -113,6 +120,9 @@ void Frame::mark_forward_completed() {
       next_autograd_sequence_nr() == sequence_after_last_output_) {
     early_stop_ = false;
   }
+  // Stopping at the last save would stop before its op's kernel, which may still write into it.
+  // See Note [ Early stop after the op's own writes ].
+  if (last_saved_may_be_written_) early_stop_ = false;
 }
 
 at::Tensor Frame::unpack(std::size_t index) {

@@ -110,6 +110,11 @@ class Frame : public std::enable_shared_from_this<Frame> {
   // After the last tensor saved in the forward: the next autograd sequence number if that tensor
   // was the output of the newest node, else 0 (see mark_forward_completed).
   uint64_t sequence_after_last_output_ = 0;
+  // The op that saved last saved an input that needs no gradient, before its kernel ran: the
+  // kernel may write into it (rrelu_with_noise's noise). See
+  // Note [ Early stop after the op's own writes ].
+  bool last_saved_may_be_written_ = false;
+  uint64_t next_node_at_last_save_ = 0;  // the autograd node counter at the last save
   DeterminismCheck check_;
   bool debug_;
   bool forward_completed_ = false;

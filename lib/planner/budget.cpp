@@ -57,6 +57,11 @@ Budget Budget::parse(std::string_view text) {
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
   if (!(value > 0) || !std::isfinite(value)) throw bad("is not positive");
   if (unit == "%") return fraction(value / 100.0);
+  // "50" is far more likely a percentage without its '%' than a budget of 50 bytes.
+  if (unit.empty() && value <= 100) {
+    throw bad("reads as " + t + " bytes, which no model fits in; for a percentage write \"" + t +
+              "%\", for bytes \"" + t + "B\"");
+  }
   static const std::pair<const char*, double> kUnits[] = {{"", 1},
                                                           {"B", 1},
                                                           {"KiB", 1024.0},

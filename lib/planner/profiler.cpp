@@ -6,6 +6,7 @@
 #include "model_state_guard.h"
 #include "planner_targets.h"
 #include "saved_tensor_tap.h"
+#include "selective/policy_warnings.h"
 #include "step_timeline.h"
 
 #include <recompose/apply_checkpoint.h>
@@ -423,7 +424,12 @@ void run_intercepted(const std::function<void()>& step,
     inst.checkpointed.push_back(targets[i].module.get());
   }
   attach_timing_hooks(inst, targets, rec);
-  step();
+  {
+    // The keep-all policy is the profiler's, not the user's: its warnings would be noise, and
+    // each would use up one of the few a process gives (the user's own policies then go unwarned).
+    detail::PolicyWarningsOff quiet;
+    step();
+  }
   const auto end = rec->timeline.mark();
   std::vector<int64_t> replays(targets.size(), 0), fallbacks(targets.size(), 0);
   for (const auto& s : rec->spans.take(end)) {

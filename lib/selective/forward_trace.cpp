@@ -204,6 +204,26 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
     node.created.emplace_back(k, id);
   });
   for (uint32_t s : node.writes) storages_[s].writers.push_back(n);
+  // Autograd saved this op's inputs before it ran (their position is n); one it wrote into is
+  // read by backward as written. See Note [ Early stop after the op's own writes ].
+  auto first_of_op = saved_.end();
+  while (!node.writes.empty() && first_of_op != saved_.begin() &&
+         std::prev(first_of_op)->position == n) {
+    --first_of_op;
+  }
+  bool moved = false;
+  for (auto it = first_of_op; it != saved_.end(); ++it) {
+    for (uint32_t w : node.writes) {
+      if (it->use.storage != w) continue;
+      it->use.version = static_cast<uint32_t>(storages_[w].writers.size());
+      it->position = n + 1;
+      moved = true;
+    }
+  }
+  if (moved) {  // the replay hands saved tensors out in position order
+    std::stable_sort(first_of_op, saved_.end(),
+                     [](const Saved& a, const Saved& b) { return a.position < b.position; });
+  }
   // The versions this op read are needed again if it runs again (in a replay, or in a forward run
   // again). An op that returns only tensors on storages known before (_unsafe_view) makes no
   // value of its own: its reads do not count (item's, equal's do).

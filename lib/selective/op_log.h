@@ -41,8 +41,9 @@ struct OpCalls {
   std::vector<OpSlot> slots;   // one per forward call, in order
   size_t replayed = 0;         // calls seen by the current recomputation
   std::optional<bool> random;  // is_random_op(), asked once per op
-  std::optional<bool>
-      writes;  // an argument is written (in place, out=), asked once per aliasing op
+  // An argument is written (in place, out=, or beside new outputs as rrelu_with_noise's noise),
+  // asked once per op.
+  std::optional<bool> writes;
   std::optional<bool> hidden_writes;  // writes_undeclared(), asked once per op
   std::optional<bool> carriable;      // may_carry_write(), asked once per writing op
 };

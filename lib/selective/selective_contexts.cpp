@@ -251,8 +251,13 @@ class CachingInterceptor final : public detail::OpInterceptor {
     ctx.outputs = c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out);
     ctx.call_index = call_index;
     // The policy's own ops, if any, are seen by no interceptor (it runs inside intercept()).
-    const CheckpointPolicy decision = s_.policy(ctx, op, args);
+    CheckpointPolicy decision = s_.policy(ctx, op, args);
     check_decision(decision, op, call_index);
+    // An op that also writes into an argument (rrelu_with_noise's noise): its kept outputs cannot
+    // stand in for the write a recomputation needs. See Note [ Early stop after the op's own
+    // writes ].
+    if (!calls.writes) calls.writes = writes_argument(op);
+    if (*calls.writes && keeps_output(decision)) decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
     s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
     OpSlot& slot = calls.slots.emplace_back();

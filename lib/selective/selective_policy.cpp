@@ -47,21 +47,62 @@ bool may_be_named(const c10::OperatorHandle& op) {
   return !detail::is_sac_ignored(op) && (!detail::returns_alias(op) || is_view(op));
 }
 
+// A composite op (aten::linear, aten::conv2d): its CompositeImplicitAutograd kernel runs above
+// autograd and calls the ops it is made of, which are what a policy sees.
+bool decomposes_before_policies(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+}
+
+// What common composite ops reach a policy as, for the error that names them.
+std::string seen_as(const std::string& name) {
+  static const std::pair<const char*, const char*> known[] = {
+      {"aten::linear", "aten::addmm or aten::mm (aten::matmul's, with aten::_unsafe_view, on 3-d inputs)"},
+      {"aten::matmul", "aten::mm or aten::bmm"},
+      {"aten::conv1d", "aten::convolution"},
+      {"aten::conv2d", "aten::convolution"},
+      {"aten::conv3d", "aten::convolution"},
+      {"aten::dropout", "aten::native_dropout (CUDA) or aten::bernoulli_ (CPU)"},
+      {"aten::layer_norm", "aten::native_layer_norm"},
+      {"aten::batch_norm", "aten::native_batch_norm"},
+      {"aten::softmax", "aten::_softmax"},
+      {"aten::scaled_dot_product_attention",
+       "aten::_scaled_dot_product_flash_attention, _efficient_attention, _cudnn_attention or, on "
+       "CPU, _scaled_dot_product_flash_attention_for_cpu or aten::bmm and aten::_softmax"},
+      {"aten::rrelu", "aten::rrelu_with_noise"},
+  };
+  for (const auto& [composite, ops] : known) {
+    if (name == composite) return std::string(" (here: ") + ops + ")";
+  }
+  return "";
+}
+
 // Naming only overloads that may not be named would silently save nothing.
 void check_keepable(const std::string& name, const detail::OpRef& ref) {
-  bool keepable = false;
+  bool keepable = false, composite = false;
+  auto consider = [&](const c10::OperatorHandle& op) {
+    if (decomposes_before_policies(op)) {
+      composite = true;
+    } else {
+      keepable = keepable || may_be_named(op);
+    }
+  };
   if (ref.overload) {
-    keepable = may_be_named(*ref.overload);
+    consider(*ref.overload);
   } else {
     auto& dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName& op : dispatcher.getAllOpNames()) {
       if (op.name != ref.name) continue;
-      auto handle = dispatcher.findSchema(op);
-      if (handle && may_be_named(*handle)) {
-        keepable = true;
-        break;
-      }
+      if (auto handle = dispatcher.findSchema(op)) consider(*handle);
     }
+  }
+  if (!keepable && composite) {  // aten::linear: its out= overload cannot be kept either
+    throw std::invalid_argument(
+        "recompose: selective checkpoint: \"" + name +
+        "\" is a composite op: it is made of other ops before autograd runs, and a policy sees "
+        "only those" +
+        seen_as(ref.name) +
+        ", so naming it would save nothing. Name the ops it is made of; "
+        "recompose::inspect_policy(policy, module, input) lists the ops a region runs.");
   }
   if (!keepable) {
     throw std::invalid_argument(

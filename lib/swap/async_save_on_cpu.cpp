@@ -8,7 +8,7 @@ namespace recompose {
 // The policy on the thread's stack lives here; it holds the core.
 struct AsyncSaveOnCpu::Scope {
   explicit Scope(const std::shared_ptr<detail::SwapCore>& core)
-      : policy(core), scope(policy, "recompose::AsyncSaveOnCpu") {}
+      : policy(core, /*saved_by_ops=*/true), scope(policy, "recompose::AsyncSaveOnCpu") {}
   detail::SwapPolicy policy;
   detail::SavedTensorPolicyScope scope;
 };

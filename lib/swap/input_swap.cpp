@@ -13,7 +13,7 @@ std::unique_ptr<SavedTensorPolicyScope> input_swap_scope(const CheckpointOptions
   const auto& core = SwapAccess::core(*manager);
   core->close_implicit_group();
   // The scope holds the policy, and the policy its core, whatever happens to `options`.
-  auto policy = std::make_shared<SwapPolicy>(core);
+  auto policy = std::make_shared<SwapPolicy>(core, /*saved_by_ops=*/false);
   return std::make_unique<SavedTensorPolicyScope>(
       *policy, "the swap_inputs scope of a checkpointed region", policy);
 }

@@ -15,32 +15,38 @@ class SwapCore;
 
 // One saved tensor: offloaded through the core if eligible, else kept (detached: a saved output
 // holding its own grad_fn would be a reference cycle). Checks the version counter at unpack,
-// which LibTorch skips when hooks are set.
+// which LibTorch skips when hooks are set. `saved_by_ops`: the tensors are saved by ops, whose
+// kernels run after the save and may write into an input they saved; such a tensor is kept (See
+// Note [ Early stop after the op's own writes ]). Region inputs (swap_inputs) are not.
 class SwapHooks final : public torch::autograd::SavedVariableHooks {
  public:
-  explicit SwapHooks(std::shared_ptr<SwapCore> core);
+  SwapHooks(std::shared_ptr<SwapCore> core, bool saved_by_ops);
   ~SwapHooks() override;
   void call_pack_hook(const at::Tensor& tensor) override;
   at::Tensor call_unpack_hook() override;
 
  private:
   std::shared_ptr<SwapCore> core_;
+  bool saved_by_ops_;
   std::shared_ptr<SwappedTensor> swapped_;
   int64_t served_ = -1;  // reload generation the last unpack was served from
   at::Tensor kept_;
   SavedVersionCheck version_;
 };
 
-// Gives SwapHooks for every saved tensor (AsyncSaveOnCpu, swap_inputs). Holds its core.
-//   SwapPolicy policy(core);
+// Gives SwapHooks for every saved tensor (AsyncSaveOnCpu: saved by ops; swap_inputs: region
+// inputs). Holds its core.
+//   SwapPolicy policy(core, /*saved_by_ops=*/true);
 //   SavedTensorPolicyScope scope(policy, "recompose::AsyncSaveOnCpu", core);
 class SwapPolicy final : public SavedTensorPolicy {
  public:
-  explicit SwapPolicy(std::shared_ptr<SwapCore> core) : core_(std::move(core)) {}
+  SwapPolicy(std::shared_ptr<SwapCore> core, bool saved_by_ops)
+      : core_(std::move(core)), saved_by_ops_(saved_by_ops) {}
   std::unique_ptr<torch::autograd::SavedVariableHooks> make_hooks() override;
 
  private:
   std::shared_ptr<SwapCore> core_;
+  bool saved_by_ops_;
 };
 
 }  // namespace recompose::detail

@@ -28,6 +28,9 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
        "in-place ops (relu_ on a Linear output, mul_/add_ on a clone, add_ into a slice)"},
       {"views", "view/transpose/reshape round trips, slices and cat"},
       {"random", "random ops (randn_like noise, bernoulli masks)"},
+      {"argwrites",
+       "ops that write into an argument they save (rrelu: its slopes into its noise buffer in "
+       "training, random; nothing written in eval)"},
       {"rank3", "3-d inputs (batch, seq, width): Linear through matmul/_unsafe_view"},
       {"nesting", "sub-blocks (nested checkpointed regions)"},
       {"functional", "functional recompose::checkpoint around a run of ops inside a block"},
@@ -140,7 +143,7 @@ bool is_random_op(const std::string& name) {
       "aten::randn_like",     "aten::rand_like",    "aten::bernoulli",   "aten::normal",
       "aten::native_dropout", "aten::randint_like", "aten::multinomial", "aten::rand",
       "aten::randn",          "aten::randint",      "aten::randperm",    "aten::dropout",
-      "aten::poisson"};
+      "aten::poisson",        "aten::rrelu_with_noise"};
   return random.contains(name);
 }
 
@@ -294,6 +297,8 @@ std::string OpDesc::str() const {
       return "randn";
     case OpKind::Bernoulli:
       return "bern";
+    case OpKind::RRelu:
+      return arg == 1 ? "rrelu" : "rrelu-eval";
     case OpKind::Sub:
       return "sub" + std::to_string(arg);
     case OpKind::Functional:
@@ -353,6 +358,11 @@ struct Gen {
   std::mt19937_64 extra;
   bool extra_coin(double p) { return std::uniform_real_distribution<double>(0, 1)(extra) < p; }
   int uni_extra(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(extra); }
+  // The draws of the features added for issue 31 (argwrites): a stream of their own too.
+  std::mt19937_64 argwrites;
+  int uni_argwrites(int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(argwrites);
+  }
   bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
   int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
   template <class T>
@@ -416,6 +426,8 @@ struct Gen {
                                       "aten::_unsafe_view",
                                       "aten::randn_like",
                                       "aten::bernoulli"};
+    // Issue 31's op, from its own stream: the lists drawn before it stay the same lists.
+    if (f("argwrites") && uni_argwrites(0, 3) == 0) names.push_back("aten::rrelu_with_noise");
     std::shuffle(names.begin(), names.end(), rng);
     names.resize(static_cast<size_t>(uni(1, 4)));
     const bool ctx = coin(0.25);
@@ -511,6 +523,12 @@ struct Gen {
           op = OpDesc{OpKind::SharedBn, 0, {}};
         }
       }
+      // Any simple op may become an rrelu (issue 31), in training mostly.
+      const int rrelu = uni_argwrites(0, 15);
+      if (f("argwrites") && rrelu < 2 && op.kind != OpKind::Sub && op.kind != OpKind::Functional &&
+          op.kind != OpKind::SharedBn && op.kind != OpKind::SharedBnIdle) {
+        op = OpDesc{OpKind::RRelu, rrelu == 0 ? 1 : uni_argwrites(0, 1), {}};
+      }
       if (segment_left > 0) --segment_left;
       b.ops.push_back(std::move(op));
     }
@@ -566,7 +584,8 @@ bool uses_shared_bn(const BlockDesc& b) {
 }
 
 CaseDesc generate(uint64_t seed, const Features& f) {
-  Gen g{std::mt19937_64(mix(seed + 0x5eed)), f, std::mt19937_64(mix(seed + 0xb4e23))};
+  Gen g{std::mt19937_64(mix(seed + 0x5eed)), f, std::mt19937_64(mix(seed + 0xb4e23)),
+        std::mt19937_64(mix(seed + 0xa26317))};
   CaseDesc c;
   c.seed = seed;
   c.batch = g.uni(4, 8);
@@ -759,6 +778,9 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
         break;
       case OpKind::RandNoise:
         cur = cur + 0.1 * torch::randn_like(cur);
+        break;
+      case OpKind::RRelu:
+        cur = torch::rrelu(cur, 0.1, 0.3, /*training=*/op.arg == 1);
         break;
       case OpKind::Bernoulli:
         cur = cur * torch::bernoulli(torch::full_like(cur, 0.75, torch::kFloat));

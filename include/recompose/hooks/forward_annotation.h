@@ -16,6 +16,10 @@
 // Parameter types must be supported by recompose::hooks::ArgTraits (tensors, optional tensors,
 // tensor vectors, tuples/pairs, plain values; specialise ArgTraits for your own types).
 //
+// Under hooks, a statement before the annotation would run twice (once before the hooks, once in
+// the body call they make): the body call's annotation checks that it receives the tensors it was
+// passed and throws recompose::CheckpointError naming the module when not.
+//
 // Limits: forward must not take rvalue-reference parameters; an annotation in a base class's
 // forward registers the base class, so annotate the forward of the class you register hooks on.
 #pragma once
@@ -62,13 +66,19 @@ struct HookPlan {
   // OwnerSuppression was given, which outlives this call (it lives inside StoredCall::invoke or
   // rerun, around the re-invocation that this plan belongs to).
   std::string_view suppressed;
+  // The nested body call only: the arguments the annotation passed in (null otherwise).
+  const CallArguments* body_arguments = nullptr;
 };
 
 // Decides whether this call of forward runs hooks and fills `plan` if so: false for the nested
 // body call, and when no hook applies.
 bool plan_forward(torch::nn::Module& module, HookPlan& plan);
-// Marks the next entry into `module`'s forward on this thread as the body call.
-void mark_body_call(const torch::nn::Module& module);
+// Marks the next entry into `module`'s forward on this thread as the body call, which must
+// receive `passed` (checked by the body call's annotation).
+void mark_body_call(const torch::nn::Module& module, const CallArguments& passed);
+// The body call's annotation received tensors other than those passed in: a statement before
+// the annotation ran again. Throws recompose::CheckpointError naming the module.
+[[noreturn]] void throw_not_first_statement(const torch::nn::Module& module);
 void clear_body_call(const torch::nn::Module& module);
 // Keeps `owner`'s hooks on `module` off on this thread while alive. Keeps a view of `owner`:
 // its string must outlive the suppression.
@@ -209,6 +219,13 @@ class ForwardGate {
       : module_(module), intercepts_(plan_forward(module, plan_)) {}
 
   bool intercepts() const { return intercepts_; }
+  // The same, and for the nested body call, a check that this forward began with the
+  // annotation: it must receive the tensors the annotation passed in.
+  template <class... Args>
+  bool intercepts(const Args&... args) const {
+    if (plan_.body_arguments != nullptr) check_body_call(args...);
+    return intercepts_;
+  }
 
   // Runs hooks around fn(args...), where fn calls this module's forward again.
   template <class Fn, class... Args>
@@ -222,7 +239,7 @@ class ForwardGate {
     using R = decltype(fn(args...));
     try {
       runner.run_pre();
-      mark_body_call(module_);
+      mark_body_call(module_, view);
       if constexpr (std::is_void_v<R>) {
         fn(args...);
         clear_body_call(module_);
@@ -244,6 +261,17 @@ class ForwardGate {
   }
 
  private:
+  template <class... Args>
+  void check_body_call(const Args&... args) const {
+    std::vector<at::Tensor> received;
+    (ArgTraits<std::remove_cvref_t<Args>>::flatten(args, received), ...);
+    const std::vector<at::Tensor> passed = plan_.body_arguments->leaves();
+    bool same = received.size() == passed.size();
+    for (std::size_t i = 0; same && i < received.size(); ++i)
+      same = received[i].unsafeGetTensorImpl() == passed[i].unsafeGetTensorImpl();
+    if (!same) throw_not_first_statement(module_);
+  }
+
   torch::nn::Module& module_;
   HookPlan plan_;  // declared before intercepts_: filled by its initialiser
   bool intercepts_;
@@ -255,7 +283,7 @@ class ForwardGate {
   if (::recompose::hooks::detail::ForwardGate recompose_forward_gate_{                     \
           *this, ::recompose::hooks::detail::AnnotatedType<                                \
                      std::remove_cvref_t<decltype(*this)>>::registered};                   \
-      recompose_forward_gate_.intercepts())                                                \
+      recompose_forward_gate_.intercepts(__VA_ARGS__))                                     \
   return recompose_forward_gate_.run([this](auto&&... recompose_args_) -> decltype(auto) { \
     return this->forward(std::forward<decltype(recompose_args_)>(recompose_args_)...);     \
   } __VA_OPT__(, ) __VA_ARGS__)
