@@ -3,6 +3,7 @@
 #include <recompose/apply_offload.h>
 #include <recompose/recompose.h>
 
+#include <c10/util/Exception.h>
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include "swap/swap_core.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace {
@@ -126,6 +128,39 @@ TEST_CASE("apply_offload: counts per module, and the last call stays on the devi
   CHECK(manager->stats().bytes_reloaded == manager->stats().bytes_offloaded);
   recompose::reset_offload_stats(*s.blocks[0]);
   CHECK(recompose::offload_stats(*s.blocks[0]).calls == 0);
+}
+
+TEST_CASE("apply_offload: a SavedTensorMeter counts what offload keeps on the device") {
+  // min_bytes above every activation: nothing moves, so the meter must read as without offload.
+  auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  int64_t plain = 0;
+  {
+    Stack s(3);
+    recompose::SavedTensorMeter meter;
+    auto loss = s.forward(x * 1).pow(2).sum();
+    plain = meter.peak_bytes_held();
+    loss.backward();
+  }
+  struct Warnings : c10::WarningHandler {
+    std::vector<std::string> messages;
+    void process(const c10::Warning& w) override { messages.push_back(w.msg()); }
+  } warnings;
+  c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+  Stack s(3);
+  auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(1 << 20));
+  for (auto& b : s.blocks)
+    recompose::apply_offload(b, recompose::OffloadOptions().manager(manager));
+  recompose::SavedTensorMeter meter;
+  auto loss = s.forward(x * 1).pow(2).sum();
+  CHECK(manager->stats().tensors_offloaded == 0);
+  CHECK(meter.peak_bytes_held() == plain);
+  loss.backward();
+  CHECK(meter.bytes_held() == 0);  // refunded with the saved tensors
+  // Each module says once that its offload moved nothing, and why.
+  s.forward(x * 1).pow(2).sum().backward();
+  REQUIRE(warnings.messages.size() == 3);
+  CHECK(warnings.messages[0].find("moved none of the 2 activations") != std::string::npos);
+  CHECK(warnings.messages[0].find("min_bytes (1.00 MiB)") != std::string::npos);
 }
 
 TEST_CASE("apply_offload: the forward order of the modules is the prefetch order of backward") {

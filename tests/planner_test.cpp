@@ -676,3 +676,27 @@ TEST_CASE(
     CHECK(back.modules[i].replayed == p.modules[i].replayed);
   }
 }
+
+TEST_CASE("planner: a profile under checkpoint_sequential keeps its ops' reads within each module") {
+  // The segments recompute the blocks inside backward; what the blocks' ops read there must not
+  // land in the profile (each op reads earlier ops of its own module's forward call).
+  torch::manual_seed(7);
+  torch::nn::Sequential seq;
+  for (int i = 0; i < 4; ++i) seq->push_back(PBlock(kWidth));
+  const auto x = input().requires_grad_();
+  const auto profile = recompose::profile_memory(
+      *seq, [&] { recompose::checkpoint_sequential(seq, 2, x).pow(2).mean().backward(); });
+  int64_t reads = 0;
+  for (const auto& m : profile.modules) {
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      for (const int64_t r : m.ops[i].reads) {
+        CAPTURE(m.name);
+        CAPTURE(i);
+        CHECK(r < static_cast<int64_t>(i));
+        ++reads;
+      }
+    }
+  }
+  CHECK(reads > 0);
+  CHECK_NOTHROW(recompose::MemoryProfile::from_json(profile.to_json()));
+}

@@ -31,11 +31,11 @@
 // What stays on the device (SwapManager::eligible): tensors smaller than min_bytes, parameters
 // (leaves that require grad) and views of them, tensors that do not cover their whole storage
 // (slices: offloading them frees nothing while the rest of the storage is alive), non-strided
-// tensors (sparse, mkldnn, nested) and tensors the optional filter rejects. AsyncSaveOnCpu, which
-// copies at pack time, also keeps an input that needs no gradient saved by an op whose kernel has
-// yet to run: the kernel may write into it (rrelu_with_noise's noise), and a copy would miss the
-// write. A tensor that is alive elsewhere anyway (a buffer, an input the caller keeps) is
-// offloaded but frees nothing; reject it with the filter.
+// tensors (sparse, mkldnn, nested) and tensors the optional filter rejects. AsyncSaveOnCpu copies
+// an input that needs no gradient only once the op that saved it is done (when the next op
+// begins, or at the scope's end): the op's kernel may write into it after saving it
+// (rrelu_with_noise's noise). A tensor that is alive elsewhere anyway (a buffer, an input the
+// caller keeps) is offloaded but frees nothing; reject it with the filter.
 //
 // CPU tensors: the same code runs with synchronous host-to-host copies, so that the logic and
 // the gradients are tested on machines without a GPU. This saves NO memory; it only costs time.

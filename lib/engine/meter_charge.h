@@ -2,6 +2,8 @@
 // keeps) is charged to the SavedTensorMeters alive on the thread that keeps it.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -13,6 +15,10 @@ class MeterCharge {
   MeterCharge() = default;
   // Charges `bytes` to every meter alive on this thread; refunded on destruction.
   explicit MeterCharge(int64_t bytes);
+  // Charges `tensor` as a SavedTensorMeter counts a saved tensor (its storage once however many
+  // tensors share it, parameters not at all) to every meter alive on this thread. Keeps a
+  // detached alias (no reference to its grad_fn).
+  explicit MeterCharge(const at::Tensor& tensor);
   MeterCharge(MeterCharge&& other) noexcept = default;
   MeterCharge& operator=(MeterCharge&& other) noexcept;
   MeterCharge(const MeterCharge&) = delete;
@@ -22,6 +28,7 @@ class MeterCharge {
 
  private:
   int64_t bytes_ = 0;
+  at::Tensor tensor_;  // charged by storage instead of bytes_, when defined
   std::vector<std::shared_ptr<void>> meters_;
 };
 

@@ -140,9 +140,26 @@ MeterCharge::MeterCharge(int64_t bytes) : bytes_(bytes) {
   });
 }
 
+MeterCharge::MeterCharge(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage() || is_parameter_like(tensor)) return;
+  {
+    // Detached: the charge lives in saved-tensor hooks, and a saved output holding its own
+    // grad_fn would be a reference cycle.
+    InternalOpsGuard internal;
+    tensor_ = tensor.detach();
+  }
+  for_each_policy([&](SavedTensorPolicy& policy) {
+    if (auto* meter = dynamic_cast<MeterPolicy*>(&policy)) {
+      meter->counters()->add(tensor_);
+      meters_.push_back(meter->counters());
+    }
+  });
+}
+
 MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
   if (this != &other) {
     refund();
+    tensor_ = std::move(other.tensor_);
     bytes_ = std::exchange(other.bytes_, 0);
     meters_ = std::move(other.meters_);
   }
@@ -150,10 +167,17 @@ MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
 }
 
 void MeterCharge::refund() noexcept {
-  for (const auto& m : meters_)
-    static_cast<SavedTensorMeter::Counters*>(m.get())->remove_bytes(bytes_);
+  for (const auto& m : meters_) {
+    auto* counters = static_cast<SavedTensorMeter::Counters*>(m.get());
+    if (tensor_.defined()) {
+      counters->remove(tensor_);
+    } else {
+      counters->remove_bytes(bytes_);
+    }
+  }
   meters_.clear();
   bytes_ = 0;
+  tensor_ = at::Tensor();
 }
 
 }  // namespace detail

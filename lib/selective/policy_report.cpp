@@ -4,7 +4,7 @@
 // and the RNG state put back after each run.
 #include "dispatch_interceptor.h"
 #include "engine/rng_state.h"
-#include "format_bytes.h"
+#include "engine/format_bytes.h"
 #include "ignored_ops.h"
 #include "policy_warnings.h"
 

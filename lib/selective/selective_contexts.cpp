@@ -10,7 +10,7 @@
 #include "draw_mask.h"
 #include "engine/internal_ops.h"
 #include "engine/saved_tensor_replay.h"
-#include "format_bytes.h"
+#include "engine/format_bytes.h"
 #include "forward_trace.h"
 #include "generator_effect.h"
 #include "replay_stats.h"

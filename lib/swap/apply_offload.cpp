@@ -2,6 +2,7 @@
 // the post-hook takes it off and hands the batch over to be launched when the next offloaded
 // call begins.
 #include "engine/checkpoint_depth.h"
+#include "engine/format_bytes.h"
 #include "swap/offload_batch.h"
 #include "swap/swap_access.h"
 #include "swap/swap_core.h"
@@ -11,6 +12,7 @@
 
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -23,7 +25,24 @@ struct OffloadState {
   OffloadOptions options;
   std::shared_ptr<SwapManager> manager;
   std::shared_ptr<detail::OffloadCounters> counters = std::make_shared<detail::OffloadCounters>();
+  std::atomic<bool> warned_moves_nothing{false};
 };
+
+// An offload that moves nothing is almost always a min_bytes the activations are under (issue 31:
+// a Llama layer's 0.25-0.7 MiB activations against the 1 MiB default): said once per module.
+void warn_if_moves_nothing(OffloadState& st, const detail::OffloadBatch& batch,
+                           const torch::nn::Module& module) {
+  if (!batch.moves_nothing() || st.warned_moves_nothing.exchange(true)) return;
+  TORCH_WARN("recompose: apply_offload: a call of ", module.name(), " moved none of the ",
+             batch.ineligible_activations(), " activations it saved (",
+             detail::format_bytes(batch.ineligible_activation_bytes()),
+             ") to host memory: each is below SwapOptions::min_bytes (",
+             detail::format_bytes(st.manager->options().min_bytes()),
+             ") or cannot be offloaded (a slice of a larger tensor, not strided). They stay on "
+             "the device, counted as kept in offload_report() and by SavedTensorMeter. Lower "
+             "min_bytes (SwapOptions().min_bytes(0) offloads every eligible tensor) or do not "
+             "offload this module.");
+}
 
 // LibTorch's own modules cannot carry RECOMPOSE_FORWARD: the scopes of recompose/swap.h do the
 // same around their call.
@@ -110,6 +129,7 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
               if (call.error())
                 return;  // the forward failed: its graph, and the tensors, are dropped
               if (auto st = weak.lock()) {
+                warn_if_moves_nothing(*st, *c->batch, call.module());
                 const double took =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - c->start)
                         .count();

@@ -89,6 +89,11 @@ std::shared_ptr<SwappedTensor> DeferredTensor::swapped() {
   return swapped_;
 }
 
+bool is_parameter_or_view_of_one(const at::Tensor& t) {
+  const at::Tensor base = t.is_view() ? at::Tensor(t._base()) : t;
+  return base.is_leaf() && base.requires_grad();
+}
+
 // One saved tensor of an offloaded call: deferred (eligible and swapped by the policy) or kept.
 class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
  public:
@@ -97,6 +102,12 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
   void call_pack_hook(const at::Tensor& tensor) override {
     version_.record(tensor);
     const bool eligible = batch_.core_->eligible(tensor);
+    if (eligible) {
+      batch_.any_eligible_ = true;
+    } else if (!is_parameter_or_view_of_one(tensor)) {
+      batch_.ineligible_tensors_ += 1;
+      batch_.ineligible_bytes_ += static_cast<int64_t>(tensor.nbytes());
+    }
     const bool swap =
         eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
     at::Tensor detached;
@@ -106,8 +117,9 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       detached = tensor.detach();
     }
     if (!swap) {
-      // Kept by the policy (eligible, so an activation): held for backward on the device.
-      if (eligible) kept_charge_ = MeterCharge(static_cast<int64_t>(tensor.nbytes()));
+      // Kept (by the policy, or not eligible: below min_bytes, a slice...): held for backward on
+      // the device, so a SavedTensorMeter counts it as it counts autograd's own (not parameters).
+      kept_charge_ = MeterCharge(tensor);
       kept_ = std::move(detached);
       batch_.core_->note_kept(tensor);
       batch_.counters_->tensors_kept += 1;
@@ -156,6 +168,8 @@ OffloadBatch::OffloadBatch(std::shared_ptr<SwapCore> core,
 OffloadBatch::~OffloadBatch() = default;
 
 SavedTensorPolicy& OffloadBatch::policy() { return *policy_; }
+
+bool OffloadBatch::moves_nothing() const { return !any_eligible_ && ineligible_tensors_ > 0; }
 
 void OffloadBatch::limit_to(const CopyWindow& window) {
   window_ = window;

@@ -92,6 +92,11 @@ class OffloadBatch {
   void limit_to(const CopyWindow& window);
   // Copies the batch's tensors that are still alive and not asked for, as one swap group.
   void launch();
+  // After the call: no saved tensor was eligible for a copy, though some were activations (not
+  // parameters), e.g. all below SwapOptions::min_bytes. Their count and bytes.
+  bool moves_nothing() const;
+  int64_t ineligible_activations() const { return ineligible_tensors_; }
+  int64_t ineligible_activation_bytes() const { return ineligible_bytes_; }
 
  private:
   friend class DeferredSwapHooks;
@@ -103,6 +108,8 @@ class OffloadBatch {
   std::mutex mutex_;
   std::vector<std::weak_ptr<DeferredTensor>> tensors_;
   std::optional<CopyWindow> window_;
+  bool any_eligible_ = false;
+  int64_t ineligible_tensors_ = 0, ineligible_bytes_ = 0;  // activations only (not parameters)
 };
 
 // The batches of this thread whose calls have ended and whose copies have not started. The next

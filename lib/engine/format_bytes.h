@@ -1,4 +1,4 @@
-// Bytes as the selective component's reports and warnings print them ("12 B", "3.5 KiB",
+// Bytes as recompose's reports and warnings print them ("12 B", "3.5 KiB",
 // "1.25 MiB").
 #pragma once
 
