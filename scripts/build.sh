@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), configures and builds recompose in ./build (or $RECOMPOSE_BUILD_DIR).
 # Extra arguments go to `meson setup` on the first configure, e.g. -Dcuda=enabled.
+# RECOMPOSE_BUILD_TARGETS="examples/gpt/gpt" builds only the named ninja targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch_dir=$(bash scripts/setup.sh | tail -n1)
@@ -11,4 +12,5 @@ elif [ $# -gt 0 ]; then
   meson configure "$build" "$@"
 fi
 # Two jobs at most: each LibTorch translation unit needs 1-2 GB of memory.
-ninja -C "$build" -j "${RECOMPOSE_JOBS:-$(nproc)}"
+read -r -a targets <<<"${RECOMPOSE_BUILD_TARGETS:-}"
+ninja -C "$build" -j "${RECOMPOSE_JOBS:-$(nproc)}" "${targets[@]}"

@@ -7,7 +7,9 @@
 # With arguments, runs the example with them instead, e.g. --policy full --steps 500.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+# Only the example and the library it links: the tests are command (2)'s.
+echo "[run-example] setting up and building the GPT example (examples/gpt/gpt and the library)"
+RECOMPOSE_BUILD_TARGETS=examples/gpt/gpt bash scripts/build.sh
 build=${RECOMPOSE_BUILD_DIR:-build}
 gpt="$build/examples/gpt/gpt"
 if [ ! -x "$gpt" ]; then

@@ -194,3 +194,42 @@ TEST_CASE("apply_checkpoint: forward and backward on several threads at once") {
   for (auto& th : threads) th.join();
   CHECK(bad.load() == 0);
 }
+
+// Forward signatures of real models: a KV cache as optional<tuple<Tensor, Tensor>>, a vector of
+// pairs, and a non-const lvalue reference.
+struct KvBlockImpl : torch::nn::Module {
+  KvBlockImpl() { fc = register_module("fc", torch::nn::Linear(6, 6)); }
+  torch::Tensor forward(torch::Tensor& x,
+                        std::optional<std::tuple<torch::Tensor, torch::Tensor>> kv,
+                        std::vector<std::pair<torch::Tensor, double>> extra) {
+    RECOMPOSE_FORWARD(x, kv, extra);
+    auto h = torch::tanh(fc(x));
+    if (kv.has_value()) h = h * std::get<0>(*kv) + std::get<1>(*kv);
+    for (auto& [t, scale] : extra) h = h + t.sin() * scale;
+    return h;
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(KvBlock);
+
+TEST_CASE("apply_checkpoint: optional tuples, vectors of pairs and lvalue references as arguments") {
+  auto run = [](bool checkpointed, bool with_cache) {
+    torch::manual_seed(3);
+    KvBlock block;
+    if (checkpointed) recompose::apply_checkpoint(block);
+    auto x = torch::randn({4, 6}, torch::requires_grad());
+    auto k = torch::randn({4, 6}, torch::requires_grad());
+    auto v = torch::randn({4, 6}, torch::requires_grad());
+    auto e = torch::randn({4, 6}, torch::requires_grad());
+    std::optional<std::tuple<torch::Tensor, torch::Tensor>> kv;
+    if (with_cache) kv = std::make_tuple(k, v);
+    std::vector<std::pair<torch::Tensor, double>> extra{{e, 0.5}};
+    block(x, kv, extra).pow(2).sum().backward();
+    return std::vector<torch::Tensor>{x.grad(), with_cache ? k.grad() : torch::Tensor(),
+                                      e.grad(), block->fc->weight.grad()};
+  };
+  for (const bool with_cache : {true, false}) {
+    CAPTURE(with_cache);
+    CHECK(rt::bitwise_equal(run(false, with_cache), run(true, with_cache)));
+  }
+}

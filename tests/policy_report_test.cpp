@@ -276,3 +276,14 @@ TEST_CASE("the planner's profiling neither gives nor uses up the policy warnings
   CHECK(count_containing(collector.messages, "more than no checkpointing") == 1);
 }
 #endif
+
+TEST_CASE("inspect_policy takes a module reference as well as a holder") {
+  WideRelu block;
+  const torch::Tensor x = torch::randn({8, 4});
+  const auto by_holder = recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm"}), block, x);
+  const auto by_reference =
+      recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm"}), *block, x);
+  CHECK(by_reference.ops_kept == 1);
+  CHECK(by_reference.ops_kept == by_holder.ops_kept);
+  CHECK(by_reference.bytes_held_with_policy == by_holder.bytes_held_with_policy);
+}

@@ -5,6 +5,8 @@
 #include "selective/draw_mask.h"
 #include "support/op_call_counter.h"
 
+#include <recompose/apply_checkpoint.h>
+#include <recompose/hooks/forward_annotation.h>
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
@@ -664,3 +666,50 @@ TEST_SUITE("selective replay") {
   }
 
 }  // TEST_SUITE
+
+namespace {
+
+// A CNN block: conv, batch norm (training: it writes its running statistics), ReLU.
+struct ConvBnImpl : torch::nn::Module {
+  ConvBnImpl() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)));
+    bn = register_module("bn", torch::nn::BatchNorm2d(4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return torch::relu(bn(conv(x))).mul(2.0);
+  }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+};
+TORCH_MODULE(ConvBn);
+
+}  // namespace
+
+TEST_CASE("selective replay: a training batch norm replays without its running statistics") {
+  // Note [ Batch norm replayed without its running statistics ]: same bits, no second update.
+  auto step = [](bool checkpointed, bool train) {
+    torch::manual_seed(11);
+    ConvBn block;
+    block->train(train);
+    if (checkpointed) {
+      recompose::apply_checkpoint(
+          block, CheckpointOptions().policy(SelectivePolicy({"aten::convolution"})));
+    }
+    auto x = torch::randn({2, 3, 5, 5}, torch::requires_grad());
+    block(x).pow(2).sum().backward();
+    return std::vector<torch::Tensor>{x.grad(), block->conv->weight.grad(),
+                                      block->bn->weight.grad(), block->bn->running_mean,
+                                      block->bn->running_var};
+  };
+  for (const bool train : {true, false}) {
+    CAPTURE(train);
+    const auto plain = step(false, train);
+    recompose::reset_selective_replay_stats();
+    const auto got = step(true, train);
+    const auto stats = recompose::selective_replay_stats();
+    CHECK(stats.replayed == 1);
+    CHECK(stats.fallbacks == 0);
+    CHECK(bitwise_equal(plain, got));
+  }
+}

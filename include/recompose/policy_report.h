@@ -18,9 +18,12 @@
 #include <recompose/selective_checkpoint.h>
 
 #include <torch/nn/module.h>
+
+#include <concepts>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -83,6 +86,16 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, torch::nn::ModuleHold
                             Args&&... args) {
   return inspect_policy(
       policy, [&] { (void)module->forward(args...); }, {module.ptr()}, module->name());
+}
+
+// The same for a module reference (an Impl, `*this`, a member held by value).
+template <class M, class... Args>
+  requires std::derived_from<M, torch::nn::Module>
+PolicyReport inspect_policy(const SelectivePolicy& policy, M& module, Args&&... args) {
+  // Not owned: the report is made before this call returns.
+  std::shared_ptr<torch::nn::Module> view(std::shared_ptr<torch::nn::Module>{}, &module);
+  return inspect_policy(
+      policy, [&] { (void)module.forward(args...); }, {view}, module.name());
 }
 
 }  // namespace recompose

@@ -161,7 +161,7 @@ int64_t selective_checkpoint_bytes_kept();
 // backward found them. A region it cannot replay so recomputes as before (its forward runs again
 // under the recompute context), counted here with the reason: a region that contains another
 // region, debug(true), an op it needs that writes into a tensor from outside the region (e.g.
-// batch norm's running statistics), a random op it needs under preserve_rng_state(false), a
+// cuDNN's batch norm's running statistics; native_batch_norm replays without them), a random op it needs under preserve_rng_state(false), a
 // parameter modified in place since the forward, views it cannot re-create (another dtype,
 // conjugate bits), a backward inside the region's forward. Gradients are the same either way.
 struct SelectiveReplayStats {

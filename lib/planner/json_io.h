@@ -41,7 +41,8 @@ double finite(double value);
 // The whole document, indented, as save() writes it.
 std::string dump(const Json& document);
 
-// Whole-file text I/O for save()/load(); throw std::runtime_error naming the file on failure.
+// Whole-file text I/O for save()/load(); throw CheckpointError (a std::runtime_error) naming the
+// file on failure.
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::string read_text(const std::filesystem::path& path);
 

@@ -76,6 +76,39 @@ bool writes_undeclared(const c10::OperatorHandle& op) {
   return false;
 }
 
+namespace {
+
+// aten::native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+constexpr std::size_t kRunningMean = 3, kRunningVar = 4, kTraining = 5;
+
+bool is_native_batch_norm(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& arguments = op.schema().arguments();
+  return op.operator_name().name == "aten::native_batch_norm" && arguments.size() == 8 &&
+         stack.size() >= arguments.size() &&
+         stack[stack.size() - arguments.size() + kTraining].isBool();
+}
+
+bool training_flag(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  return stack[stack.size() - op.schema().arguments().size() + kTraining].toBool();
+}
+
+}  // namespace
+
+// Note [ Batch norm replayed without its running statistics ]
+// native_batch_norm in training normalises with the batch's own statistics and writes the running
+// statistics beside (its schema does not say so). Its outputs do not read the running statistics,
+// so a replay runs it with None for them: the same bits, and no second update of the module's
+// buffers. In eval it only reads them, as any op reads an outside tensor. Other batch-norm kernels
+// (cudnn, miopen) still fall back.
+bool batch_norm_replays_without_stats(const c10::OperatorHandle& op,
+                                      const torch::jit::Stack& stack) {
+  return is_native_batch_norm(op, stack) && training_flag(op, stack);
+}
+
+bool batch_norm_in_eval(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  return is_native_batch_norm(op, stack) && !training_flag(op, stack);
+}
+
 void ForwardTrace::for_each_kept(
     const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const {
   for (const Node& node : nodes_) {
@@ -154,11 +187,21 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack&
   node.hidden_writes = hidden_writes;
   const auto& arguments = op.schema().arguments();
   const std::size_t base = stack.size() - arguments.size();
+  // See Note [ Batch norm replayed without its running statistics ].
+  const bool drop_running_stats = hidden_writes && batch_norm_replays_without_stats(op, stack);
+  if (drop_running_stats || (hidden_writes && batch_norm_in_eval(op, stack)))
+    node.hidden_writes = false;
   node.args.resize(arguments.size());
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& v = stack[base + i];
     Arg& arg = node.args[i];
     arg.first = static_cast<uint32_t>(node.uses.size());
+    if (drop_running_stats && (i == kRunningMean || i == kRunningVar)) {
+      arg.kind = Arg::Kind::Constant;
+      arg.constant = c10::IValue();  // None
+      arg.count = 0;
+      continue;
+    }
     if (v.isTensor()) {
       arg.kind = Arg::Kind::Tensor;
       node.uses.push_back(use_of(v.toTensor()));
@@ -405,8 +448,8 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
         }
         if (viewed[id] && inputs[s.input].storage().unsafeGetStorageImpl() != s.key) {
           throw Fallback{
-              "it needs a view of a region input that came back as a copy (offloaded and "
-              "reloaded)"};
+              "it needs a view of a region input that came back as another tensor (recomputed "
+              "by an enclosing checkpointed region, or offloaded and reloaded)"};
         }
       }
     }

@@ -118,6 +118,37 @@ struct ArgTraits<std::vector<at::Tensor>> {
   }
 };
 
+// An optional of any other supported type with tensors (a KV cache: optional<tuple<Tensor,
+// Tensor>>): its leaves when present, none when absent.
+template <class T>
+struct ArgTraits<std::optional<T>,
+                 std::enable_if_t<Flattenable<T> && !detail::is_plain_value_v<T> &&
+                                  !std::is_same_v<T, at::Tensor>>> {
+  static void flatten(const std::optional<T>& v, std::vector<at::Tensor>& out) {
+    if (v.has_value()) ArgTraits<T>::flatten(*v, out);
+  }
+  static std::optional<T> rebuild(const std::optional<T>& like, LeafCursor& c) {
+    if (!like.has_value()) return std::nullopt;
+    return ArgTraits<T>::rebuild(*like, c);
+  }
+};
+
+// A vector of any other supported type with tensors (vector<tuple<Tensor, Tensor>>).
+template <class T>
+struct ArgTraits<std::vector<T>,
+                 std::enable_if_t<Flattenable<T> && !detail::is_plain_value_v<T> &&
+                                  !std::is_same_v<T, at::Tensor>>> {
+  static void flatten(const std::vector<T>& v, std::vector<at::Tensor>& out) {
+    for (const T& e : v) ArgTraits<T>::flatten(e, out);
+  }
+  static std::vector<T> rebuild(const std::vector<T>& like, LeafCursor& c) {
+    std::vector<T> result;
+    result.reserve(like.size());
+    for (const T& e : like) result.push_back(ArgTraits<T>::rebuild(e, c));
+    return result;
+  }
+};
+
 template <class... Ts>
 struct ArgTraits<std::tuple<Ts...>, std::enable_if_t<(Flattenable<Ts> && ...)>> {
   static void flatten(const std::tuple<Ts...>& t, std::vector<at::Tensor>& out) {

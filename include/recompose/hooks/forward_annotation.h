@@ -13,8 +13,10 @@
 // anywhere it costs one thread-local read and one atomic read; otherwise also a thread-local
 // count (every kForwardPurgePeriod-th forward sweeps out dead modules, see module_lifetime.h) and,
 // when some module has hooks, a table lookup.
-// Parameter types must be supported by recompose::hooks::ArgTraits (tensors, optional tensors,
-// tensor vectors, tuples/pairs, plain values; specialise ArgTraits for your own types).
+// Parameter types must be supported by recompose::hooks::ArgTraits (tensors, plain values, and
+// optionals, vectors, tuples and pairs of supported types: a KV cache as
+// std::optional<std::tuple<Tensor, Tensor>>; specialise ArgTraits for your own types), taken by
+// value, const reference or lvalue reference.
 //
 // Under hooks, a statement before the annotation would run twice (once before the hooks, once in
 // the body call they make): the body call's annotation checks that it receives the tensors it was
@@ -147,7 +149,9 @@ class TypedStoredCall final : public StoredCall {
     }
     OwnerSuppression off(*module_, suppressed_owner);
     if (leaves.empty()) {
-      return std::apply([&](const Vs&... a) { return call<kOutput>(a...); }, args_);
+      // A copy (tensors are handles): a forward may take non-const lvalue references.
+      std::tuple<Vs...> copy = args_;
+      return std::apply([&](Vs&... a) { return call<kOutput>(a...); }, copy);
     }
     LeafCursor cursor(leaves);
     std::tuple<Vs...> rebuilt = std::apply(
