@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <string>
 #include <vector>
 
 namespace {
@@ -140,7 +141,7 @@ TEST_CASE("never-stall offload on CUDA: gradients equal, copies landed, bandwidt
   if (total.bytes_offloaded > 0) CHECK(total.achieved_bytes_per_second() > 0);
 }
 
-TEST_CASE("peak budget on CUDA: the caching allocator's peak stays within 5% of the budget") {
+TEST_CASE("peak budget on CUDA: the caching allocator's peak stays at or below the budget (+5%)") {
 #ifdef RECOMPOSE_WITH_CUDA
   torch::manual_seed(0);
   LinkNet net(8, 1024);
@@ -152,6 +153,7 @@ TEST_CASE("peak budget on CUDA: the caching allocator's peak stays within 5% of 
   CHECK(profile.resident_bytes > 0);
   const auto options = recompose::SolveOptions().link(recompose::measure_link(kCuda));
   const int64_t top = profile.resident_bytes + profile.bytes_held;
+  int planned = 0;  // budgets the solver accepted, so measured
   for (double f : {0.5, 0.7, 0.9}) {
     const int64_t budget = static_cast<int64_t>(f * static_cast<double>(top));
     CAPTURE(f);
@@ -159,7 +161,7 @@ TEST_CASE("peak budget on CUDA: the caching allocator's peak stays within 5% of 
     try {
       plan = recompose::solve_plan(profile, recompose::Budget::peak_bytes(budget), options);
     } catch (const std::invalid_argument& e) {
-      MESSAGE("no plan at " << f << ": " << e.what());
+      MESSAGE("no plan at " << f << ": " << std::string(e.what()));
       continue;
     }
     recompose::apply_plan(*net, plan);
@@ -172,7 +174,11 @@ TEST_CASE("peak budget on CUDA: the caching allocator's peak stays within 5% of 
     MESSAGE("budget " << budget << ", simulated " << plan.peak_bytes << ", measured " << measured);
     CHECK(static_cast<double>(measured) <= 1.05 * static_cast<double>(budget));
     recompose::remove_plan(*net, plan);
+    ++planned;
   }
+  // A refused budget is skipped: the case must still have measured some (two of three on an
+  // H100, 2026-11-26).
+  CHECK(planned >= 2);
 #else
   MESSAGE("built without CUDA (-Dcuda=enabled): the caching allocator's peak cannot be read");
 #endif
