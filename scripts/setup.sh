@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything recompose needs on a Debian 12 machine, idempotently:
 #   - Debian packages: compiler, meson, ninja, pkg-config, cmake, doctest, range-v3, nlohmann-json
-#     (the planner's JSON files), unzip, python3-pip
+#     (the planner's JSON files), unzip, python3-pip, clang-format (the format test)
 #     (pkg-config and cmake build the consumer tests, tests/consumers);
 #   - LibTorch from the PyPI `torch` wheel (2.11.0 unless RECOMPOSE_TORCH_VERSION says otherwise;
 #     the versions and the two small CUDA runtime wheels each one's libtorch_cpu.so links against
@@ -26,7 +26,7 @@ sudo_if_needed() {
 }
 
 install_debian_packages() {
-  local wanted=(g++ ninja-build meson pkg-config cmake doctest-dev librange-v3-dev nlohmann-json3-dev unzip python3-pip)
+  local wanted=(g++ ninja-build meson pkg-config cmake doctest-dev librange-v3-dev nlohmann-json3-dev unzip python3-pip clang-format)
   local missing=()
   for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -212,7 +212,8 @@ struct KvBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(KvBlock);
 
-TEST_CASE("apply_checkpoint: optional tuples, vectors of pairs and lvalue references as arguments") {
+TEST_CASE(
+    "apply_checkpoint: optional tuples, vectors of pairs and lvalue references as arguments") {
   auto run = [](bool checkpointed, bool with_cache) {
     torch::manual_seed(3);
     KvBlock block;
@@ -225,8 +226,8 @@ TEST_CASE("apply_checkpoint: optional tuples, vectors of pairs and lvalue refere
     if (with_cache) kv = std::make_tuple(k, v);
     std::vector<std::pair<torch::Tensor, double>> extra{{e, 0.5}};
     block(x, kv, extra).pow(2).sum().backward();
-    return std::vector<torch::Tensor>{x.grad(), with_cache ? k.grad() : torch::Tensor(),
-                                      e.grad(), block->fc->weight.grad()};
+    return std::vector<torch::Tensor>{x.grad(), with_cache ? k.grad() : torch::Tensor(), e.grad(),
+                                      block->fc->weight.grad()};
   };
   for (const bool with_cache : {true, false}) {
     CAPTURE(with_cache);

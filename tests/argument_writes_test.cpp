@@ -57,14 +57,14 @@ TEST_SUITE("argument writes") {
       "full checkpointing with early stop recomputes rrelu's noise as its kernel wrote it, "
       "bitwise") {
     const auto plain = grads_under(rrelu_body);
-    CHECK(rt::bitwise_equal(
-        plain, grads_under([](const torch::Tensor& x, const torch::Tensor& w) {
-          return recompose::checkpoint(rrelu_body, x, w);  // early stop is the default
-        })));
-    CHECK(rt::bitwise_equal(
-        plain, grads_under([](const torch::Tensor& x, const torch::Tensor& w) {
-          return recompose::checkpoint(CheckpointOptions().early_stop(false), rrelu_body, x, w);
-        })));
+    // Early stop is the default.
+    CHECK(rt::bitwise_equal(plain, grads_under([](const torch::Tensor& x, const torch::Tensor& w) {
+                              return recompose::checkpoint(rrelu_body, x, w);
+                            })));
+    CHECK(rt::bitwise_equal(plain, grads_under([](const torch::Tensor& x, const torch::Tensor& w) {
+                              return recompose::checkpoint(CheckpointOptions().early_stop(false),
+                                                           rrelu_body, x, w);
+                            })));
   }
 
   TEST_CASE("a region still stops early before its last matrix product's kernel") {

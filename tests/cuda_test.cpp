@@ -484,7 +484,9 @@ TEST_SUITE("cuda" * doctest::skip(!has_cuda())) {
         [](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle&,
            const torch::jit::Stack&) { return recompose::CheckpointPolicy::PREFER_RECOMPUTE; }));
     const auto plain = [](const MmLeaves& l) { return mm_body(l.a, l.b, l.c); };
-    const auto full = [](const MmLeaves& l) { return recompose::checkpoint(mm_body, l.a, l.b, l.c); };
+    const auto full = [](const MmLeaves& l) {
+      return recompose::checkpoint(mm_body, l.a, l.b, l.c);
+    };
     const auto sac = [&](const MmLeaves& l) {
       return recompose::checkpoint(save_mm, mm_body, l.a, l.b, l.c);
     };

@@ -677,7 +677,8 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("planner: a profile under checkpoint_sequential keeps its ops' reads within each module") {
+TEST_CASE(
+    "planner: a profile under checkpoint_sequential keeps its ops' reads within each module") {
   // The segments recompute the blocks inside backward; what the blocks' ops read there must not
   // land in the profile (each op reads earlier ops of its own module's forward call).
   torch::manual_seed(7);

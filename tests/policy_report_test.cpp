@@ -269,9 +269,9 @@ TEST_CASE("the planner's profiling neither gives nor uses up the policy warnings
   recompose::profile_memory(*net, [&] { net(x).sum().backward(); });
   CHECK(count_containing(collector.messages, "more than no checkpointing") == 0);
   // The same finding about the user's own policy is still given.
-  recompose::apply_checkpoint(
-      net->block,
-      recompose::CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm", "aten::relu"})));
+  recompose::apply_checkpoint(net->block,
+                              recompose::CheckpointOptions().policy(
+                                  recompose::SelectivePolicy({"aten::addmm", "aten::relu"})));
   net(x).sum().backward();
   CHECK(count_containing(collector.messages, "more than no checkpointing") == 1);
 }
@@ -280,7 +280,8 @@ TEST_CASE("the planner's profiling neither gives nor uses up the policy warnings
 TEST_CASE("inspect_policy takes a module reference as well as a holder") {
   WideRelu block;
   const torch::Tensor x = torch::randn({8, 4});
-  const auto by_holder = recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm"}), block, x);
+  const auto by_holder =
+      recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm"}), block, x);
   const auto by_reference =
       recompose::inspect_policy(recompose::SelectivePolicy({"aten::addmm"}), *block, x);
   CHECK(by_reference.ops_kept == 1);

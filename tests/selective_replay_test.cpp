@@ -6,9 +6,9 @@
 #include "support/op_call_counter.h"
 
 #include <recompose/apply_checkpoint.h>
-#include <recompose/hooks/forward_annotation.h>
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
+#include <recompose/hooks/forward_annotation.h>
 #include <recompose/selective_checkpoint.h>
 
 #include <ATen/autocast_mode.h>

@@ -86,10 +86,9 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data,
   }
   std::printf(
       "\nstep ms: median without the first step, the policies interleaved step by step.\n"
-      "x: against none (ratio of medians). held for backward: peak bytes held for backward on the device "
-      "(SavedTensorMeter:\n"
-      "tensors autograd saves and the products selective checkpointing keeps; swapped ones are "
-      "not).\n"
+      "x: against none (ratio of medians). held for backward: peak bytes held for backward on\n"
+      "the device (SavedTensorMeter: tensors autograd saves and the products selective\n"
+      "checkpointing keeps; swapped ones are not).\n"
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
       "gradients, temporaries). moved per step: bytes swap and offload sent to host memory.%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",

@@ -253,8 +253,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
           std::max(worst_estimate, std::abs(entries[i].plan->step_seconds / measured - 1.0));
   }
   if (entries.size() > fixed) {
-    std::printf("  estimated step within 10%% of the measured one at every budget: %s (worst %.1f%%)\n",
-                worst_estimate <= 0.10 ? "yes" : "no", worst_estimate * 100);
+    std::printf(
+        "  estimated step within 10%% of the measured one at every budget: %s (worst %.1f%%)\n",
+        worst_estimate <= 0.10 ? "yes" : "no", worst_estimate * 100);
   }
   const double planning = profile.profile_seconds + solve_seconds;
   std::printf(

@@ -18,16 +18,14 @@
 #include <recompose/selective_checkpoint.h>
 
 #include <torch/nn/module.h>
-
-#include <concepts>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
-#include <concepts>
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -89,8 +87,8 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, torch::nn::ModuleHold
 }
 
 // The same for a module reference (an Impl, `*this`, a member held by value).
-template <class M, class... Args>
-  requires std::derived_from<M, torch::nn::Module>
+template <class M, class... Args,
+          std::enable_if_t<std::is_base_of_v<torch::nn::Module, M>, int> = 0>
 PolicyReport inspect_policy(const SelectivePolicy& policy, M& module, Args&&... args) {
   // Not owned: the report is made before this call returns.
   std::shared_ptr<torch::nn::Module> view(std::shared_ptr<torch::nn::Module>{}, &module);

@@ -161,9 +161,10 @@ int64_t selective_checkpoint_bytes_kept();
 // backward found them. A region it cannot replay so recomputes as before (its forward runs again
 // under the recompute context), counted here with the reason: a region that contains another
 // region, debug(true), an op it needs that writes into a tensor from outside the region (e.g.
-// cuDNN's batch norm's running statistics; native_batch_norm replays without them), a random op it needs under preserve_rng_state(false), a
-// parameter modified in place since the forward, views it cannot re-create (another dtype,
-// conjugate bits), a backward inside the region's forward. Gradients are the same either way.
+// cuDNN's batch norm's running statistics; native_batch_norm replays without them), a random op it
+// needs under preserve_rng_state(false), a parameter modified in place since the forward, views it
+// cannot re-create (another dtype, conjugate bits), a backward inside the region's forward.
+// Gradients are the same either way.
 struct SelectiveReplayStats {
   int64_t replayed = 0;     // recomputations of selective regions answered by a replay
   int64_t fallbacks = 0;    // recomputations that ran the region's forward again instead

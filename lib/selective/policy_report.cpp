@@ -3,8 +3,8 @@
 // with the policy (what the policy decided, and the bytes the region holds), the module's buffers
 // and the RNG state put back after each run.
 #include "dispatch_interceptor.h"
-#include "engine/rng_state.h"
 #include "engine/format_bytes.h"
+#include "engine/rng_state.h"
 #include "ignored_ops.h"
 #include "policy_warnings.h"
 

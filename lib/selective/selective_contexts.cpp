@@ -8,9 +8,9 @@
 
 #include "dispatch_interceptor.h"
 #include "draw_mask.h"
+#include "engine/format_bytes.h"
 #include "engine/internal_ops.h"
 #include "engine/saved_tensor_replay.h"
-#include "engine/format_bytes.h"
 #include "forward_trace.h"
 #include "generator_effect.h"
 #include "replay_stats.h"

@@ -56,7 +56,8 @@ bool decomposes_before_policies(const c10::OperatorHandle& op) {
 // What common composite ops reach a policy as, for the error that names them.
 std::string seen_as(const std::string& name) {
   static const std::pair<const char*, const char*> known[] = {
-      {"aten::linear", "aten::addmm or aten::mm (aten::matmul's, with aten::_unsafe_view, on 3-d inputs)"},
+      {"aten::linear",
+       "aten::addmm or aten::mm (aten::matmul's, with aten::_unsafe_view, on 3-d inputs)"},
       {"aten::matmul", "aten::mm or aten::bmm"},
       {"aten::conv1d", "aten::convolution"},
       {"aten::conv2d", "aten::convolution"},

@@ -140,9 +140,9 @@ const char* short_name(CheckpointPolicy p) {
 
 bool is_random_op(const std::string& name) {
   static const std::set<std::string> random = {
-      "aten::randn_like",     "aten::rand_like",    "aten::bernoulli",   "aten::normal",
-      "aten::native_dropout", "aten::randint_like", "aten::multinomial", "aten::rand",
-      "aten::randn",          "aten::randint",      "aten::randperm",    "aten::dropout",
+      "aten::randn_like",     "aten::rand_like",       "aten::bernoulli",   "aten::normal",
+      "aten::native_dropout", "aten::randint_like",    "aten::multinomial", "aten::rand",
+      "aten::randn",          "aten::randint",         "aten::randperm",    "aten::dropout",
       "aten::poisson",        "aten::rrelu_with_noise"};
   return random.contains(name);
 }

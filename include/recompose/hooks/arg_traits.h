@@ -135,9 +135,8 @@ struct ArgTraits<std::optional<T>,
 
 // A vector of any other supported type with tensors (vector<tuple<Tensor, Tensor>>).
 template <class T>
-struct ArgTraits<std::vector<T>,
-                 std::enable_if_t<Flattenable<T> && !detail::is_plain_value_v<T> &&
-                                  !std::is_same_v<T, at::Tensor>>> {
+struct ArgTraits<std::vector<T>, std::enable_if_t<Flattenable<T> && !detail::is_plain_value_v<T> &&
+                                                  !std::is_same_v<T, at::Tensor>>> {
   static void flatten(const std::vector<T>& v, std::vector<at::Tensor>& out) {
     for (const T& e : v) ArgTraits<T>::flatten(e, out);
   }
