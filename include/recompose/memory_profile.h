@@ -5,8 +5,9 @@
 // as JSON, load it and solve on it again without running the model.
 //
 //   auto step = [&] { model->forward(x).sum().backward(); };   // forward + backward, no optimizer
-//   step recompose::MemoryProfile profile = recompose::profile_memory(*model, step); std::cout <<
-//   profile.to_string(); profile.save("profile.json");
+//   recompose::MemoryProfile profile = recompose::profile_memory(*model, step);
+//   std::cout << profile.to_string();
+//   profile.save("profile.json");
 //
 // How it is taken: `step` runs twice. The first run is plain (no checkpointing): a
 // SavedTensorMeter measures what each module call adds to the bytes held for backward, and the

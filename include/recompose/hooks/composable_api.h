@@ -8,9 +8,10 @@
 //   const recompose::hooks::ComposableApi<CounterState> counter("my.counter", "my::apply_counter");
 //   counter.apply(*block, std::make_shared<CounterState>(),
 //                 [](recompose::hooks::ApiHooks& hooks, std::weak_ptr<CounterState> state) {
-//     hooks.pre([state](recompose::hooks::ForwardCall&) { if (auto s = state.lock()) ++s->calls;
-//     });
-//   });
+//                   hooks.pre([state](recompose::hooks::ForwardCall&) {
+//                     if (auto s = state.lock()) ++s->calls;
+//                   });
+//                 });
 //   block(x);
 //   counter.state(*block)->calls;        // 1
 //   counter.remove(*block);              // hooks gone, state detached; is_applied(*block) is false
