@@ -31,8 +31,8 @@ double ratio(int64_t a, int64_t b) {
 CompareOutcome compare_policies(const Config& config, const CharDataset& data,
                                 TrainOptions options) {
   // Every policy's trainer first (same seed: same weights, batches and dropout masks), then step k
-  // of every policy before step k+1, starting one policy later each step: a clock that drifts
-  // during the run lands on every policy alike instead of on the last ones trained.
+  // of every policy before step k+1 (in_rotated_order): a clock that drifts during the run lands
+  // on every policy alike instead of on the last ones trained.
   CompareOutcome outcome;
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (Policy policy : kAllPolicies) {
@@ -47,10 +47,9 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data,
   const size_t n = trainers.size();
   ProgressBar progress("compare (" + std::to_string(n) + " policies interleaved)", options.steps);
   for (int64_t step = 1; step <= options.steps; ++step) {
-    for (size_t i = 0; i < n; ++i) {
-      const size_t j = (i + static_cast<size_t>(step)) % n;
+    in_rotated_order(step, n, [&](size_t j) {
       outcome.results[j].second.steps.push_back(trainers[j]->step(step));
-    }
+    });
     progress.update(step, "");
   }
   progress.finish();

@@ -114,13 +114,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
 
   ProgressBar progress("sweep (" + std::to_string(entries.size()) + " runs interleaved)",
                        options.steps);
-  // Step k of every run before step k+1, starting one run later each step: a clock that drifts
-  // during the sweep lands on every run alike, and no run always follows the same one.
   for (int64_t step = 1; step <= options.steps; ++step) {
-    for (size_t i = 0; i < entries.size(); ++i) {
-      Entry& e = entries[(i + static_cast<size_t>(step)) % entries.size()];
-      e.steps.push_back(e.trainer->step(step));
-    }
+    in_rotated_order(step, entries.size(),
+                     [&](size_t j) { entries[j].steps.push_back(entries[j].trainer->step(step)); });
     progress.update(step, "");
   }
   progress.finish();

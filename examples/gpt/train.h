@@ -56,6 +56,14 @@ struct StepRecord {
   double backward_seconds = 0;
 };
 
+// Runs `run(k)` for each of `n` interleaved runs at step `step` (from 1), starting one run later
+// each step: a clock that drifts during the comparison lands on every run alike, and no run
+// always follows the same one (--compare, --sweep).
+template <class Run>
+void in_rotated_order(int64_t step, size_t n, Run run) {
+  for (size_t i = 0; i < n; ++i) run((i + static_cast<size_t>(step)) % n);
+}
+
 // Median step time without the first step (one-time allocations and warm-up): what --compare
 // and --sweep rank by, robust to one disturbed step.
 double median_step_seconds(const std::vector<StepRecord>& steps);

@@ -21,8 +21,12 @@ bool is_output_of_newest_node(const at::Tensor& tensor);
 // At a pack hook: `tensor` is an input of the op saving it that needs no gradient, saved before
 // the op's kernel ran, which may still write into it (rrelu_with_noise's noise). A copy made now
 // would miss that write. See Note [ Early stop after the op's own writes ].
+// `output_of_newest_node`: is_output_of_newest_node(tensor), where the caller has it already.
+inline bool may_be_written_by_saving_op(const at::Tensor& tensor, bool output_of_newest_node) {
+  return tensor.defined() && !tensor.requires_grad() && !output_of_newest_node;
+}
 inline bool may_be_written_by_saving_op(const at::Tensor& tensor) {
-  return tensor.defined() && !tensor.requires_grad() && !is_output_of_newest_node(tensor);
+  return may_be_written_by_saving_op(tensor, is_output_of_newest_node(tensor));
 }
 
 }  // namespace recompose::detail

@@ -96,7 +96,7 @@ std::size_t Frame::record_saved(const at::Tensor& tensor) {
   // An input without gradient saved by the op that saves last: its kernel, still to run, may
   // write into it. See Note [ Early stop after the op's own writes ].
   if (output || next_node != next_node_at_last_save_) last_saved_may_be_written_ = false;
-  if (may_be_written_by_saving_op(tensor)) last_saved_may_be_written_ = true;
+  if (may_be_written_by_saving_op(tensor, output)) last_saved_may_be_written_ = true;
   next_node_at_last_save_ = next_node;
   if (replay_ != nullptr) replay_->saved(holders_.size() - 1, tensor);
   return holders_.size() - 1;

@@ -27,6 +27,8 @@ class MeterCharge {
   void refund() noexcept;
 
  private:
+  void charge_meters();  // charges tensor_ (when defined) or bytes_ to the thread's meters
+
   int64_t bytes_ = 0;
   at::Tensor tensor_;  // charged by storage instead of bytes_, when defined
   std::vector<std::shared_ptr<void>> meters_;

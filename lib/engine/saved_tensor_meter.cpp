@@ -2,6 +2,7 @@
 // would) and accounts the bytes of its storage until autograd releases it.
 #include "engine/internal_ops.h"
 #include "engine/meter_charge.h"
+#include "engine/parameter_like.h"
 #include "engine/saved_tensor_policy.h"
 
 #include <recompose/checkpoint_error.h>
@@ -59,13 +60,6 @@ struct SavedTensorMeter::Counters {
 
 namespace {
 
-// Parameters (and views of them, such as the transposed weight a linear layer saves) are held
-// by the model anyway; they are not activations.
-bool is_parameter_like(const at::Tensor& t) {
-  const at::Tensor base = t.is_view() ? at::Tensor(t._base()) : t;
-  return base.is_leaf() && base.requires_grad();
-}
-
 class MeteredHooks final : public torch::autograd::SavedVariableHooks {
  public:
   explicit MeteredHooks(std::shared_ptr<SavedTensorMeter::Counters> counters)
@@ -80,7 +74,7 @@ class MeteredHooks final : public torch::autograd::SavedVariableHooks {
     detail::InternalOpsGuard internal;
     saved_ = tensor.defined() ? tensor.detach() : tensor;
     version_ = tensor._version();
-    counted_ = tensor.defined() && tensor.has_storage() && !is_parameter_like(tensor);
+    counted_ = tensor.defined() && tensor.has_storage() && !detail::is_parameter_like(tensor);
     if (counted_) counters_->add(saved_);
   }
   at::Tensor call_unpack_hook() override {
@@ -129,15 +123,23 @@ struct SavedTensorMeter::Scope {
 
 namespace detail {
 
-MeterCharge::MeterCharge(int64_t bytes) : bytes_(bytes) {
-  if (bytes_ == 0) return;
+void MeterCharge::charge_meters() {
   // Every meter open on this thread, also behind barriers (their policies are on the stack).
   for_each_policy([&](SavedTensorPolicy& policy) {
     if (auto* meter = dynamic_cast<MeterPolicy*>(&policy)) {
-      meter->counters()->add_bytes(bytes_);
+      auto* counters = meter->counters().get();
+      if (tensor_.defined()) {
+        counters->add(tensor_);
+      } else {
+        counters->add_bytes(bytes_);
+      }
       meters_.push_back(meter->counters());
     }
   });
+}
+
+MeterCharge::MeterCharge(int64_t bytes) : bytes_(bytes) {
+  if (bytes_ != 0) charge_meters();
 }
 
 MeterCharge::MeterCharge(const at::Tensor& tensor) {
@@ -148,12 +150,7 @@ MeterCharge::MeterCharge(const at::Tensor& tensor) {
     InternalOpsGuard internal;
     tensor_ = tensor.detach();
   }
-  for_each_policy([&](SavedTensorPolicy& policy) {
-    if (auto* meter = dynamic_cast<MeterPolicy*>(&policy)) {
-      meter->counters()->add(tensor_);
-      meters_.push_back(meter->counters());
-    }
-  });
+  charge_meters();
 }
 
 MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {

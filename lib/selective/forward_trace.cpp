@@ -81,33 +81,26 @@ namespace {
 // aten::native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 constexpr std::size_t kRunningMean = 3, kRunningVar = 4, kTraining = 5;
 
-bool is_native_batch_norm(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const auto& arguments = op.schema().arguments();
-  return op.operator_name().name == "aten::native_batch_norm" && arguments.size() == 8 &&
-         stack.size() >= arguments.size() &&
-         stack[stack.size() - arguments.size() + kTraining].isBool();
-}
-
-bool training_flag(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  return stack[stack.size() - op.schema().arguments().size() + kTraining].toBool();
-}
-
-}  // namespace
-
 // Note [ Batch norm replayed without its running statistics ]
 // native_batch_norm in training normalises with the batch's own statistics and writes the running
 // statistics beside (its schema does not say so). Its outputs do not read the running statistics,
 // so a replay runs it with None for them: the same bits, and no second update of the module's
 // buffers. In eval it only reads them, as any op reads an outside tensor. Other batch-norm kernels
 // (cudnn, miopen) still fall back.
-bool batch_norm_replays_without_stats(const c10::OperatorHandle& op,
-                                      const torch::jit::Stack& stack) {
-  return is_native_batch_norm(op, stack) && training_flag(op, stack);
+//
+// The training flag of a native_batch_norm call on `stack`; nullopt for any other op.
+std::optional<bool> native_batch_norm_training(const c10::OperatorHandle& op,
+                                               const torch::jit::Stack& stack) {
+  const auto& arguments = op.schema().arguments();
+  if (op.operator_name().name != "aten::native_batch_norm" || arguments.size() != 8 ||
+      stack.size() < arguments.size())
+    return std::nullopt;
+  const c10::IValue& training = stack[stack.size() - arguments.size() + kTraining];
+  if (!training.isBool()) return std::nullopt;
+  return training.toBool();
 }
 
-bool batch_norm_in_eval(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  return is_native_batch_norm(op, stack) && !training_flag(op, stack);
-}
+}  // namespace
 
 void ForwardTrace::for_each_kept(
     const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const {
@@ -188,9 +181,10 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack&
   const auto& arguments = op.schema().arguments();
   const std::size_t base = stack.size() - arguments.size();
   // See Note [ Batch norm replayed without its running statistics ].
-  const bool drop_running_stats = hidden_writes && batch_norm_replays_without_stats(op, stack);
-  if (drop_running_stats || (hidden_writes && batch_norm_in_eval(op, stack)))
-    node.hidden_writes = false;
+  const std::optional<bool> batch_norm_training =
+      hidden_writes ? native_batch_norm_training(op, stack) : std::nullopt;
+  if (batch_norm_training) node.hidden_writes = false;
+  const bool drop_running_stats = batch_norm_training.value_or(false);
   node.args.resize(arguments.size());
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& v = stack[base + i];

@@ -73,11 +73,6 @@ struct ReplayOutcome {
 // Ops that write into arguments their schema does not declare (native_batch_norm updates its
 // running statistics in place, yet its schema says nothing): a replay must not run them again.
 bool writes_undeclared(const c10::OperatorHandle& op);
-// native_batch_norm in training, replayed without its running statistics; in eval, writing
-// nothing. See Note [ Batch norm replayed without its running statistics ].
-bool batch_norm_replays_without_stats(const c10::OperatorHandle& op,
-                                      const torch::jit::Stack& stack);
-bool batch_norm_in_eval(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 
 class ForwardTrace {
  public:

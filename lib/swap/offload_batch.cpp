@@ -1,6 +1,7 @@
 #include "swap/offload_batch.h"
 
 #include "engine/internal_ops.h"
+#include "engine/parameter_like.h"
 #include "swap/swap_access.h"
 #include "swap/swap_core.h"
 
@@ -89,11 +90,6 @@ std::shared_ptr<SwappedTensor> DeferredTensor::swapped() {
   return swapped_;
 }
 
-bool is_parameter_or_view_of_one(const at::Tensor& t) {
-  const at::Tensor base = t.is_view() ? at::Tensor(t._base()) : t;
-  return base.is_leaf() && base.requires_grad();
-}
-
 // One saved tensor of an offloaded call: deferred (eligible and swapped by the policy) or kept.
 class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
  public:
@@ -104,7 +100,7 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
     const bool eligible = batch_.core_->eligible(tensor);
     if (eligible) {
       batch_.any_eligible_ = true;
-    } else if (!is_parameter_or_view_of_one(tensor)) {
+    } else if (!is_parameter_like(tensor)) {
       batch_.ineligible_tensors_ += 1;
       batch_.ineligible_bytes_ += static_cast<int64_t>(tensor.nbytes());
     }

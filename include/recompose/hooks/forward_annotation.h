@@ -222,9 +222,8 @@ class ForwardGate {
   ForwardGate(torch::nn::Module& module, const bool& /*type registered*/)
       : module_(module), intercepts_(plan_forward(module, plan_)) {}
 
-  bool intercepts() const { return intercepts_; }
-  // The same, and for the nested body call, a check that this forward began with the
-  // annotation: it must receive the tensors the annotation passed in.
+  // Whether this call runs hooks; for the nested body call, first a check that this forward
+  // began with the annotation: it must receive the tensors the annotation passed in.
   template <class... Args>
   bool intercepts(const Args&... args) const {
     if (plan_.body_arguments != nullptr) check_body_call(args...);
