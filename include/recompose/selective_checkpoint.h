@@ -17,20 +17,21 @@
 //   }), fn, x);
 //
 // How it works (as torch.utils.checkpoint's _CachingTorchDispatchMode/_CachedTorchDispatchMode):
-// ops are intercepted below autograd by a C++ dispatch mode
-// (lib/selective/dispatch_interceptor.cpp). In the forward each op runs, then the policy is asked
-// with its arguments and outputs; the outputs of saved ops are kept (detached, sharing their
-// version counters). The decision is recorded per (op overload, call index). Backward rebuilds the
-// dropped saved tensors by replaying only the ops that produce them, below autograd (selective
-// replay, below), kept outputs answered from the cache. Where it cannot, the region's forward runs
-// again and the policy is not asked again: an op recorded as saved returns its kept outputs without
-// running, any other op runs. aten::detach and metadata ops (prim::device, aten::size, ...) are not
-// seen by the policy. Ops whose outputs alias their inputs (views such as aten::t, in-place and
-// out= ops) are always recomputed and not shown to the policy: recomputing a view costs nothing,
-// keeping one would keep its base alive, and a kept in-place result would not modify the recomputed
-// input. Under autocast, casts of float32 parameters (leaves requiring grad) to bfloat16/float16
-// are always recomputed and not shown either: autocast caches them, so whether one runs depends on
-// its cache, which differs between forward and recomputation.
+// ops are intercepted below autograd where a dispatch mode would see them, without one, so that
+// composite ops decompose as without checkpointing (lib/selective/dispatch_interceptor.cpp). In the
+// forward each op runs, then the policy is asked with its arguments and outputs; the outputs of
+// saved ops are kept (detached, sharing their version counters). The decision is recorded per (op
+// overload, call index). Backward rebuilds the dropped saved tensors by replaying only the ops that
+// produce them, below autograd (selective replay, below), kept outputs answered from the cache.
+// Where it cannot, the region's forward runs again and the policy is not asked again: an op
+// recorded as saved returns its kept outputs without running, any other op runs. aten::detach and
+// metadata ops (prim::device, aten::size, ...) are not seen by the policy. Ops whose outputs alias
+// their inputs (views such as aten::t, in-place and out= ops) are always recomputed and not shown
+// to the policy: recomputing a view costs nothing, keeping one would keep its base alive, and a
+// kept in-place result would not modify the recomputed input. Under autocast, casts of float32
+// parameters (leaves requiring grad) to bfloat16/float16 are always recomputed and not shown
+// either: autocast caches them, so whether one runs depends on its cache, which differs between
+// forward and recomputation.
 //
 // Random ops (tagged nondeterministic_seeded, or taking a Generator: rand_like, bernoulli,
 // native_dropout, multinomial...) may be kept like any other. Their replay moves the generators

@@ -24,8 +24,9 @@ namespace {
 using Guard = c10::impl::ExcludeDispatchKeyGuard;
 static_assert(sizeof(Guard) <= 16 && alignof(Guard) <= 8, "resize InternalOpsGuard::guard_");
 
-// Python (the dispatch modes) and every key above it: autograd, ADInplaceOrView, autocast,
-// functorch, tracing. What stays are the keys below Python: backend select and the backends.
+// Python (the dispatch modes), recompose's interceptor key (kInterceptKey, just above Python) and
+// every key above them: autograd, ADInplaceOrView, autocast, functorch, tracing. What stays are
+// the keys below Python: backend select and the backends.
 const c10::DispatchKeySet kAboveKernels =
     c10::DispatchKeySet(c10::DispatchKeySet::FULL) -
     c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Python);

@@ -5,9 +5,9 @@
 // See Note [ Internal ops ].
 //
 // InternalOpsGuard makes every op dispatched on this thread while it is alive invisible to the
-// dispatch modes of this thread (selective checkpointing's op interceptors): it excludes the
-// dispatch keys through which LibTorch hands ops to a mode. Autograd and the kernels are
-// unaffected. Implemented in dispatch_keys_adapter.cpp (LibTorch's thread-local dispatch keys).
+// op interceptors of this thread (selective checkpointing's) and to dispatch modes: it excludes
+// the dispatch keys through which ops reach them. Autograd and the kernels are unaffected.
+// Implemented in dispatch_keys_adapter.cpp (LibTorch's thread-local dispatch keys).
 #pragma once
 
 #include <cstdint>

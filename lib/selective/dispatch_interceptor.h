@@ -1,7 +1,7 @@
 #pragma once
-// Op-level interception below autograd, in pure C++ (the C++ counterpart of a
-// Python TorchDispatchMode). Used by selective activation checkpointing to see,
-// cache and replay ATen ops.
+// Op-level interception below autograd, in pure C++ (what a Python TorchDispatchMode does, without
+// being one: see Note [ Interception without a dispatch mode ]). Used by selective activation
+// checkpointing to see, cache and replay ATen ops.
 //
 // This header uses no LibTorch-internal (impl) API: everything that depends on
 // LibTorch internals lives in dispatch_interceptor.cpp (one version-guarded file).
@@ -10,7 +10,6 @@
 #include <ATen/core/stack.h>
 
 #include <cstddef>
-#include <memory>
 
 namespace recompose::detail {
 
@@ -48,7 +47,7 @@ class OpInterceptor {
 // otherwise.
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// RAII: installs `interceptor` as the innermost dispatch mode of this thread;
+// RAII: installs `interceptor` as the innermost interceptor of this thread;
 // removes it on destruction (must be LIFO; a non-LIFO destruction is repaired
 // with a warning). `interceptor` must outlive the scope. The scope must be
 // destroyed on the thread that created it.
@@ -62,7 +61,7 @@ class InterceptorScope {
   InterceptorScope& operator=(InterceptorScope&&) = delete;
 
  private:
-  std::shared_ptr<void> mode_;  // the dispatch-mode object (opaque here)
+  OpInterceptor* interceptor_;
 };
 
 // Number of interceptors installed on this thread (0 when none), including one

@@ -31,6 +31,9 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
       {"argwrites",
        "ops that write into an argument they save (rrelu: its slopes into its noise buffer in "
        "training, random; nothing written in eval)"},
+      {"composite_branch",
+       "composite ops that choose their decomposition by at::isTensorSubclassLike (cross entropy "
+       "with class weights, label smoothing and ignored targets, added to the activations)"},
       {"rank3", "3-d inputs (batch, seq, width): Linear through matmul/_unsafe_view"},
       {"nesting", "sub-blocks (nested checkpointed regions)"},
       {"functional", "functional recompose::checkpoint around a run of ops inside a block"},
@@ -299,6 +302,8 @@ std::string OpDesc::str() const {
       return "bern";
     case OpKind::RRelu:
       return arg == 1 ? "rrelu" : "rrelu-eval";
+    case OpKind::SmoothedCe:
+      return "ce";
     case OpKind::Sub:
       return "sub" + std::to_string(arg);
     case OpKind::Functional:
@@ -362,6 +367,11 @@ struct Gen {
   std::mt19937_64 argwrites;
   int uni_argwrites(int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(argwrites);
+  }
+  // And the composite_branch feature's (issue 31, item 2).
+  std::mt19937_64 composite;
+  int uni_composite(int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(composite);
   }
   bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
   int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
@@ -529,6 +539,12 @@ struct Gen {
           op.kind != OpKind::SharedBn && op.kind != OpKind::SharedBnIdle) {
         op = OpDesc{OpKind::RRelu, rrelu == 0 ? 1 : uni_argwrites(0, 1), {}};
       }
+      // Or a weighted, smoothed cross entropy (issue 31, item 2).
+      const bool ce = uni_composite(0, 15) == 0;
+      if (f("composite_branch") && ce && op.kind != OpKind::Sub && op.kind != OpKind::Functional &&
+          op.kind != OpKind::SharedBn && op.kind != OpKind::SharedBnIdle) {
+        op = OpDesc{OpKind::SmoothedCe, 0, {}};
+      }
       if (segment_left > 0) --segment_left;
       b.ops.push_back(std::move(op));
     }
@@ -585,7 +601,7 @@ bool uses_shared_bn(const BlockDesc& b) {
 
 CaseDesc generate(uint64_t seed, const Features& f) {
   Gen g{std::mt19937_64(mix(seed + 0x5eed)), f, std::mt19937_64(mix(seed + 0xb4e23)),
-        std::mt19937_64(mix(seed + 0xa26317))};
+        std::mt19937_64(mix(seed + 0xa26317)), std::mt19937_64(mix(seed + 0xc0305173))};
   CaseDesc c;
   c.seed = seed;
   c.batch = g.uni(4, 8);
@@ -782,6 +798,18 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
       case OpKind::RRelu:
         cur = torch::rrelu(cur, 0.1, 0.3, /*training=*/op.arg == 1);
         break;
+      case OpKind::SmoothedCe: {
+        // Targets and class weights made without the generator; every third target ignored.
+        namespace F = torch::nn::functional;
+        const torch::Tensor logits = cur.reshape({-1, W});
+        torch::Tensor target = torch::arange(logits.size(0), torch::kLong).mul(5).remainder(W);
+        target.masked_fill_(torch::arange(logits.size(0), torch::kLong).remainder(3) == 0, -100);
+        const torch::Tensor weight = torch::arange(W, torch::kFloat).div(W).add(0.5);
+        cur = cur +
+              F::cross_entropy(logits, target,
+                               F::CrossEntropyFuncOptions().weight(weight).label_smoothing(0.1));
+        break;
+      }
       case OpKind::Bernoulli:
         cur = cur * torch::bernoulli(torch::full_like(cur, 0.75, torch::kFloat));
         break;

@@ -76,6 +76,7 @@ enum class OpKind {
   SharedBn,      // the case's shared BatchNorm (CaseDesc::shared_bn)
   SharedBnIdle,  // cur + shared BatchNorm of an all-zero batch: its running mean stays where it was
   RRelu,         // rrelu: writes the slopes it draws into a noise buffer it saves (arg 1: training)
+  SmoothedCe,    // cur + class-weighted, label-smoothed cross entropy of cur with ignored targets
 };
 
 struct OpDesc {
