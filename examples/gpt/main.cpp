@@ -11,6 +11,7 @@
 #include "offload_link.h"
 #include "options.h"
 #include "planning.h"
+#include "progress.h"
 #include "report.h"
 #include "sample.h"
 #include "sweep.h"
@@ -127,6 +128,14 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
               static_cast<long long>(result.tokens_per_step));
   gpt::print_summary(result, train_options.policy, device);
+  if (train_options.plan && train_options.plan->peak_bytes > 0) {
+    std::printf("  plan's peak        %s simulated; %s measured (%s)\n",
+                gpt::format_bytes(train_options.plan->peak_bytes).c_str(),
+                gpt::format_bytes(result.own_peak_memory()).c_str(),
+                device.is_cuda() ? "CUDA caching allocator, the run's own"
+                                 : "CPU: the profile counts no resident memory there, so the two "
+                                   "are not comparable");
+  }
   if (recompose::total_offload_stats(*model).calls > 0) {
     // What offload moved, what stayed and why, over every step (divide by the steps for one).
     std::printf("offload over %lld steps:\n%s", static_cast<long long>(options.steps),
