@@ -81,8 +81,11 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
       device.str().c_str(), torch::get_num_threads());
   std::printf("memory: %s\n", examples::describe(malloc_tuning));
 
+  // Before --compare too: its offload-window run uses the link.
+  gpt::set_link(options.link);
+  gpt::set_offload_window(options.offload_window_ms * 1e-3);
   if (options.compare) {
-    auto outcome = gpt::compare_policies(config, data, train_options);
+    auto outcome = gpt::compare_policies(config, data, train_options, options.policies);
     gpt::write_csv(options.out / "compare.csv", outcome.results);
     gpt::write_cost_plot(options.out / "compare.svg", outcome.results, device);
     gpt::write_loss_plot(options.out / "compare_loss.svg", outcome.results,
@@ -93,15 +96,21 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     return outcome.losses_match ? 0 : 1;
   }
 
-  gpt::set_link(options.link);
-  gpt::set_offload_window(options.offload_window_ms * 1e-3);
-  if (options.memory_fraction > 0) {
-    gpt::cap_device_memory(device, options.memory_fraction);
-    std::printf("device memory capped at %.3f of the device (caching allocator)\n",
-                options.memory_fraction);
-  }
-  if (options.sweep)
+  auto cap_memory = [&] {
+    if (options.memory_fraction <= 0) return;
+    if (gpt::cap_device_memory(device, options.memory_fraction)) {
+      std::printf("device memory capped at %.4f of the device (caching allocator)\n",
+                  options.memory_fraction);
+    } else {
+      std::printf("--memory-fraction %.4f: no effect on %s (caps the CUDA caching allocator)\n",
+                  options.memory_fraction, device.str().c_str());
+    }
+  };
+  if (options.sweep) {
+    cap_memory();
     return gpt::run_sweep(config, data, train_options, options.out, options.sweep_peak);
+  }
+  if (options.budget.empty()) cap_memory();  // --budget: after profiling (below)
   if (!options.budget.empty() || !options.plan.empty()) {
     recompose::Plan plan;
     if (!options.plan.empty()) {
@@ -110,7 +119,12 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     } else {
       const auto budget =
           recompose::Budget::parse(options.budget);  // bad text fails before profiling
+      // The profile runs the step without checkpointing (recompose::profile_memory), which a
+      // cap meant to exclude no checkpointing cannot hold: it is taken first, then the cap.
       const auto profile = gpt::profile_training_step(config, data, train_options);
+      if (options.memory_fraction > 0)
+        std::printf("profiled without the memory cap (the step without checkpointing)\n");
+      cap_memory();
       plan = recompose::solve_plan(profile, budget, gpt::solve_options(device));
       profile.save(options.out / "profile.json");
       plan.save(options.out / "plan.json");
