@@ -6,8 +6,9 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
-#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded|verdict]
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded|verdict|cap]
 #   RECOMPOSE_REHEARSAL=1 bash scripts/gpu-run.sh verdict   # the same steps here, on the CPU
+#   RECOMPOSE_REHEARSAL=1 bash scripts/gpu-run.sh cap       # the same, for cap
 #
 # verdict (issue 35): does the selective replay beat the straight line between none and full on
 # the device? One call of at most 9 minutes on a fresh machine: it builds only test_checkpoint,
@@ -28,13 +29,42 @@
 # RECOMPOSE_BUILD_DIR; a 2 x 64 model, float32): every command line, path and filter the device
 # call will use, checked before device time is spent on it.
 #
+# cap (issue 36): does "make it fit in N GiB" hold on the device? One call of at most 9 minutes
+# on a fresh machine: it builds only gpt and sharded_trainer, then, each step under `timeout` and
+# a deadline (RECOMPOSE_CAP_DEADLINE_S, default 525 s after the start: a step that would start
+# with less than 20 s left is skipped and fails), its output in the log as it ends and its tables
+# copied to $OUT (log, cap-sweep-peak.csv/.svg, cap-uncapped.csv, cap-capped-runs.csv,
+# cap-capped-plan.json: 6 files; the runs write into build-gpu/cap): (1) gpt --sweep-peak, 12
+# steps, on the 12 x 1024 bf16 GPT: per peak budget (50% to 100% of no checkpointing's), the
+# plan's simulated peak, the caching allocator's peak of the run alone and the step, every run
+# interleaved step by step; (2) the memory cap on 12 blocks of width 2048, context 2048, batch 2
+# (RECOMPOSE_CAP_LAYERS; 0.6B parameters): none and the never-stall offload without a cap,
+# interleaved (gpt --compare --policies offload-window), which sets the cap at none's resting
+# memory plus 0.75 of its step (RECOMPOSE_CAP_SHARE); then one process per policy under that
+# --memory-fraction (none must run out of memory; full, selective, every-second-mm, the
+# never-stall offload, the planner at peak= 0.95 of the cap), and again in the reverse order those
+# that fitted: tokens/s, peak and bytes moved per policy (cap_runs); (3) examples/sharded on CUDA
+# (gpu_check.sh: NCCL at world 1, Gloo at world 2, --check against unsharded training with and
+# without checkpointing and offload, collective counts, the offload copies' time against the
+# collectives'). Exits non-zero if a step failed; the later steps still run.
+# Device time, estimated from the H100 logs (2026-11-26 run14/run15: the build of three targets
+# 93-111 s, gpt --sweep of the same 18 runs of 12 x 1024 bf16 57-58 s for 20 steps, a 12 x 1024
+# gpt process 4-5 s; a 0.6B model's construction, measured on the CPU, ~12 ns per parameter, one
+# core): build ~100 s, sweep ~50 s, the cap ~2 minutes (about 14 processes of 6-10 s), sharded
+# ~1 minute; about 5.5 minutes in all, plus the machine's start (1-2 minutes). Round 2 of the cap
+# is left out when less than 150 s would be left for step 3 (RECOMPOSE_CAP_RESERVE_S).
+# RECOMPOSE_REHEARSAL=1 runs cap's steps on this machine's CPU: a 2 x 64 model for the sweep, 3 x
+# 96 for the cap (float32, a simulated link of 55 GB/s each way; the CPU has no cap), Gloo at
+# world 1 and 2 with a small model for the sharded trainer; 20-25 s once built.
+#
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
 # gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, the Kineto profile of none, full and
 # selective on the 12 x 1024 bf16 model (gpt --profile, issue 25), and
 # examples/gpt/python/gpu_compare.sh: C++ against PyTorch Python on the same GPU), offload (issue 27: the link probe, the never-stall
 # offload, the planner's sweep with its estimate beside each measured step, a peak-budget sweep,
-# the 24 x 2048 model and a memory cap under which no checkpointing does not fit), compile (issue
+# the 24 x 2048 model and a memory cap under which no checkpointing does not fit, as cap's step
+# 2 on 24 blocks), compile (issue
 # 27: the Python peer of the 12 x 1024 bf16 GPT under torch.compile at several
 # activation_memory_budget values, time and peak against its own compiled step at 1.0, to set
 # beside the planner's sweep of the offload phase), sharded (issue 27: examples/sharded on CUDA,
@@ -84,8 +114,8 @@ fi
 
 # --- tools -------------------------------------------------------------------------------------
 rehearsal=${RECOMPOSE_REHEARSAL:-0}
-if [ "$rehearsal" = 1 ] && [ "${1:-}" != verdict ]; then
-  die "RECOMPOSE_REHEARSAL=1 rehearses the verdict phase only"
+if [ "$rehearsal" = 1 ] && [ "${1:-}" != verdict ] && [ "${1:-}" != cap ]; then
+  die "RECOMPOSE_REHEARSAL=1 rehearses the verdict and cap phases only"
 fi
 venv=${RECOMPOSE_VENV:-/opt/torch/.venv}
 # meson and ninja may be installed in the venv only (pip install meson ninja).
@@ -142,7 +172,7 @@ fi  # not the rehearsal
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 phase=${1:-all}
-case "$phase" in all|build|test|bench|gpt|offload|compile|sharded|verdict) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile, sharded or verdict)" ;; esac
+case "$phase" in all|build|test|bench|gpt|offload|compile|sharded|verdict|cap) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile, sharded, verdict or cap)" ;; esac
 log="$out/gpu-run-$phase$([ "$rehearsal" = 1 ] && echo -cpu-rehearsal)-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
 [ "$rehearsal" = 1 ] && build=${RECOMPOSE_BUILD_DIR:-build}
@@ -262,20 +292,18 @@ do_gpt() {
   return $status
 }
 
-# Issue 27. RECOMPOSE_BIG_BATCH (default 2): batch of the 24 x 2048 model; RECOMPOSE_CAP_FRACTION
-# (default 0.35): the caching allocator's cap for the memory-cap runs, of the device's memory.
+# Issue 27. RECOMPOSE_BIG_BATCH (default 2): batch of the 24 x 2048 model (the memory cap's, see
+# cap_runs).
 gpt_big=(--layers 24 --width 2048 --heads 16 --context 2048 --batch "${RECOMPOSE_BIG_BATCH:-2}")
 do_offload() {
-  local status=0 policy cap_fraction cap_gib
+  local status=0 policy
   run_step "link probe and the CUDA cases of issue 27 (measure_link, never-stall, peak budget)" \
     "$build/tests/test_checkpoint" --test-case='measure_link*,never-stall offload on CUDA*,peak budget on CUDA*' || status=1
   # The planner's curve with the copy-window model: 'est. ms' (the model) beside 'step ms'.
   run_step "gpt --sweep --steps 20 --device cuda --bf16 ${gpt_model[*]}" \
     quietly '^sweep \(' "$build/examples/gpt/gpt" --sweep --steps 20 --device cuda --bf16 --sample 0 \
     --out "$out/gpt_sweep" "${gpt_model[@]}" || status=1
-  run_step "gpt --sweep-peak --steps 20 --device cuda --bf16 ${gpt_model[*]}" \
-    quietly '^sweep \(' "$build/examples/gpt/gpt" --sweep-peak --steps 20 --device cuda --bf16 --sample 0 \
-    --out "$out/gpt_sweep_peak" "${gpt_model[@]}" || status=1
+  sweep_peak_step 20 --device cuda --bf16 --sample 0 "${gpt_model[@]}" || status=1
   # Never-stall offload against none and offload on the 12 x 1024 model, and where time goes.
   for policy in none offload offload-window; do
     run_step "gpt --policy $policy --phase-times --steps 6 --device cuda --bf16 ${gpt_model[*]}" gpt_phases "$policy" ||
@@ -288,21 +316,9 @@ do_offload() {
       "$build/examples/gpt/gpt" --policy "$policy" --phase-times --steps 6 --device cuda --bf16 --sample 0 \
       --out "$out/gpt_big" "${gpt_big[@]}" || status=1
   done
-  # A memory cap under which no checkpointing does not fit (its run is expected to fail): full,
-  # the best fixed policy and the planner at that peak, same batch.
-  cap_fraction=${RECOMPOSE_CAP_FRACTION:-0.35}
-  cap_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n1 |
-    awk -v f="$cap_fraction" '{printf "%.1f", $1 * f / 1024 * 0.95}')
-  stamp "memory cap: $cap_fraction of the device; planner budget peak=${cap_gib}GiB"
-  for policy in none full selective every-second-mm; do
-    run_step "gpt --policy $policy --memory-fraction $cap_fraction ${gpt_big[*]}" \
-      "$build/examples/gpt/gpt" --policy "$policy" --memory-fraction "$cap_fraction" --phase-times --steps 6 \
-      --device cuda --bf16 --sample 0 --out "$out/gpt_cap" "${gpt_big[@]}" ||
-      [ "$policy" = none ] || status=1
-  done
-  run_step "gpt --budget peak=${cap_gib}GiB --memory-fraction $cap_fraction ${gpt_big[*]}" \
-    "$build/examples/gpt/gpt" --budget "peak=${cap_gib}GiB" --memory-fraction "$cap_fraction" --phase-times \
-    --steps 6 --device cuda --bf16 --sample 0 --out "$out/gpt_cap_planned" "${gpt_big[@]}" || status=1
+  # A memory cap under which no checkpointing does not fit (issue 36's step 2, shared with cap).
+  cap_setup 24
+  cap_runs || status=1
   echo "elsewhere: examples/sharded on CUDA is the sharded phase; the Python peer under"
   echo "torch.compile's activation_memory_budget is the compile phase"
   stamp "offload done"
@@ -323,8 +339,7 @@ do_compile() {
 # Issue 27: the sharded trainer on the GPU (examples/sharded/gpu_check.sh).
 do_sharded() {
   local status=0
-  run_step "examples/sharded/gpu_check.sh $build/examples/sharded/sharded_trainer" \
-    bash examples/sharded/gpu_check.sh "$build/examples/sharded/sharded_trainer" || status=1
+  sharded_step || status=1
   stamp "sharded done"
   return $status
 }
@@ -383,11 +398,260 @@ do_verdict() {
   return $status
 }
 
+# --- issue 36: the cap phase, and the helpers it shares with offload and sharded ---------------
+# The phase's deadline (cap: RECOMPOSE_CAP_DEADLINE_S, default 525, seconds after the script's
+# start; other phases: none). `bounded` runs a command under `timeout` for its own bound or for
+# what is left before the deadline, whichever is less, and refuses to start it (status 1, a
+# SKIPPED line) with less than 20 s left: the call ends in time with every step's output so far.
+deadline=$((SECONDS + 86400))
+bounded() {  # seconds command...
+  local bound=$1 left=$((deadline - SECONDS))
+  shift
+  if [ "$left" -lt 20 ]; then
+    echo "SKIPPED: ${left} s left before the phase's deadline: $*"
+    return 1
+  fi
+  [ "$left" -ge "$bound" ] || bound=$left
+  timeout -k 10 "$bound" "$@"
+}
+
+# The value of a flag in a list of flags ("--context" in "--layers 2 --context 64" gives 64).
+flag_value() {  # flag flags...
+  local want=$1
+  shift
+  while [ $# -gt 1 ]; do
+    [ "$1" = "$want" ] && { echo "$2"; return 0; }
+    shift
+  done
+  return 1
+}
+
+median() { sort -g | awk '{v[NR] = $1} END {if (NR) print ((NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+
+# Issue 36, step 1 (and the offload phase): gpt --sweep-peak. Per peak budget (50% to 100% of no
+# checkpointing's simulated peak), the plan's simulated peak, the caching allocator's peak of the
+# run alone and the step, every run interleaved step by step; sweep.csv and sweep.svg go to
+# $out/<phase>-sweep-peak.*, the plans and profile stay in $build/<phase>/sweep-peak.
+sweep_peak_step() {  # steps gpt-flags...
+  local steps=$1 dir="$build/$phase/sweep-peak" status=0
+  shift
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  run_step "gpt --sweep-peak --steps $steps $*" \
+    quietly '^sweep \(' bounded 240 "$build/examples/gpt/gpt" --sweep-peak --steps "$steps" --out "$dir" "$@" ||
+    status=1
+  cp "$dir/sweep.csv" "$out/$phase-sweep-peak.csv" 2>/dev/null || true
+  cp "$dir/sweep.svg" "$out/$phase-sweep-peak.svg" 2>/dev/null || true
+  return $status
+}
+
+# Issue 36, step 2 (and the offload phase): the larger model under a memory cap that no
+# checkpointing does not fit. cap_setup sets what the runs take: the model (gpt_big with `layers`
+# blocks on the device, 3 x 96 in the rehearsal), the device flags, the link (measured on the
+# device; a simulated 55 GB/s each way in the rehearsal) and the steps per process
+# (RECOMPOSE_CAP_STEPS, default 8).
+cap_setup() {  # layers
+  cap_dir="$build/$phase/cap"
+  cap_steps=${RECOMPOSE_CAP_STEPS:-8}
+  cap_model=("${gpt_big[@]}")
+  cap_model[1]=$1
+  cap_flags=(--device cuda --bf16 --sample 0)
+  cap_link=()
+  cap_reserve=0  # seconds round 2 leaves to the steps after it (cap: RECOMPOSE_CAP_RESERVE_S)
+  if [ "$rehearsal" = 1 ]; then
+    cap_steps=${RECOMPOSE_CAP_STEPS:-3}
+    cap_model=(--layers 3 --width 96 --heads 4 --context 96 --batch 2)
+    cap_flags=(--device cpu --sample 0)
+    cap_link=(--link 55e9,55e9,10e-6)
+  fi
+}
+
+# (a) none and the never-stall offload without a cap, interleaved step by step (gpt --compare
+#     --policies offload-window): the offload's bytes moved and its step against none where none
+#     fits, and none's peak alone (own_peak_bytes), which sets the cap;
+# (b) the cap: none's resting memory (weights, optimizer state, batch) plus RECOMPOSE_CAP_SHARE
+#     (default 0.75) of what its step adds above it, as a fraction of the device's memory
+#     (--memory-fraction); the planner's budget is peak= RECOMPOSE_CAP_PLAN_SHARE (default 0.95)
+#     of the cap: the cap bounds what the caching allocator reserves, the budget what is allocated;
+# (c) one process per policy under the cap (a cap is the process's: --compare cannot hold them
+#     all): none (it must not fit), full, selective, every-second-mm, the never-stall offload and
+#     the planner (profiled before the cap: the profile runs the step without checkpointing);
+#     then again, in the reverse order, those that fitted (the planner from its saved plan), so
+#     that the processes alternate as --compare's steps do. Per policy: the median step over both
+#     rounds (each process's first step left out), tokens/s, its peak alone, bytes moved; the
+#     table goes to $out/<phase>-capped-runs.csv (the compare of (a) to <phase>-uncapped.csv, the
+#     planner's plan to <phase>-capped-plan.json). Round 2 is left out when less than cap_reserve
+#     seconds would be left for the steps after it. Fails if none fits (on the device), if full
+#     or the planner does not, or if a run fails otherwise than out of memory.
+cap_runs() {
+  local status=0 gpt="$build/examples/gpt/gpt" dir=$cap_dir policy round rc log rdir total
+  local none_peak="" none_rest="" cap frac budget_mib tokens share plan_share
+  local -a flags order fitted
+  local -A fits=() oom=()  # policy -> 1: it ran to the end / ran out of memory in some round
+  share=${RECOMPOSE_CAP_SHARE:-0.75}
+  plan_share=${RECOMPOSE_CAP_PLAN_SHARE:-0.95}
+  tokens=$(($(flag_value --batch "${cap_model[@]}") * $(flag_value --context "${cap_model[@]}")))
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # (a)
+  run_step "gpt --compare --policies offload-window --steps $cap_steps ${cap_flags[*]} ${cap_link[*]} ${cap_model[*]} (no cap)" \
+    quietly '^compare \(' bounded 240 "$gpt" --compare --policies offload-window --steps "$cap_steps" \
+    "${cap_flags[@]}" "${cap_link[@]}" --out "$dir/uncapped" "${cap_model[@]}" || status=1
+  cp "$dir/uncapped/compare.csv" "$out/$phase-uncapped.csv" 2>/dev/null || true
+  # (b) compare.csv: policy,step,loss,step_ms,held,step_peak_bytes,peak_bytes,swapped,own_peak_bytes
+  read -r none_peak none_rest < <(awk -F, '$1 == "none" && $2 > 1 && $9 > p {p = $9; r = $9 - $6}
+    END {if (p > 0) printf "%.0f %.0f\n", p, r}' "$dir/uncapped/compare.csv" 2>/dev/null) || true
+  if [ -z "$none_peak" ]; then
+    echo "FAILED: no peak of none from the uncapped compare, so no cap to set"
+    return 1
+  fi
+  if [ "$rehearsal" = 1 ]; then
+    total=$((2 * none_peak))  # the CPU has no cap: any fraction exercises the flag
+  else
+    total=$(($(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n1) * 1048576))
+  fi
+  read -r cap frac budget_mib < <(awk -v p="$none_peak" -v r="$none_rest" -v t="$total" -v s="$share" \
+    -v b="$plan_share" 'BEGIN {c = r + s * (p - r); printf "%.0f %.4f %d\n", c, c / t, c * b / 1048576}')
+  awk -v p="$none_peak" -v r="$none_rest" -v c="$cap" -v t="$total" -v f="$frac" -v m="$budget_mib" -v s="$share" 'BEGIN {
+    g = 1073741824
+    printf "cap: none alone peaks at %.2f GiB, %.2f GiB of it resting (weights, optimizer state, batch);\n", p / g, r / g
+    printf "  cap = resting + %s of its step = %.2f GiB = --memory-fraction %s of %.2f GiB; planner: --budget peak=%dMiB\n", s, c / g, f, t / g, m}'
+  awk -F, '$1 == "offload-window" && $2 > 1 && $9 > p {p = $9} END {if (p > 0) printf "  offload-window alone peaks at %.2f GiB without the cap\n", p / 1073741824}' \
+    "$dir/uncapped/compare.csv"
+  # (c)
+  order=(none full selective every-second-mm offload-window planned)
+  for round in 1 2; do
+    if [ "$round" = 2 ] && [ $((deadline - SECONDS)) -lt "$cap_reserve" ]; then
+      echo "round 2 left out: $((deadline - SECONDS)) s left before the deadline, and the next step keeps $cap_reserve s"
+      break
+    fi
+    if [ "$round" = 2 ]; then
+      fitted=()
+      for policy in "${order[@]}"; do
+        [ "$policy" != none ] && [ -n "${fits[$policy]:-}" ] && fitted=("$policy" "${fitted[@]}")
+      done
+      order=("${fitted[@]}")
+    fi
+    for policy in "${order[@]}"; do
+      rdir="$dir/$policy-r$round"
+      log="$rdir.txt"
+      flags=(--policy "$policy")
+      if [ "$policy" = planned ]; then
+        if [ "$round" = 1 ]; then flags=(--budget "peak=${budget_mib}MiB"); else flags=(--plan "$dir/planned-r1/plan.json"); fi
+      fi
+      stamp "under the cap, round $round: gpt ${flags[*]} --memory-fraction $frac --steps $cap_steps ${cap_flags[*]} ${cap_link[*]} ${cap_model[*]}"
+      rc=0
+      bounded 150 "$gpt" "${flags[@]}" --memory-fraction "$frac" --steps "$cap_steps" "${cap_flags[@]}" \
+        "${cap_link[@]}" --out "$rdir" "${cap_model[@]}" >"$log" 2>&1 || rc=$?
+      grep -E "^(device memory capped|--memory-fraction|profiled without|policy |  step time|  step peak|  swapped|  plan's peak|simulated peak|SKIPPED)" "$log" | sed 's/^/  /'
+      if [ $rc -eq 0 ]; then
+        fits[$policy]=1
+        echo "  $policy: fits"
+      elif grep -q -i 'out of memory' "$log"; then
+        oom[$policy]=1
+        echo "  $policy: does not fit (out of memory under the cap)"
+      else
+        echo "  FAILED: $policy (exit $rc; $log):"
+        tail -n 6 "$log" | sed 's/^/    /'
+        status=1
+      fi
+      if [ "$policy" = planned ] && [ "$round" = 1 ]; then cp "$rdir/plan.json" "$out/$phase-capped-plan.json" 2>/dev/null || true; fi
+    done
+  done
+  # The table: per policy that fitted, medians over both rounds.
+  local csv="$out/$phase-capped-runs.csv" full_tps="" best="" best_tps=0 ms tps peak moved n
+  echo "policy,processes,median_step_ms,tokens_per_s,own_peak_bytes,peak_x_cap,moved_per_step_bytes" >"$csv"
+  echo "under the cap ($tokens tokens per step; step: median over both rounds, first step of each process left out):"
+  printf '| %-15s | %9s | %7s | %9s | %10s | %6s | %10s |\n' policy processes "step ms" tokens/s "peak GiB" "x cap" "moved MiB"
+  for policy in full selective every-second-mm offload-window planned; do
+    if [ -z "${fits[$policy]:-}" ]; then
+      printf '| %-15s | %s\n' "$policy" "$([ -n "${oom[$policy]:-}" ] && echo 'does not fit (out of memory)' || echo 'did not run to the end (above)')"
+      continue
+    fi
+    n=$(ls "$dir/$policy"-r*/loss.csv 2>/dev/null | wc -l)
+    ms=$(awk -F, 'FNR > 1 && $2 > 1 {print $4}' "$dir/$policy"-r*/loss.csv | median)
+    peak=$(awk -F, 'FNR > 1 && $9 > p {p = $9} END {printf "%.0f", p}' "$dir/$policy"-r*/loss.csv)
+    moved=$(awk -F, 'FNR > 1 && $8 > m {m = $8} END {printf "%.0f", m}' "$dir/$policy"-r*/loss.csv)
+    tps=$(awk -v t="$tokens" -v ms="$ms" 'BEGIN {printf "%.0f", (ms > 0 ? t * 1000 / ms : 0)}')
+    printf '| %-15s | %9s | %7.1f | %9s | %10.2f | %6.3f | %10.1f |\n' "$policy" "$n" "$ms" "$tps" \
+      "$(awk -v b="$peak" 'BEGIN {print b / 1073741824}')" "$(awk -v b="$peak" -v c="$cap" 'BEGIN {print b / c}')" \
+      "$(awk -v b="$moved" 'BEGIN {print b / 1048576}')"
+    echo "$policy,$n,$ms,$tps,$peak,$(awk -v b="$peak" -v c="$cap" 'BEGIN {printf "%.4f", b / c}'),$moved" >>"$csv"
+    [ "$policy" = full ] && full_tps=$tps
+    case "$policy" in full|selective|every-second-mm)
+      if [ "$tps" -gt "$best_tps" ]; then best=$policy; best_tps=$tps; fi ;;
+    esac
+  done
+  echo "targets:"
+  if [ "$rehearsal" = 1 ]; then
+    echo "  none under the cap: the CPU has no cap (rehearsal)"
+  elif [ -z "${oom[none]:-}" ]; then
+    echo "  FAILED: none did not run out of memory under the cap: the cap excludes nothing (RECOMPOSE_CAP_SHARE=$share)"
+    status=1
+  else
+    echo "  none does not fit under the cap: yes"
+  fi
+  for policy in full planned; do
+    if [ -z "${fits[$policy]:-}" ] || [ -n "${oom[$policy]:-}" ]; then
+      echo "  FAILED: $policy did not fit under the cap in every round"
+      status=1
+    fi
+  done
+  for policy in selective every-second-mm offload-window; do
+    [ -n "${fits[$policy]:-}" ] && [ -n "${oom[$policy]:-}" ] &&
+      echo "  $policy fitted in one round only (marginal; its figures are of the round it fitted)"
+  done
+  if [ -n "$full_tps" ] && [ "$full_tps" -gt 0 ] && [ -n "${fits[planned]:-}" ]; then
+    tps=$(awk -F, '$1 == "planned" {print $4}' "$csv")
+    awk -v p="$tps" -v f="$full_tps" -v b="$best" -v bt="$best_tps" 'BEGIN {
+      printf "  planner tokens/s x full checkpointing: %.3f (target >= 1.10): %s\n", p / f, (p / f >= 1.10 ? "yes" : "no")
+      printf "  best fixed policy that fits: %s; planner x it: %.3f\n", b, (bt > 0 ? p / bt : 0)}'
+  fi
+  echo "  never-stall offload under the cap: $([ -n "${fits[offload-window]:-}" ] && echo fits || echo 'does not fit');" \
+    "without the cap, against none: the compare above"
+  return $status
+}
+
+# Issue 36, step 3 (and the sharded phase): examples/sharded on the device (NCCL at world 1, Gloo
+# at world 2 on one device), with and without checkpointing and offload on the all-gathered
+# blocks: --check against unsharded training, the collective counts, the offload copies' time
+# against the collectives'. The rehearsal runs it on the CPU (Gloo at world 1 and 2, a small model).
+sharded_step() {
+  local env_args=()
+  if [ "$rehearsal" = 1 ]; then
+    env_args=(RECOMPOSE_SHARDED_DEVICE=cpu RECOMPOSE_SHARDED_STEPS=3 "RECOMPOSE_SHARDED_BIG=--blocks 4 --width 128 --hidden 256 --batch 64")
+  fi
+  run_step "examples/sharded/gpu_check.sh $build/examples/sharded/sharded_trainer${env_args[*]:+ (${env_args[*]})}" \
+    bounded 300 env "${env_args[@]}" bash examples/sharded/gpu_check.sh "$build/examples/sharded/sharded_trainer"
+}
+
+# Issue 36 (see the header): does "make it fit in N GiB" hold on the device? Builds gpt and
+# sharded_trainer only, then sweep_peak_step, cap_runs and sharded_step, each under `bounded`.
+do_cap() {
+  local status=0 model=("${gpt_model[@]}") flags=(--device cuda --bf16 --sample 0) steps=12
+  deadline=$((${RECOMPOSE_CAP_DEADLINE_S:-525}))
+  if [ "$rehearsal" = 1 ]; then
+    model=(--layers 2 --width 64 --heads 4 --context 64 --batch 4) flags=(--device cpu --sample 0) steps=3
+  fi
+  rm -rf "${build:?}/$phase"
+  do_build examples/gpt/gpt examples/sharded/sharded_trainer || return 1
+  stamp "cap, step 1 of 3: the peak sweep, ${flags[*]} ${model[*]}"
+  sweep_peak_step "$steps" "${flags[@]}" "${model[@]}" || status=1
+  cap_setup "${RECOMPOSE_CAP_LAYERS:-12}"
+  cap_reserve=${RECOMPOSE_CAP_RESERVE_S:-150}
+  stamp "cap, step 2 of 3: the memory cap, ${cap_flags[*]} ${cap_model[*]}"
+  cap_runs || status=1
+  stamp "cap, step 3 of 3: examples/sharded"
+  sharded_step || status=1
+  stamp "cap done: $SECONDS s in all"
+  return $status
+}
+
 main() {
   local status=0
   echo "date: $(date -u)"
   if [ "$rehearsal" = 1 ]; then
-    echo "device: none (the CPU rehearsal of the verdict phase)"
+    echo "device: none (the CPU rehearsal of the $phase phase)"
   else
     echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
   fi
@@ -395,7 +659,8 @@ main() {
   [ -z "$CUDA_PATH" ] || echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
   echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1), $(nproc) cores"
   echo "command: bash scripts/gpu-run.sh $phase ($(git rev-parse --short HEAD 2>/dev/null || echo no git)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
-  [ "$phase" = verdict ] || do_build || return 1
+  # verdict and cap build only the targets they run.
+  [ "$phase" = verdict ] || [ "$phase" = cap ] || do_build || return 1
   case "$phase" in
     all) do_test || status=1; do_bench || status=1; do_gpt || status=1 ;;
     test) do_test || status=1 ;;
@@ -405,6 +670,7 @@ main() {
     compile) do_compile || status=1 ;;
     sharded) do_sharded || status=1 ;;
     verdict) do_verdict || status=1 ;;
+    cap) do_cap || status=1 ;;
   esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status

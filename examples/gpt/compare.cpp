@@ -28,14 +28,14 @@ double ratio(int64_t a, int64_t b) {
 
 }  // namespace
 
-CompareOutcome compare_policies(const Config& config, const CharDataset& data,
-                                TrainOptions options) {
+CompareOutcome compare_policies(const Config& config, const CharDataset& data, TrainOptions options,
+                                const std::vector<Policy>& policies) {
   // Every policy's trainer first (same seed: same weights, batches and dropout masks), then step k
   // of every policy before step k+1 (in_rotated_order): a clock that drifts during the run lands
   // on every policy alike instead of on the last ones trained.
   CompareOutcome outcome;
   std::vector<std::unique_ptr<Trainer>> trainers;
-  for (Policy policy : kAllPolicies) {
+  for (Policy policy : policies) {
     options.policy = policy;
     options.label = std::string(policy_name(policy));
     trainers.push_back(std::make_unique<Trainer>(config, data, options));

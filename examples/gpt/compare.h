@@ -8,6 +8,8 @@
 #include "report.h"
 #include "train.h"
 
+#include <vector>
+
 namespace gpt {
 
 // Relative loss difference above which --compare fails.
@@ -24,8 +26,9 @@ struct CompareOutcome {
   bool losses_match = true;
 };
 
-// Builds every policy's trainer, runs them interleaved step by step, and prints the table.
-CompareOutcome compare_policies(const Config& config, const CharDataset& data,
-                                TrainOptions options);
+// Builds a trainer per policy of `policies` (none first: the table's ratios and the loss check
+// are against it), runs them interleaved step by step, and prints the table.
+CompareOutcome compare_policies(const Config& config, const CharDataset& data, TrainOptions options,
+                                const std::vector<Policy>& policies);
 
 }  // namespace gpt

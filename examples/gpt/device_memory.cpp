@@ -107,15 +107,20 @@ int64_t current_memory(const torch::Device& device) {
              : 0;
 }
 
-void cap_device_memory(const torch::Device& device, double fraction) {
+bool cap_device_memory(const torch::Device& device, double fraction) {
 #ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda())
+  if (device.is_cuda()) {
+    // The cap counts what the allocator reserved, its cached free blocks included: what the
+    // process cached before (a profile taken uncapped) goes back to the device first.
+    c10::cuda::CUDACachingAllocator::emptyCache();
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
                                                        device.has_index() ? device.index() : 0);
-#else
+    return true;
+  }
+#endif
   (void)device;
   (void)fraction;
-#endif
+  return false;
 }
 
 void synchronize(const torch::Device& device) {

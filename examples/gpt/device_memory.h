@@ -21,8 +21,9 @@ int64_t peak_memory(const torch::Device& device);
 // Bytes of tensor memory allocated on `device` now.
 int64_t current_memory(const torch::Device& device);
 // Caps the CUDA caching allocator at `fraction` of the device's memory (allocations beyond it
-// fail as out of memory); nothing elsewhere.
-void cap_device_memory(const torch::Device& device, double fraction);
+// fail as out of memory), after giving its cached blocks back; returns false (and does nothing)
+// elsewhere.
+bool cap_device_memory(const torch::Device& device, double fraction);
 // Waits for the device's queued work, so that wall-clock timings cover it.
 void synchronize(const torch::Device& device);
 

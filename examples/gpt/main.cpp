@@ -11,6 +11,7 @@
 #include "offload_link.h"
 #include "options.h"
 #include "planning.h"
+#include "progress.h"
 #include "report.h"
 #include "sample.h"
 #include "sweep.h"
@@ -80,8 +81,11 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
       device.str().c_str(), torch::get_num_threads());
   std::printf("memory: %s\n", examples::describe(malloc_tuning));
 
+  // Before --compare too: its offload-window run uses the link.
+  gpt::set_link(options.link);
+  gpt::set_offload_window(options.offload_window_ms * 1e-3);
   if (options.compare) {
-    auto outcome = gpt::compare_policies(config, data, train_options);
+    auto outcome = gpt::compare_policies(config, data, train_options, options.policies);
     gpt::write_csv(options.out / "compare.csv", outcome.results);
     gpt::write_cost_plot(options.out / "compare.svg", outcome.results, device);
     gpt::write_loss_plot(options.out / "compare_loss.svg", outcome.results,
@@ -92,15 +96,21 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     return outcome.losses_match ? 0 : 1;
   }
 
-  gpt::set_link(options.link);
-  gpt::set_offload_window(options.offload_window_ms * 1e-3);
-  if (options.memory_fraction > 0) {
-    gpt::cap_device_memory(device, options.memory_fraction);
-    std::printf("device memory capped at %.3f of the device (caching allocator)\n",
-                options.memory_fraction);
-  }
-  if (options.sweep)
+  auto cap_memory = [&] {
+    if (options.memory_fraction <= 0) return;
+    if (gpt::cap_device_memory(device, options.memory_fraction)) {
+      std::printf("device memory capped at %.4f of the device (caching allocator)\n",
+                  options.memory_fraction);
+    } else {
+      std::printf("--memory-fraction %.4f: no effect on %s (caps the CUDA caching allocator)\n",
+                  options.memory_fraction, device.str().c_str());
+    }
+  };
+  if (options.sweep) {
+    cap_memory();
     return gpt::run_sweep(config, data, train_options, options.out, options.sweep_peak);
+  }
+  if (options.budget.empty()) cap_memory();  // --budget: after profiling (below)
   if (!options.budget.empty() || !options.plan.empty()) {
     recompose::Plan plan;
     if (!options.plan.empty()) {
@@ -109,7 +119,12 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
     } else {
       const auto budget =
           recompose::Budget::parse(options.budget);  // bad text fails before profiling
+      // The profile runs the step without checkpointing (recompose::profile_memory), which a
+      // cap meant to exclude no checkpointing cannot hold: it is taken first, then the cap.
       const auto profile = gpt::profile_training_step(config, data, train_options);
+      if (options.memory_fraction > 0)
+        std::printf("profiled without the memory cap (the step without checkpointing)\n");
+      cap_memory();
       plan = recompose::solve_plan(profile, budget, gpt::solve_options(device));
       profile.save(options.out / "profile.json");
       plan.save(options.out / "plan.json");
@@ -127,6 +142,14 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   std::printf("%lld parameters, %lld tokens per step\n", static_cast<long long>(result.parameters),
               static_cast<long long>(result.tokens_per_step));
   gpt::print_summary(result, train_options.policy, device);
+  if (train_options.plan && train_options.plan->peak_bytes > 0) {
+    std::printf("  plan's peak        %s simulated; %s measured (%s)\n",
+                gpt::format_bytes(train_options.plan->peak_bytes).c_str(),
+                gpt::format_bytes(result.own_peak_memory()).c_str(),
+                device.is_cuda() ? "CUDA caching allocator, the run's own"
+                                 : "CPU: the profile counts no resident memory there, so the two "
+                                   "are not comparable");
+  }
   if (recompose::total_offload_stats(*model).calls > 0) {
     // What offload moved, what stayed and why, over every step (divide by the steps for one).
     std::printf("offload over %lld steps:\n%s", static_cast<long long>(options.steps),

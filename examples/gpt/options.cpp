@@ -4,6 +4,7 @@
 
 #include <recompose/planner.h>
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <sstream>
@@ -48,6 +49,23 @@ Options parse_options(int argc, char** argv) {
       o.help = true;
     } else if (flag == "--compare") {
       o.compare = true;
+    } else if (flag == "--policies") {
+      // none first: --compare's ratios and its loss check are against it.
+      o.policies = {Policy::None};
+      const std::string_view list = value();
+      for (size_t from = 0; from <= list.size();) {
+        const size_t comma = std::min(list.find(',', from), list.size());
+        const std::string_view name = list.substr(from, comma - from);
+        const auto p = parse_policy(name);
+        if (!p) {
+          throw UsageError("--policies: '" + std::string(name) +
+                           "' is not none, full, selective, swap, offload, every-second-mm or "
+                           "offload-window");
+        }
+        if (std::find(o.policies.begin(), o.policies.end(), *p) == o.policies.end())
+          o.policies.push_back(*p);
+        from = comma + 1;
+      }
     } else if (flag == "--budget") {
       o.budget = value();
       try {
@@ -134,6 +152,11 @@ Options parse_options(int argc, char** argv) {
       1) {
     throw UsageError("--compare, --sweep, --budget and --plan exclude each other");
   }
+  if (o.compare && o.memory_fraction > 0) {
+    throw UsageError(
+        "--memory-fraction caps the whole process, and --compare holds every policy's model in "
+        "it: run one policy per process under a cap");
+  }
   if (o.width % o.heads != 0) {
     throw UsageError("--width (" + std::to_string(o.width) + ") must be a multiple of --heads (" +
                      std::to_string(o.heads) + ")");
@@ -171,6 +194,8 @@ std::string usage(const char* program) {
     << "  --memory-fraction F  cap the CUDA caching allocator at F of the device's memory\n"
     << "  --compare            run the same steps under every policy and print one table;\n"
     << "                       exits 1 when the losses differ\n"
+    << "  --policies A,B,...   the policies --compare trains (default all; none is always "
+       "first)\n"
     << "  --device auto|cpu|cuda   (default auto: CUDA when available)\n"
     << "  --bf16               forward under CUDA autocast to bfloat16 (needs --device cuda)\n"
     << "  --phase-times        time forward, backward and the optimizer apart (synchronises "

@@ -7,12 +7,15 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gpt {
 
 struct Options {
   Policy policy = Policy::None;
   bool compare = false;
+  // --policies: the policies --compare trains (none first, added when not named); default all.
+  std::vector<Policy> policies{kAllPolicies.begin(), kAllPolicies.end()};
   std::string budget;  // --budget: plan for this many bytes held for backward ("40%", "12MiB")
   std::filesystem::path plan;    // --plan: apply this saved plan (JSON) instead of a policy
   bool sweep = false;            // --sweep: the planner's curve beside the fixed policies

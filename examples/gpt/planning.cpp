@@ -1,6 +1,10 @@
 #include "planning.h"
 
+#include "fused_adamw.h"
+
 #include <recompose/planner.h>
+
+#include <optional>
 
 namespace gpt {
 
@@ -10,6 +14,12 @@ recompose::MemoryProfile profile_training_step(const Config& config, const CharD
   GPT model(config);
   model->to(options.device);
   model->train();
+  // Training holds the optimizer's state through every step, so the profile's resident bytes (a
+  // peak budget's base: recompose::MemoryProfile::resident_bytes) must count it. FusedAdamW
+  // allocates its moments when built (CUDA); on CPU the profile measures no device memory.
+  std::optional<FusedAdamW> optimizer;
+  if (options.device.is_cuda())
+    optimizer.emplace(model->parameters(), 0.9, 0.99, /*weight_decay=*/0.01);
   auto batches = at::detail::createCPUGenerator(options.seed + 1);
   auto [inputs, targets] = data.batch(options.batch, /*validation=*/false, batches, options.device);
   auto step = [&, &inputs = inputs, &targets = targets] {

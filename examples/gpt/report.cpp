@@ -13,13 +13,13 @@ namespace gpt {
 void write_csv(const std::filesystem::path& path, const PolicyResults& results) {
   std::ofstream out(path);
   out << "policy,step,loss,step_ms,bytes_held_for_backward,step_peak_bytes,peak_bytes,bytes_"
-         "swapped\n";
+         "swapped,own_peak_bytes\n";
   out.precision(9);
   for (const auto& [policy, result] : results) {
     for (const auto& r : result.steps) {
       out << policy_name(policy) << ',' << r.step << ',' << r.loss << ',' << r.seconds * 1e3 << ','
           << r.bytes_held << ',' << r.peak_memory - r.resting_memory << ',' << r.peak_memory << ','
-          << r.bytes_swapped << '\n';
+          << r.bytes_swapped << ',' << r.own_peak_memory << '\n';
     }
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());

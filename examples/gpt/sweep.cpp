@@ -45,14 +45,68 @@ struct Entry {
     for (const auto& r : steps) m = std::max(m, r.peak_memory - r.resting_memory);
     return m;
   }
-  int64_t absolute_peak() const {
+  // The peak of this run as if it were alone in the process (StepRecord::own_peak_memory): the
+  // caching allocator's peak of its steps, less what the sweep's other runs hold meanwhile.
+  int64_t own_peak() const {
     int64_t m = 0;
-    for (const auto& r : steps) m = std::max(m, r.peak_memory);
+    for (const auto& r : steps) m = std::max(m, r.own_peak_memory);
     return m;
   }
 };
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+// --sweep-peak: per budget, the budget, the plan's simulated peak and the measured one (the
+// caching allocator's, of the run alone), and the step; then the targets on them.
+void print_peak_table(const std::vector<Entry>& entries, size_t fixed, double t_none,
+                      const Config& config, const TrainOptions& options, bool cpu) {
+  const double tokens = static_cast<double>(options.batch * config.context);
+  std::printf(
+      "\npeak budgets: budget, the plan's simulated peak (est. peak), the %s allocator's peak of "
+      "the run\nalone (its weights, optimizer state and batch, and its steps' peak above them; "
+      "the other runs\nof the sweep left out), step time (median without the first step)\n",
+      cpu ? "counting CPU" : "CUDA caching");
+  std::printf(
+      "| run             | budget       | est. peak    | measured peak | x budget | x est.  | "
+      "step ms | tokens/s |\n");
+  std::printf(
+      "|-----------------|--------------|--------------|---------------|----------|---------|-"
+      "--------|----------|\n");
+  double lowest = INFINITY, highest = 0, worst_estimate = 0;
+  for (size_t i = fixed; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const double measured = static_cast<double>(e.own_peak());
+    const double x_budget = measured / static_cast<double>(e.peak_budget);
+    const double x_est = measured / static_cast<double>(std::max<int64_t>(1, e.plan->peak_bytes));
+    char xb[16] = "-", xe[16] = "-";
+    if (!cpu) {
+      std::snprintf(xb, sizeof xb, "%.3f", x_budget);
+      std::snprintf(xe, sizeof xe, "%.3f", x_est);
+      lowest = std::min(lowest, x_budget);
+      highest = std::max(highest, x_budget);
+      worst_estimate = std::max(worst_estimate, std::abs(x_est - 1.0));
+    }
+    const double t = e.step_seconds();
+    std::printf("| %-15s | %8.1f MiB | %8.1f MiB | %9.1f MiB | %8s | %7s | %7.1f | %8.0f |\n",
+                e.name.c_str(), mib(e.peak_budget), mib(e.plan->peak_bytes), mib(e.own_peak()), xb,
+                xe, t * 1e3, t > 0 ? tokens / t : 0.0);
+  }
+  std::printf("none: %.1f ms, %.0f tokens/s\n", t_none * 1e3, t_none > 0 ? tokens / t_none : 0.0);
+  if (cpu) {
+    std::printf(
+        "  CPU: the profile measures no resident memory there (weights, optimizer state), so a "
+        "peak\n  budget is one of activations only and the measured peak is not comparable with "
+        "it\n");
+  } else if (entries.size() > fixed) {
+    std::printf("  measured peak <= budget at every budget: %s (highest %.3f x budget)\n",
+                highest <= 1.0 ? "yes" : "NO", highest);
+    std::printf("  measured peak within 5%% of the budget at every budget: %s (%.3f to %.3f x)\n",
+                lowest >= 0.95 && highest <= 1.05 ? "yes" : "no", lowest, highest);
+    std::printf(
+        "  simulated peak within 5%% of the measured one at every budget: %s (worst %.1f%%)\n",
+        worst_estimate <= 0.05 ? "yes" : "no", worst_estimate * 100);
+  }
+}
 
 }  // namespace
 
@@ -133,7 +187,7 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
          "swapped_bytes,"
          "effective_bytes,step_ms,time_x,bytes_x,best_fixed_fitting,best_fixed_time_x,final_loss,"
          "step_peak_bytes,"
-         "step_peak_x\n";
+         "step_peak_x,peak_budget_bytes,estimated_peak_bytes,measured_peak_bytes\n";
   std::printf(
       "\n%lld steps per run, interleaved; step time: median without the first step; x: against "
       "none\n",
@@ -171,7 +225,7 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
         ok = false;
       // A peak budget on a device: the caching allocator's peak of the whole step.
       if (e.peak_budget > 0 && !cpu &&
-          static_cast<double>(e.absolute_peak()) > 1.05 * static_cast<double>(e.peak_budget)) {
+          static_cast<double>(e.own_peak()) > 1.05 * static_cast<double>(e.peak_budget)) {
         ok = false;
       }
     }
@@ -191,9 +245,11 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
         << t / t_none << ','
         << static_cast<double>(effective(e)) / static_cast<double>(effective(none)) << ',' << best
         << ',' << (std::isfinite(best_x) ? best_x : 0) << ',' << e.steps.back().loss << ','
-        << e.step_peak() << ',' << peak_x << '\n';
+        << e.step_peak() << ',' << peak_x << ',' << e.peak_budget << ','
+        << (e.planned ? e.plan->peak_bytes : 0) << ',' << e.own_peak() << '\n';
   }
   csv.close();
+  if (peak) print_peak_table(entries, fixed, t_none, config, options, cpu);
 
   // The plot: the planner's curve and a dot per fixed policy.
   Chart chart{

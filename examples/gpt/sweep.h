@@ -16,7 +16,9 @@ namespace gpt {
 // Returns 0 when every loss matches none's and the byte budget holds at every point, 1 otherwise
 // (time targets are reported, not enforced: timings on a shared machine are noisy).
 // `peak`: the budgets are peaks of device memory for the whole step (Budget::peak_bytes, 50% to
-// 100% of no checkpointing's resident + activation bytes), checked against the measured peak.
+// 100% of no checkpointing's resident + activation bytes), checked against the measured peak of
+// each run alone (the caching allocator's, less what the sweep's other runs hold; on a device
+// only): a second table gives per budget the plan's simulated peak and the measured one.
 int run_sweep(const Config& config, const CharDataset& data, const TrainOptions& options,
               const std::filesystem::path& out, bool peak = false);
 

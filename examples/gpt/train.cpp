@@ -146,11 +146,19 @@ int64_t TrainResult::peak_memory() const {
   return peak;
 }
 
+int64_t TrainResult::own_peak_memory() const {
+  int64_t peak = 0;
+  for (const auto& r : steps) peak = std::max(peak, r.own_peak_memory);
+  return peak;
+}
+
 Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptions& options)
     : config_(config),
       data_(data),
       options_(options),
       batches_(at::detail::createCPUGenerator(options.seed)) {
+  // What this trainer holds between steps, as the allocator counts it (own_peak_memory).
+  const int64_t allocated_before = current_memory(options.device);
   torch::manual_seed(options.seed);  // weights and dropout masks
   model_ = GPT(config);
   model_->to(options.device);
@@ -170,6 +178,7 @@ Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptio
         torch::optim::AdamWOptions(options.lr).betas({0.9, 0.99}).weight_decay(0.01));
   }
   rng_state_ = dropout_generator(options.device).get_state();
+  own_bytes_ = current_memory(options.device) - allocated_before;
 }
 
 StepRecord Trainer::step(int64_t step) {
@@ -243,6 +252,8 @@ StepRecord Trainer::step(int64_t step) {
   record.cpu_seconds = process_cpu_seconds() - cpu_start;
   record.page_faults = minor_page_faults() - faults_before;
   record.peak_memory = peak_memory(options_.device);
+  record.own_peak_memory = own_bytes_ + static_cast<int64_t>(inputs.nbytes() + targets.nbytes()) +
+                           record.peak_memory - record.resting_memory;
   if (swap_manager_) record.bytes_swapped = swap_manager_->stats().bytes_offloaded;
   return record;
 }

@@ -48,8 +48,13 @@ struct StepRecord {
   int64_t bytes_held = 0;      // peak bytes autograd held for backward (SavedTensorMeter)
   int64_t peak_memory = 0;     // peak tensor memory allocated on the device during the step
   int64_t resting_memory = 0;  // allocated when the step starts: weights, optimizer state, batch
-  int64_t bytes_swapped = 0;   // bytes offloaded to host memory (swap policy)
-  int64_t page_faults = 0;     // minor page faults of the process during the step (getrusage)
+  // The peak of this run alone: what its trainer allocated when it was built (weights, optimizer
+  // state) and its batch, plus the step's peak above the resting memory. peak_memory counts every
+  // trainer of the process (--compare and --sweep hold several); this leaves the others out. On
+  // CPU LibTorch's AdamW allocates its state in the first step, which this counts only there.
+  int64_t own_peak_memory = 0;
+  int64_t bytes_swapped = 0;  // bytes offloaded to host memory (swap policy)
+  int64_t page_faults = 0;    // minor page faults of the process during the step (getrusage)
   // --phase-times: forward and backward, each ended by a device synchronisation (the rest of
   // the step is the optimizer); 0 otherwise.
   double forward_seconds = 0;
@@ -86,6 +91,8 @@ struct TrainResult {
   // the kernel again (see examples/common/allocator_tuning.h).
   double mean_page_faults() const;
   int64_t peak_memory() const;
+  // Highest StepRecord::own_peak_memory: the peak of this run as if it were alone in the process.
+  int64_t own_peak_memory() const;
   // Highest peak above the resting memory: activations, gradients and temporaries of a step.
   int64_t peak_step_memory() const;
   // Bytes the step moved to host memory (swap, offload; the last step's count, 0 otherwise).
@@ -115,6 +122,7 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> optimizer_;  // CPU
   std::unique_ptr<FusedAdamW> fused_optimizer_;     // CUDA (fused_adamw.h says why)
   at::Generator batches_;
+  int64_t own_bytes_ = 0;  // device memory allocated by the constructor: weights, optimizer state
   at::Tensor
       rng_state_;  // the default generator of the device (dropout) between this trainer's steps
 };

@@ -8,16 +8,22 @@
 #
 # Default binary: $RECOMPOSE_SHARDED, else build-gpu/examples/sharded/sharded_trainer (the one
 # scripts/gpu-run.sh builds, with -Dcuda=enabled). RECOMPOSE_SHARDED_STEPS (default 10): steps of
-# the timing runs. Exits non-zero if a run failed; a build without NCCL skips the NCCL runs and
-# says so (and fails: this script is for the GPU build, which should have it).
+# the timing runs; RECOMPOSE_SHARDED_BIG: the timing runs' model flags (default below);
+# RECOMPOSE_SHARDED_RUN_TIMEOUT (default 120): seconds per run (`timeout`). Exits non-zero if a
+# run failed; a build without NCCL skips the NCCL runs and says so (and fails: this script is for
+# the GPU build, which should have it).
+# RECOMPOSE_SHARDED_DEVICE=cpu rehearses the same runs on the CPU (scripts/gpu-run.sh cap under
+# RECOMPOSE_REHEARSAL=1): Gloo at world 1 stands in for NCCL, which needs CUDA.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 
 exe=${1:-${RECOMPOSE_SHARDED:-$root/build-gpu/examples/sharded/sharded_trainer}}
 [ -x "$exe" ] || { echo "gpu_check: no sharded_trainer at '$exe' (build with -Dcuda=enabled first)" >&2; exit 2; }
 steps=${RECOMPOSE_SHARDED_STEPS:-10}
+device=${RECOMPOSE_SHARDED_DEVICE:-cuda}
+run_timeout=${RECOMPOSE_SHARDED_RUN_TIMEOUT:-120}
 # ~35M parameters in 8 blocks of width 1024; batch 512 per rank: the blocks save ~20 MB each.
-big=(--blocks 8 --width 1024 --hidden 4096 --batch 512)
+read -r -a big <<<"${RECOMPOSE_SHARDED_BIG:---blocks 8 --width 1024 --hidden 4096 --batch 512}"
 status=0
 
 # The lines worth keeping from a run: configuration, collective counts and times, offload, check.
@@ -27,7 +33,7 @@ run() {  # heading args...
   local heading=$1 out rc
   shift
   echo "== $heading"
-  out=$("$exe" "$@" 2>&1)
+  out=$(timeout -k 5 $((run_timeout + 10)) "$exe" "$@" 2>&1)  # the launcher's own --timeout first
   rc=$?
   grep -E "$keep" <<<"$out"
   if [ $rc -ne 0 ]; then
@@ -37,17 +43,22 @@ run() {  # heading args...
   fi
 }
 
-if ! probe=$("$exe" --device cuda --world 1 --steps 1 2>&1); then
-  echo "gpu_check: this build or machine cannot train on CUDA:" >&2
+if ! probe=$(timeout -k 5 "$run_timeout" "$exe" --device "$device" --world 1 --steps 1 2>&1); then
+  echo "gpu_check: this build or machine cannot train on $device:" >&2
   grep -m 3 . <<<"$probe" | sed 's/^/    /' >&2
   exit 2
 fi
-backends=("nccl --world 1" "gloo --world 2")
-if ! "$exe" --device cuda --backend nccl --world 1 --steps 1 >/dev/null 2>&1; then
-  echo "gpu_check: NCCL does not run with this build or machine:"
-  "$exe" --device cuda --backend nccl --world 1 --steps 1 2>&1 | head -n 3 | sed 's/^/    /'
-  backends=("gloo --world 2")
-  status=1
+if [ "$device" = cuda ]; then
+  backends=("nccl --world 1" "gloo --world 2")
+  if ! timeout -k 5 "$run_timeout" "$exe" --device cuda --backend nccl --world 1 --steps 1 >/dev/null 2>&1; then
+    echo "gpu_check: NCCL does not run with this build or machine:"
+    timeout -k 5 "$run_timeout" "$exe" --device cuda --backend nccl --world 1 --steps 1 2>&1 | head -n 3 | sed 's/^/    /'
+    backends=("gloo --world 2")
+    status=1
+  fi
+else
+  echo "gpu_check: on $device (rehearsal): Gloo at world 1 stands in for NCCL, which needs CUDA"
+  backends=("gloo --world 1" "gloo --world 2")
 fi
 
 for b in "${backends[@]}"; do
@@ -55,7 +66,7 @@ for b in "${backends[@]}"; do
   for checkpoint in none full; do
     for offload in "" --offload; do
       run "check: ${backend[*]} --checkpoint $checkpoint${offload:+ $offload} --steps 3 --check" \
-        --device cuda "${backend[@]}" --checkpoint "$checkpoint" $offload --steps 3 --check
+        --device "$device" "${backend[@]}" --checkpoint "$checkpoint" $offload --steps 3 --check
     done
   done
 done
@@ -65,7 +76,7 @@ for b in "${backends[@]}"; do
   for checkpoint in none full; do
     for offload in "" --offload; do
       run "time: ${backend[*]} --checkpoint $checkpoint${offload:+ $offload} ${big[*]} --steps $steps" \
-        --device cuda "${backend[@]}" --checkpoint "$checkpoint" $offload --steps "$steps" "${big[@]}" --timeout 600
+        --device "$device" "${backend[@]}" --checkpoint "$checkpoint" $offload --steps "$steps" "${big[@]}" --timeout "$run_timeout"
     done
   done
 done
