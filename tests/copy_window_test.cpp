@@ -300,6 +300,28 @@ TEST_CASE(
   CHECK(Plan::from_json(plan.to_json()) == plan);
 }
 
+TEST_CASE("peak budget: min_plan_peak_bytes is the least peak solve_plan accepts") {
+  const auto p = simulated_profile();
+  const int64_t least = recompose::min_plan_peak_bytes(p, with_link());
+  CHECK(least > p.resident_bytes);
+  CHECK(least < p.resident_bytes + p.bytes_held);
+  const Plan at_least = recompose::solve_plan(p, Budget::peak_bytes(least), with_link());
+  CHECK(at_least.peak_bytes == least);
+  CHECK_THROWS_WITH_AS(recompose::solve_plan(p, Budget::peak_bytes(least - 1), with_link()),
+                       doctest::Contains("min_plan_peak_bytes"), std::invalid_argument);
+  // No budget of a fine sweep below it finds a plan; every one from it up does.
+  for (int64_t peak = p.resident_bytes; peak <= least + 4 * MB; peak += MB / 8) {
+    CAPTURE(peak);
+    bool solved = true;
+    try {
+      (void)recompose::solve_plan(p, Budget::peak_bytes(peak), with_link());
+    } catch (const std::invalid_argument&) {
+      solved = false;
+    }
+    CHECK(solved == (peak >= least));
+  }
+}
+
 TEST_CASE("peak budget: the simulated peak stays at or under every budget of a sweep") {
   const auto p = simulated_profile();
   const int64_t none_peak = p.resident_bytes + p.bytes_held;

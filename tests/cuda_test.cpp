@@ -654,6 +654,25 @@ TEST_SUITE("cuda" * doctest::skip(!has_cuda())) {
     recompose::apply_plan(*net, plan);
     CHECK(rt::bitwise_equal(plain, grads(net)));
   }
+
+  TEST_CASE(
+      "cuda planner: resident_bytes counts the model once (profiling keeps its copy in host "
+      "memory)") {
+    // 64 MiB of weights and tiny activations: the device holds the weights and their gradients
+    // beside the activations; a second copy of the model on the device would add 64 MiB more.
+    PlannedNet net;
+    auto big = net->register_parameter("big", torch::zeros({4096, 4096}));
+    net->to(kCuda);
+    auto x = torch::randn({8, 256}, torch::TensorOptions().device(kCuda));
+    int64_t model_bytes = 0;
+    for (const auto& p : net->parameters()) model_bytes += p.numel() * p.element_size();
+    const auto profile = recompose::profile_memory(
+        *net, [&] { (net(x).square().mean() + net->named_parameters()["big"].sum()).backward(); });
+    INFO("resident " << profile.resident_bytes << " B, model " << model_bytes << " B");
+    CHECK(profile.resident_bytes >= 2 * model_bytes);  // weights and gradients
+    CHECK(profile.resident_bytes < 2 * model_bytes + model_bytes / 2);
+    net->zero_grad();
+  }
 #endif  // RECOMPOSE_TEST_NO_PLANNER
 
 }  // TEST_SUITE

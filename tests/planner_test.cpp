@@ -111,6 +111,21 @@ std::vector<torch::Tensor> grads_under(const Plan* plan) {
 
 }  // namespace
 
+TEST_CASE("on CPU the profile's resident bytes are the model's parameters, gradients and buffers") {
+  PNet net = make_net();
+  int64_t params = 0, buffers = 0;
+  for (const auto& p : net->parameters()) params += p.numel() * p.element_size();
+  for (const auto& b : net->buffers()) buffers += b.numel() * b.element_size();
+  const auto profile = shared_profile();
+  REQUIRE(profile.device == "cpu");
+  // Every parameter gets a gradient of its size in the step; no allocator peak off CUDA.
+  CHECK(profile.resident_bytes == 2 * params + buffers);
+  // A peak budget below it says what it counts.
+  CHECK_THROWS_WITH_AS(
+      recompose::solve_plan(profile, recompose::Budget::peak_bytes(profile.resident_bytes + 1)),
+      doctest::Contains("parameters, gradients and buffers only"), std::invalid_argument);
+}
+
 TEST_CASE(
     "planner: the profile names each block, its ops, what it saves and what its inputs hold") {
   const auto& p = shared_profile();

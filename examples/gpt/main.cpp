@@ -147,8 +147,8 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
                 gpt::format_bytes(train_options.plan->peak_bytes).c_str(),
                 gpt::format_bytes(result.own_peak_memory()).c_str(),
                 device.is_cuda() ? "CUDA caching allocator, the run's own"
-                                 : "CPU: the profile counts no resident memory there, so the two "
-                                   "are not comparable");
+                                 : "CPU: no allocator peak there; the profile's resident bytes are "
+                                   "the model's tensors only, so the two are not comparable");
   }
   if (recompose::total_offload_stats(*model).calls > 0) {
     // What offload moved, what stayed and why, over every step (divide by the steps for one).

@@ -94,9 +94,9 @@ void print_peak_table(const std::vector<Entry>& entries, size_t fixed, double t_
   std::printf("none: %.1f ms, %.0f tokens/s\n", t_none * 1e3, t_none > 0 ? tokens / t_none : 0.0);
   if (cpu) {
     std::printf(
-        "  CPU: the profile measures no resident memory there (weights, optimizer state), so a "
-        "peak\n  budget is one of activations only and the measured peak is not comparable with "
-        "it\n");
+        "  CPU: no allocator peak there; the profile's resident bytes are the model's parameters,\n"
+        "  gradients and buffers only (no optimizer state, no temporaries), so the measured peak "
+        "is\n  not comparable with the budget\n");
   } else if (entries.size() > fixed) {
     std::printf("  measured peak <= budget at every budget: %s (highest %.3f x budget)\n",
                 highest <= 1.0 ? "yes" : "NO", highest);

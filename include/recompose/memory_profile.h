@@ -112,8 +112,9 @@ struct MemoryProfile {
   double copy_bandwidth = 0;
   double profile_seconds = 0;  // what profile_memory took, both runs included
   // Device memory the step uses beside what it holds for backward: weights, gradients, optimizer
-  // state, temporaries (the caching allocator's peak in the plain run less bytes_held; on CPU 0:
-  // set it to plan a peak budget for a device the profile was not taken on).
+  // state, temporaries (on CUDA the caching allocator's peak in the plain run less bytes_held; on
+  // CPU, which has no allocator peak, the model's parameters, gradients and buffers only, a lower
+  // bound). Set it to plan a peak budget for a device the profile was not taken on.
   int64_t resident_bytes = 0;
   std::vector<ModuleProfile> modules;
 

@@ -114,6 +114,13 @@ Plan solve_plan(const MemoryProfile& profile, const Budget& budget,
 // The least bytes any plan for `profile` holds (what solve_plan needs at least).
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
 
+// The least simulated peak of any plan for `profile`: the profile's resident_bytes plus the
+// activations at the busiest moment of the step (Budget::peak_bytes). A peak budget below it is
+// refused by solve_plan; at or above it solve_plan finds a plan.
+//   const int64_t least = recompose::min_plan_peak_bytes(profile);
+//   auto plan = recompose::solve_plan(profile, recompose::Budget::peak_bytes(least));
+int64_t min_plan_peak_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
+
 struct PlannerOptions {
   TORCH_ARG(ProfileOptions, profile) = {};
   TORCH_ARG(SolveOptions, solve) = {};

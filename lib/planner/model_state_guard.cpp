@@ -21,13 +21,13 @@ ModelStateGuard::ModelStateGuard(torch::nn::Module& model, const c10::Device& de
   std::set<const c10::TensorImpl*> seen;  // a module shared in the tree lists its tensors twice
   for (const auto& p : model.parameters()) {
     if (!p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    values_.push_back({p, p.detach().clone(), p._version()});
+    values_.push_back(value_of(p));
     const at::Tensor& g = p.grad();
-    grads_.push_back({p, g.defined() ? Value{g, g.detach().clone(), g._version()} : Value{}});
+    grads_.push_back({p, g.defined() ? value_of(g) : Value{}});
   }
   for (const auto& b : model.buffers()) {
     if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl()).second) continue;
-    values_.push_back({b, b.detach().clone(), b._version()});
+    values_.push_back(value_of(b));
   }
   std::vector<at::Generator> generators{at::detail::getDefaultCPUGenerator()};
   if (device.is_cuda()) generators.push_back(at::globalContext().defaultGenerator(device));
@@ -45,14 +45,20 @@ ModelStateGuard::~ModelStateGuard() {
   }
 }
 
+ModelStateGuard::Value ModelStateGuard::value_of(const at::Tensor& t) {
+  // copy=true: a tensor already in host memory is cloned, not shared.
+  return {t, t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true), t.device(),
+          t._version()};
+}
+
 // Written back only when the step changed it: its version counter moved, or (some kernels, such
 // as BatchNorm's, write without moving it) its value differs.
 void ModelStateGuard::restore_value(Value& v) {
   at::Tensor& t = v.tensor;
-  if (t.sizes() != v.saved.sizes() || t.dtype() != v.saved.dtype() ||
-      t.device() != v.saved.device()) {
-    t.set_data(v.saved.clone());  // replaced by a tensor of another shape: the same variable again
-  } else if (t._version() != v.version || !at::equal(t, v.saved)) {
+  if (t.sizes() != v.saved.sizes() || t.dtype() != v.saved.dtype() || t.device() != v.device) {
+    // Replaced by a tensor of another shape: the same variable again.
+    t.set_data(v.saved.to(v.device, /*non_blocking=*/false, /*copy=*/true));
+  } else if (t._version() != v.version || !at::equal(t.to(at::kCPU), v.saved)) {
     t.detach().copy_(v.saved);
   } else {
     return;

@@ -11,7 +11,9 @@
 //   - the CPU generator and, for a model on a device, that device's default generator.
 // Not covered: state outside the model, such as an optimizer's own state (momentum, Adam's
 // moments) when the step steps one, or the .grad of tensors that are no parameters.
-// The guard holds one copy of the parameters, buffers and gradients on their device.
+// The guard holds one copy of the parameters, buffers and gradients in host memory, not on their
+// device: the profiled step must find the device as training will, or the allocator's peak (the
+// profile's resident_bytes, a peak budget's base) would count a second copy of the model.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -46,9 +48,11 @@ class ModelStateGuard {
  private:
   struct Value {  // a tensor of the model, its value on entry, its version when last restored
     at::Tensor tensor;
-    at::Tensor saved;
+    at::Tensor saved;                // in host memory
+    c10::Device device = c10::kCPU;  // the tensor's on entry
     int64_t version = 0;
   };
+  static Value value_of(const at::Tensor& t);
   struct Grad {
     at::Tensor param;
     Value grad;  // the .grad tensor on entry (undefined if none)

@@ -357,10 +357,28 @@ void attach_timing_hooks(Instrumentation& inst, const std::vector<detail::Planne
   }
 }
 
+// Off CUDA no allocator peak is measured: the model's own tensors as the step left them
+// (parameters, their gradients, buffers), each storage once. A lower bound of what the device
+// would hold beside the activations: optimizer state and temporaries are not counted.
+int64_t model_tensor_bytes(torch::nn::Module& model) {
+  std::set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && t.has_storage() && seen.insert(t.storage().unsafeGetStorageImpl()).second)
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const auto& p : model.parameters()) {
+    add(p);
+    add(p.grad());
+  }
+  for (const auto& b : model.buffers()) add(b);
+  return bytes;
+}
+
 // Run 1: no checkpointing. What each module saves, its forward time, the step's time.
 void run_plain(const std::function<void()>& step, const std::vector<detail::PlannerTarget>& targets,
-               const std::shared_ptr<Recorder>& rec, const torch::Device& device,
-               MemoryProfile& profile) {
+               const std::shared_ptr<Recorder>& rec, torch::nn::Module& model,
+               const torch::Device& device, MemoryProfile& profile) {
   Instrumentation inst;
   attach_timing_hooks(inst, targets, rec);
   SavedTensorMeter meter;
@@ -378,8 +396,9 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
   rec->timeline.resolve();
   profile.bytes_held = meter.peak_bytes_held();
   // What the device held beside the activations at the step's peak (a peak budget's base).
+  const int64_t peak = peak_device_memory(device);  // -1 off CUDA
   profile.resident_bytes =
-      std::max<int64_t>(0, peak_device_memory(device) - profile.bytes_held);  // -1 off CUDA: 0
+      peak >= 0 ? std::max<int64_t>(0, peak - profile.bytes_held) : model_tensor_bytes(model);
   rec->meter = nullptr;
 }
 
@@ -465,7 +484,7 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     // (restored here after each run, by the guard on an exception; each run removes its hooks
     // first).
     detail::ModelStateGuard model_state(model, device);
-    run_plain(step, targets, rec, device, profile);
+    run_plain(step, targets, rec, model, device, profile);
     model_state.restore();
     check_plain_run(profile, *rec);
     run_intercepted(step, targets, rec);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -365,10 +366,53 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   return plan;
 }
 
+// The plan of one frontier point, its simulated peak included.
+Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, const Final& chosen,
+             int64_t limit, const LinkModel& link) {
+  const Family& fam = fams[chosen.family];
+  Plan plan;
+  plan.budget_bytes = limit;
+  plan.bytes = chosen.bytes;
+  plan.none_bytes = profile.bytes_held;
+  plan.none_step_seconds = profile.step_seconds;
+  plan.backward_measured = profile.backward_measured();
+  plan.step_seconds = profile.step_seconds + chosen.seconds;
+  plan.modules.resize(fam.modules.size());
+  size_t at = chosen.node;
+  for (size_t i = fam.modules.size(); i-- > 0;) {
+    const Node& n = fam.fronts[i][at];
+    plan.modules[i] =
+        module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
+    at = static_cast<size_t>(n.parent);
+  }
+  plan.peak_bytes = profile.resident_bytes + detail::simulate_plan(profile, plan, link).peak_bytes;
+  return plan;
+}
+
+// What the profile's resident bytes stand for, in an error message.
+std::string resident_in_words(const MemoryProfile& profile) {
+  return profile.device == "cpu" ? " (on CPU, where no allocator peak is measured, the model's "
+                                   "parameters, gradients and "
+                                   "buffers only)"
+                                 : " (weights, gradients, optimizer state, temporaries)";
+}
+
 }  // namespace
 
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
   return final_frontier(families(profile, options)).front().bytes;
+}
+
+int64_t min_plan_peak_bytes(const MemoryProfile& measured, const SolveOptions& options) {
+  const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
+  const auto fams = families(profile, options);
+  const auto frontier = final_frontier(fams);
+  const LinkModel link =
+      link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (const Final& point : frontier)
+    least = std::min(least, plan_at(profile, fams, point, point.bytes, link).peak_bytes);
+  return least;
 }
 
 Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options) {
@@ -384,10 +428,9 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
     throw std::invalid_argument(
         "recompose: solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
         " leaves " + detail::format_mib(limit) + " for activations beside the profile's resident " +
-        detail::format_mib(profile.resident_bytes) +
-        " (weights, gradients, optimizer state, temporaries), "
-        "below the least any plan holds, " +
-        detail::format_mib(frontier.front().bytes));
+        detail::format_mib(profile.resident_bytes) + resident_in_words(profile) +
+        ", below the least any plan holds, " + detail::format_mib(frontier.front().bytes) +
+        " (min_plan_peak_bytes gives the least feasible peak)");
   }
   if (frontier.front().bytes > limit) {
     throw std::invalid_argument(
@@ -401,25 +444,7 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
   auto it = std::upper_bound(frontier.begin(), frontier.end(), limit,
                              [](int64_t b, const Final& n) { return b < n.bytes; });
   auto plan_at = [&](const Final& chosen) {
-    const Family& fam = fams[chosen.family];
-    Plan plan;
-    plan.budget_bytes = limit;
-    plan.bytes = chosen.bytes;
-    plan.none_bytes = profile.bytes_held;
-    plan.none_step_seconds = profile.step_seconds;
-    plan.backward_measured = profile.backward_measured();
-    plan.step_seconds = profile.step_seconds + chosen.seconds;
-    plan.modules.resize(fam.modules.size());
-    size_t at = chosen.node;
-    for (size_t i = fam.modules.size(); i-- > 0;) {
-      const Node& n = fam.fronts[i][at];
-      plan.modules[i] =
-          module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
-      at = static_cast<size_t>(n.parent);
-    }
-    plan.peak_bytes =
-        profile.resident_bytes + detail::simulate_plan(profile, plan, link).peak_bytes;
-    return plan;
+    return recompose::plan_at(profile, fams, chosen, limit, link);
   };
   Plan plan = plan_at(*(it - 1));
   if (budget.is_peak()) {
@@ -432,10 +457,11 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
       least = std::min(least, plan.peak_bytes);
     }
     if (plan.peak_bytes > peak) {
-      throw std::invalid_argument("recompose: solve_plan: a peak of " + detail::format_mib(peak) +
-                                  " is below the least simulated peak of " + "any plan, " +
-                                  detail::format_mib(least) + " (resident " +
-                                  detail::format_mib(profile.resident_bytes) + ")");
+      throw std::invalid_argument(
+          "recompose: solve_plan: a peak of " + detail::format_mib(peak) +
+          " is below the least simulated peak of any plan, " + detail::format_mib(least) +
+          " (min_plan_peak_bytes), of which resident " +
+          detail::format_mib(profile.resident_bytes) + resident_in_words(profile));
     }
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
