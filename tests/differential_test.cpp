@@ -129,10 +129,13 @@ struct PlanSpec {
   bool offload = false;         // OffloadMode::Always (on CPU: apply_offload and MUST_SWAP run)
   bool optimizer_step = false;  // the profiled step also steps a stateless SGD
   bool plan_memory = false;  // plan_memory (profiling again) instead of solve_plan on the profile
+  // The profiled step runs the model inside a full checkpoint (as checkpoint_sequential's
+  // segments do): backward recomputes every profiled module (issue 31, item 6).
+  bool enclosed = false;
   std::string str() const {
     return "plan{at_step=" + std::to_string(at_step) + " budget=" + std::to_string(budget) +
            (offload ? " offload" : "") + (optimizer_step ? " sgd_step" : "") +
-           (plan_memory ? " plan_memory" : "") + "}";
+           (plan_memory ? " plan_memory" : "") + (enclosed ? " enclosed" : "") + "}";
   }
 };
 
@@ -144,6 +147,7 @@ PlanSpec plan_spec(uint64_t seed, int steps) {
   p.offload = rng() % 3 == 0;
   p.optimizer_step = rng() % 2 == 0;
   p.plan_memory = rng() % 2 == 0;
+  p.enclosed = rng() % 3 == 0;  // drawn last: the earlier draws stay those of earlier seeds
   return p;
 }
 
@@ -244,12 +248,27 @@ void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::R
     torch::Tensor loss;
     {
       AutocastScope autocast(c.autocast);
-      loss = model.forward(x.clone(), nullptr).to(torch::kFloat).pow(2).mean();
+      auto forward = [&](const torch::Tensor& in) { return model.forward(in, nullptr); };
+      loss = (spec.enclosed ? recompose::checkpoint(forward, x.clone()) : forward(x.clone()))
+                 .to(torch::kFloat)
+                 .pow(2)
+                 .mean();
     }
     loss.backward();
     if (spec.optimizer_step) stateless.step();
   };
   const auto profile = recompose::profile_memory(model, step);
+  // The profile's invariant: an op reads earlier ops of its own module; it survives JSON.
+  for (const auto& m : profile.modules) {
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+      for (const int64_t r : m.ops[i].reads) {
+        if (r < 0 || r >= static_cast<int64_t>(i))
+          throw std::runtime_error("profile: op " + std::to_string(i) + " of module '" + m.name +
+                                   "' reads op " + std::to_string(r));
+      }
+    }
+  }
+  (void)recompose::MemoryProfile::from_json(profile.to_json());
   const auto options = recompose::SolveOptions().offload(
       spec.offload ? recompose::OffloadMode::Always : recompose::OffloadMode::Auto);
   const int64_t least = recompose::min_plan_bytes(profile, options);

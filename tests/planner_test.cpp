@@ -715,4 +715,13 @@ TEST_CASE(
   }
   CHECK(reads > 0);
   CHECK_NOTHROW(recompose::MemoryProfile::from_json(profile.to_json()));
+  // The recomputations are not calls of the step's forward: each block is called once, and its
+  // ops, their outputs and its input are counted once.
+  for (const auto& m : profile.modules) {
+    CAPTURE(m.name);
+    CHECK(m.calls == 1);
+    // The first block's input is a leaf that needs gradients (never counted), the others' are
+    // the blocks' outputs.
+    CHECK(m.input_bytes == (m.name == "0" ? 0 : x.numel() * 4));
+  }
 }

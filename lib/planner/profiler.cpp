@@ -168,7 +168,9 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       f.call = spans.add_call(m);
       watch_gradients(call.input_leaves(), shared_from_this(), f.call, /*output=*/false);
     }
-    if (run == 1) {
+    // A recomputation inside backward (the step's own checkpointing, checkpoint_sequential's
+    // segments) is no call of the step's forward: it is counted and recorded by no run.
+    if (run == 1 && !f.recomputing) {
       modules[m].calls += 1;
       std::vector<c10::IValue> inputs;
       for (const auto& t : call.input_leaves()) inputs.emplace_back(t);
@@ -190,6 +192,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       watch_gradients(call.output_leaves(), shared_from_this(), f.call, true);
     ModuleProfile& p = modules[m];
     if (run == 1) {
+      if (f.recomputing) return;
       timeline.add(f.start, end, [this, m]() -> double& { return modules[m].forward_seconds; });
       p.saved_bytes += meter->bytes_held() - f.bytes_at_start;
     } else if (f.recomputing) {
@@ -227,7 +230,10 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
 
   CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
                           const torch::jit::Stack& args) {
-    if (frames.empty()) return CheckpointPolicy::MUST_SAVE;
+    // Outside the profiled modules, or a region running its forward again inside a recomputation
+    // of an enclosing one (checkpoint_sequential's segments): nothing to record, its ops are the
+    // forward call's, recorded then.
+    if (frames.empty() || frames.back().recomputing) return CheckpointPolicy::MUST_SAVE;
     const auto now = timeline.mark();
     const size_t m = frames.back().module;
     auto key = std::make_pair(overload_name(op), ctx.call_index);
@@ -250,9 +256,13 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
                  [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
     o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
     // What it reads of earlier ops' outputs: after an in-place write, the writer's value, which
-    // the replay makes from the producer's (the writer is no op a policy sees).
+    // the replay makes from the producer's (the writer is no op a policy sees). A module called
+    // several times merges its calls by (op, call index); where a later call runs its ops in
+    // another order (under autocast the first call alone casts the weights, later ones hit the
+    // cache), a producer can stand after the reader in the merged list: that read is left out, so
+    // that `reads` index earlier ops only (the replay cost walks them in order).
     for_each_tensor(args, [&](const at::Tensor& t) {
-      if (const Produced* p = producer_of(t, /*read=*/true); p && p->op != index)
+      if (const Produced* p = producer_of(t, /*read=*/true); p && p->op < index)
         add_once(o.reads, static_cast<int64_t>(p->op));
     });
     for (const auto& v : ctx.outputs) {
