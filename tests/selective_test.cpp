@@ -1378,4 +1378,36 @@ TEST_SUITE("selective") {
     CHECK_NOTHROW(SelectivePolicy({"aten::addmm", "aten::convolution", "aten::native_dropout"}));
   }
 
+  TEST_CASE(
+      "a selective region inside a full region's forward keeps nothing: the step holds what full "
+      "alone holds, gradients bitwise") {
+    // Note [ Kept outputs under an enclosing full region ]: the outer recomputation runs the inner
+    // forward again, so what the inner policy would keep in the forward is never read.
+    torch::manual_seed(0);
+    auto w1 = torch::randn({32, 128}, torch::requires_grad());
+    auto w2 = torch::randn({128, 32}, torch::requires_grad());
+    auto x = torch::randn({16, 32}, torch::requires_grad());
+    auto mlp = [&](const torch::Tensor& h) { return torch::mm(torch::gelu(torch::mm(h, w1)), w2); };
+    const auto keep_mm = recompose::CheckpointOptions().policy(SelectivePolicy({"aten::mm"}));
+    // 0: plain inner, 1: selective inner (keeps both matrix products); outer full or none.
+    auto step = [&](bool selective_inner, bool full_outer, int64_t* held) {
+      auto layer = [&](const torch::Tensor& h) {
+        auto a = torch::tanh(h);
+        return a + (selective_inner ? recompose::checkpoint(keep_mm, mlp, a) : mlp(a));
+      };
+      torch::Tensor y = x;
+      recompose::SavedTensorMeter meter;
+      for (int l = 0; l < 3; ++l) y = full_outer ? recompose::checkpoint(layer, y) : layer(y);
+      *held = meter.bytes_held();
+      return rt::grads_of([&] { return y.square().sum(); }, {x, w1, w2});
+    };
+    int64_t plain_held = 0, full_held = 0, selective_held = 0, nested_held = 0;
+    const auto plain = step(false, false, &plain_held);
+    CHECK(rt::bitwise_equal(plain, step(false, true, &full_held)));
+    CHECK(rt::bitwise_equal(plain, step(true, false, &selective_held)));
+    CHECK(rt::bitwise_equal(plain, step(true, true, &nested_held)));
+    CHECK(selective_held > full_held);  // alone, the selective region keeps its products
+    CHECK(nested_held == full_held);
+  }
+
 }  // TEST_SUITE

@@ -5,6 +5,7 @@
 // saved-tensor policy, the forward context, the debug trace) are therefore exactly as long as
 // the body.
 #include "engine/checkpoint_depth.h"
+#include "engine/enclosing_region.h"
 #include "engine/frame.h"
 #include "engine/op_trace.h"
 #include "engine/region_forward_policy.h"
@@ -90,6 +91,15 @@ class LifoList {
 
 // The frame whose forward runs on this thread (innermost), or nullptr.
 thread_local Frame* t_forward_frame = nullptr;
+
+}  // namespace
+
+bool enclosing_region_reruns_its_forward() {
+  return t_forward_frame != nullptr && t_forward_frame->replay() == nullptr &&
+         CheckpointDepth::recompute() == 0;
+}
+
+namespace {
 
 // Makes `frame` the innermost forward of this thread while alive; tells the enclosing one that
 // a region began inside it.

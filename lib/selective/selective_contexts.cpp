@@ -8,6 +8,7 @@
 
 #include "dispatch_interceptor.h"
 #include "draw_mask.h"
+#include "engine/enclosing_region.h"
 #include "engine/format_bytes.h"
 #include "engine/internal_ops.h"
 #include "engine/saved_tensor_replay.h"
@@ -61,6 +62,9 @@ struct SacState {
   // Storages of the kept outputs of the forward -> their slots (forward thread only).
   std::unordered_multimap<const c10::StorageImpl*, std::pair<OpCalls*, size_t>> kept_storages;
   std::atomic<bool> forward_entered{false};
+  // The region runs inside the forward of an enclosing full region: its forward keeps nothing.
+  // See Note [ Kept outputs under an enclosing full region ].
+  bool keeps_nothing_inside_full = false;
   std::atomic<bool> recompute_active{false};
   detail::ForwardTrace trace;
   bool replayed = false;      // a replay answered a recomputation (and released the kept outputs)
@@ -258,6 +262,8 @@ class CachingInterceptor final : public detail::OpInterceptor {
     // writes ].
     if (!calls.writes) calls.writes = writes_argument(op);
     if (*calls.writes && keeps_output(decision)) decision = CheckpointPolicy::PREFER_RECOMPUTE;
+    if (s_.keeps_nothing_inside_full && keeps_output(decision))
+      decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
     s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
     OpSlot& slot = calls.slots.emplace_back();
@@ -453,7 +459,7 @@ bool first_warning_of(size_t signature) {
 
 // At the end of a region's forward, when every decision was made and every tensor saved.
 void warn_about_policy(const SacState& s) {
-  if (s.decisions == 0 || policy_warnings_off) return;
+  if (s.decisions == 0 || policy_warnings_off || s.keeps_nothing_inside_full) return;
   if (s.first_kept_op.empty()) {
     if (!first_warning_of(s.op_signature)) return;
     TORCH_WARN(
@@ -588,6 +594,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
           "invocation; "
           "make new ones for every forward (as a ContextFn does).");
     }
+    state_->keeps_nothing_inside_full = detail::enclosing_region_reruns_its_forward();
     return std::make_shared<Entered<CachingInterceptor>>(state_);
   }
 
