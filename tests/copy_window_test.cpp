@@ -309,6 +309,11 @@ TEST_CASE("peak budget: min_plan_peak_bytes is the least peak solve_plan accepts
   CHECK(at_least.peak_bytes == least);
   CHECK_THROWS_WITH_AS(recompose::solve_plan(p, Budget::peak_bytes(least - 1), with_link()),
                        doctest::Contains("min_plan_peak_bytes"), std::invalid_argument);
+  // And it says where that least peak sits: the recomputation of a block in backward (every
+  // block holds its input, 1 MB, and rebuilds its 8 MB).
+  CHECK_THROWS_WITH_AS(recompose::solve_plan(p, Budget::peak_bytes(least - 1), with_link()),
+                       doctest::Contains("peak falls in the backward of module 'blocks."),
+                       std::invalid_argument);
   // No budget of a fine sweep below it finds a plan; every one from it up does.
   for (int64_t peak = p.resident_bytes; peak <= least + 4 * MB; peak += MB / 8) {
     CAPTURE(peak);

@@ -63,8 +63,9 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
   SimulatedStep s;
   s.forward_wait_seconds.assign(n, 0.0);
   s.backward_wait_seconds.assign(n, 0.0);
-  auto note = [&](int64_t bytes, bool backward) {
-    if (bytes > s.peak_bytes) s.peak_bytes = bytes, s.peak_in_backward = backward;
+  auto note = [&](int64_t bytes, bool backward, int module) {
+    if (bytes > s.peak_bytes)
+      s.peak_bytes = bytes, s.peak_in_backward = backward, s.peak_module = module;
   };
   auto copy_out = [&](size_t i) {
     return loads[i].offload_bytes > 0
@@ -84,7 +85,7 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
   int64_t in_flight = 0;
   double lands = 0;
   size_t flying = 0;
-  note(held, false);
+  note(held, false, -1);
   for (size_t i = 0; i < n; ++i) {
     const double start = t, end = t + ms[i].forward_seconds;
     const int64_t mine = loads[i].held_bytes + loads[i].offload_bytes;
@@ -93,10 +94,10 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
       const double share =
           ms[i].forward_seconds > 0 ? (lands - start) / ms[i].forward_seconds : 0.0;
       note(held + in_flight + static_cast<int64_t>(std::floor(share * static_cast<double>(mine))),
-           false);
+           false, static_cast<int>(i));
       in_flight = 0;
     }
-    note(held + in_flight + mine, false);
+    note(held + in_flight + mine, false, static_cast<int>(i));
     t = end;
     if (in_flight > 0) {  // the copy did not fit: the compute waits for it here
       s.forward_wait_seconds[flying] = lands - t;
@@ -120,7 +121,7 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
     reloaded[i] = t + copy_back(i);
   };
   if (n > 0) reload(n - 1);
-  note(held, true);
+  note(held, true, -1);
   t += compute_.backward_head_seconds;
   for (size_t i = n; i-- > 0;) {
     if (reloaded[i] > t) {
@@ -128,7 +129,7 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
       t = reloaded[i];
     }
     if (i > 0) reload(i - 1);
-    note(held + loads[i].backward_bytes, true);
+    note(held + loads[i].backward_bytes, true, static_cast<int>(i));
     t += ms[i].backward_seconds + loads[i].recompute_seconds;
     held -= loads[i].held_bytes + loads[i].offload_bytes;
   }

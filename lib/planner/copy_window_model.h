@@ -56,6 +56,9 @@ struct SimulatedStep {
   std::vector<double> backward_wait_seconds;  // per module: the compute waited for its copy back
   int64_t peak_bytes = 0;  // the most held at once: base + module bytes (activations)
   bool peak_in_backward = false;
+  // The module whose forward or backward (recomputation included) the peak falls in; -1 between
+  // modules (the step's start, or the turn from forward to backward with everything held).
+  int peak_module = -1;
 };
 
 class CopyWindowModel {

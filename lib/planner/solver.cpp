@@ -389,6 +389,20 @@ Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, cons
   return plan;
 }
 
+// Where a plan's simulated peak falls, in words, for an error message.
+std::string where_peak_falls(const MemoryProfile& profile, const Plan& plan,
+                             const LinkModel& link) {
+  const detail::SimulatedStep s = detail::simulate_plan(profile, plan, link);
+  if (s.peak_module < 0 || static_cast<size_t>(s.peak_module) >= profile.modules.size()) {
+    return s.peak_in_backward ? "when backward starts, with everything the forward keeps held"
+                              : "before the first module";
+  }
+  const ModuleProfile& m = profile.modules[static_cast<size_t>(s.peak_module)];
+  return std::string(s.peak_in_backward ? "in the backward of module '"
+                                        : "in the forward of module '") +
+         m.name + "' (" + m.type + ")";
+}
+
 // What the profile's resident bytes stand for, in an error message.
 std::string resident_in_words(const MemoryProfile& profile) {
   return profile.device == "cpu" ? " (on CPU, where no allocator peak is measured, the model's "
@@ -451,17 +465,18 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
     // The fastest plan whose simulated peak fits: the peak also counts what a recomputation or a
     // reload holds during backward, which the bytes held for backward do not.
     const int64_t peak = limit + profile.resident_bytes;
-    int64_t least = plan.peak_bytes;
+    Plan least = plan;
     while (plan.peak_bytes > peak && --it != frontier.begin()) {
       plan = plan_at(*(it - 1));
-      least = std::min(least, plan.peak_bytes);
+      if (plan.peak_bytes < least.peak_bytes) least = plan;
     }
     if (plan.peak_bytes > peak) {
       throw std::invalid_argument(
           "recompose: solve_plan: a peak of " + detail::format_mib(peak) +
-          " is below the least simulated peak of any plan, " + detail::format_mib(least) +
-          " (min_plan_peak_bytes), of which resident " +
-          detail::format_mib(profile.resident_bytes) + resident_in_words(profile));
+          " is below the least simulated peak of any plan, " +
+          detail::format_mib(least.peak_bytes) + " (min_plan_peak_bytes), of which resident " +
+          detail::format_mib(profile.resident_bytes) + resident_in_words(profile) +
+          "; that plan's peak falls " + where_peak_falls(profile, least, link));
     }
   }
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
