@@ -28,6 +28,21 @@ struct Inputs {
 
 }  // namespace
 
+TEST_CASE("SavedTensorMeter::holds says whether a tensor's storage is saved under it") {
+  auto w = torch::randn({4, 4}, torch::requires_grad());
+  auto x = torch::randn({4, 4});
+  recompose::SavedTensorMeter meter;
+  auto h = torch::tanh(x);   // saves nothing of x's storage
+  auto y = torch::mm(h, w);  // saves h (and w, a parameter: not counted)
+  CHECK(meter.holds(h));
+  CHECK(meter.holds(h.view({16})));  // a view shares the storage
+  CHECK_FALSE(meter.holds(x));
+  CHECK_FALSE(meter.holds(w));
+  CHECK_FALSE(meter.holds(torch::Tensor()));
+  y.sum().backward();
+  CHECK_FALSE(meter.holds(h));  // released by backward
+}
+
 TEST_CASE("checkpoint: gradients equal the uncheckpointed ones, bitwise") {
   torch::manual_seed(1);
   Inputs in;

@@ -82,6 +82,11 @@ struct ModuleProfile {
   int64_t calls = 0;  // forward calls in one step
   int64_t input_bytes =
       0;  // held under full checkpointing: its tensor inputs (not leaves requiring grad)
+  // Of input_bytes, the inputs that later modules take too (a tensor fanned out, as an FPN's
+  // encoder features or a U-Net's skips) and that this module's forward saves: counted here
+  // only, not in the later modules' input_bytes, and held on the device whatever this module's
+  // choice (offloading it moves no device memory while a later module holds it).
+  int64_t shared_input_bytes = 0;
   int64_t saved_bytes = 0;     // held without checkpointing: what autograd saves during its forward
   double forward_seconds = 0;  // forward time without checkpointing
   double selective_forward_seconds = 0;  // forward time with every op intercepted (and kept)

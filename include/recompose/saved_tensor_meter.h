@@ -21,6 +21,10 @@
 #include <cstdint>
 #include <memory>
 
+namespace at {
+class Tensor;
+}
+
 namespace recompose {
 
 class SavedTensorMeter {
@@ -38,6 +42,9 @@ class SavedTensorMeter {
   int64_t peak_bytes_held() const;
   // Number of saved tensors currently held.
   int64_t tensors_held() const;
+  // Whether the storage of `tensor` is currently held by a tensor saved under this meter (false
+  // for an undefined tensor).
+  bool holds(const at::Tensor& tensor) const;
 
   struct Counters;
 

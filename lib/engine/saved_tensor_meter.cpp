@@ -196,5 +196,10 @@ int64_t SavedTensorMeter::tensors_held() const {
   std::lock_guard lock(counters_->mutex);
   return counters_->tensors;
 }
+bool SavedTensorMeter::holds(const at::Tensor& tensor) const {
+  if (!tensor.defined() || !tensor.has_storage()) return false;
+  std::lock_guard lock(counters_->mutex);
+  return counters_->storages.count(tensor.storage().unsafeGetStorageImpl()) > 0;
+}
 
 }  // namespace recompose

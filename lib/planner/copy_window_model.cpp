@@ -191,13 +191,16 @@ ModuleLoad load_of(const ModuleProfile& m, const ModulePlan* plan) {
       l.recompute_seconds = m.forward_seconds;
       break;
     case ModuleChoice::FullSwapInputs:
-      l.offload_bytes = m.input_bytes;
+      // Inputs a later module takes too stay on the device (ModuleProfile::shared_input_bytes).
+      l.held_bytes = m.shared_input_bytes;
+      l.offload_bytes = std::max<int64_t>(0, m.input_bytes - m.shared_input_bytes);
       l.offload_copies = 1;
       l.backward_bytes = m.saved_bytes;
       l.recompute_seconds = m.forward_seconds;
       break;
     case ModuleChoice::Offload:
-      l.offload_bytes = m.saved_bytes;
+      l.held_bytes = m.shared_input_bytes;
+      l.offload_bytes = std::max<int64_t>(0, m.saved_bytes - m.shared_input_bytes);
       l.offload_copies = offload_copies(m);
       break;
     case ModuleChoice::Selective: {

@@ -91,6 +91,8 @@ struct Frame {
   int64_t bytes_at_start = 0;
   bool recomputing = false;
   size_t call = 0;  // BackwardSpans id
+  // Run 1: the inputs nothing held when the call began (if its forward saves one, it owns it).
+  std::vector<at::Tensor> unheld_inputs;
 };
 
 struct Watched {  // a kept output, to see whether the forward later writes into it
@@ -159,6 +161,10 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   // copy: the write is not carried).
   std::unordered_map<const c10::StorageImpl*, Produced> produced;
   std::vector<std::vector<bool>> read_before_write;
+  // Run 1: an input storage a module's forward saved -> that module. A later module taking the
+  // same storage as input does not count it (ModuleProfile::shared_input_bytes).
+  std::unordered_map<const c10::StorageImpl*, size_t> input_owner;
+  std::set<const c10::StorageImpl*> shared_counted;
 
   explicit Recorder(const c10::Device& device) : timeline(device) {}
 
@@ -173,7 +179,21 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
     if (run == 1 && !f.recomputing) {
       modules[m].calls += 1;
       std::vector<c10::IValue> inputs;
-      for (const auto& t : call.input_leaves()) inputs.emplace_back(t);
+      for (const auto& t : call.input_leaves()) {
+        if (t.defined() && t.has_storage()) {
+          const c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
+          auto owner = input_owner.find(st);
+          if (owner != input_owner.end() && owner->second != m) {
+            // An earlier module's input, saved by its forward: counted there, whatever it holds.
+            if (shared_counted.insert(st).second)
+              modules[owner->second].shared_input_bytes +=
+                  static_cast<int64_t>(t.storage().nbytes());
+            continue;
+          }
+          if (!meter->holds(t)) f.unheld_inputs.push_back(t);
+        }
+        inputs.emplace_back(t);
+      }
       modules[m].input_bytes += storage_bytes(inputs, /*skip_grad_leaves=*/true);
       f.bytes_at_start = meter->bytes_held();
     }
@@ -195,6 +215,9 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       if (f.recomputing) return;
       timeline.add(f.start, end, [this, m]() -> double& { return modules[m].forward_seconds; });
       p.saved_bytes += meter->bytes_held() - f.bytes_at_start;
+      for (const at::Tensor& t : f.unheld_inputs) {
+        if (meter->holds(t)) input_owner.try_emplace(t.storage().unsafeGetStorageImpl(), m);
+      }
     } else if (f.recomputing) {
       timeline.add(f.start, end, [this, m]() -> double& { return modules[m].replay_seconds; });
     } else {

@@ -135,18 +135,22 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
   points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
   // Everything the forward saves crosses the link twice (out and back). What it holds while its
   // own forward runs is counted once per plan (Family::base_bytes).
+  // An input a later module takes too stays on the device whatever this module does.
+  const int64_t shared = m.shared_input_bytes;
   if (offload) {
-    points.push_back({0,
-                      windows->exposed_seconds(index, m.saved_bytes, detail::offload_copies(m)) +
-                          kCopyTieBreak * static_cast<double>(m.saved_bytes),
+    const int64_t moved = std::max<int64_t>(0, m.saved_bytes - shared);
+    points.push_back({shared,
+                      windows->exposed_seconds(index, moved, detail::offload_copies(m)) +
+                          kCopyTieBreak * static_cast<double>(moved),
                       ModuleChoice::Offload, 0});
   }
-  // Full checkpointing whose inputs wait in host memory: nothing held, for a recomputation and
-  // what the inputs' two copies expose.
-  if (windows && m.input_bytes > 0) {
-    points.push_back({0,
-                      m.forward_seconds + windows->exposed_seconds(index, m.input_bytes, 1) +
-                          kCopyTieBreak * static_cast<double>(m.input_bytes),
+  // Full checkpointing whose inputs wait in host memory: nothing held (but the shared inputs),
+  // for a recomputation and what the inputs' two copies expose.
+  if (windows && m.input_bytes > shared) {
+    const int64_t moved = m.input_bytes - shared;
+    points.push_back({shared,
+                      m.forward_seconds + windows->exposed_seconds(index, moved, 1) +
+                          kCopyTieBreak * static_cast<double>(moved),
                       ModuleChoice::FullSwapInputs, 0});
   }
 
