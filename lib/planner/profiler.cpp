@@ -6,6 +6,7 @@
 #include "model_state_guard.h"
 #include "planner_targets.h"
 #include "saved_tensor_tap.h"
+#include "selective/op_traits.h"
 #include "selective/policy_warnings.h"
 #include "step_timeline.h"
 
@@ -45,19 +46,6 @@ std::string overload_name(const c10::OperatorHandle& op) {
   const auto& name = op.schema().operator_name();
   return name.name + "." +
          (name.overload_name.empty() ? std::string("default") : name.overload_name);
-}
-
-bool draws_random(const c10::OperatorHandle& op) {
-  if (op.hasTag(at::Tag::nondeterministic_seeded)) return true;
-  for (const auto& arg : op.schema().arguments()) {
-    auto type = arg.type();
-    if (type->kind() == c10::TypeKind::GeneratorType) return true;
-    if (auto opt = type->cast<c10::OptionalType>();
-        opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
-      return true;
-    }
-  }
-  return false;
 }
 
 // Bytes of the distinct storages of `values`' tensors, leaves requiring grad (and views of them)
@@ -265,11 +253,10 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       OpProfile o;
       o.op = key.first;
       o.call_index = key.second;
-      o.random = draws_random(op);
-      for (const auto& a : op.schema().arguments())
-        o.inplace = o.inplace || (a.alias_info() && a.alias_info()->isWrite());
-      for (const auto& r : op.schema().returns())
-        o.view = o.view || (r.alias_info() && !r.alias_info()->isWrite());
+      const detail::OpTraits& traits = detail::OpTraits::of(op);
+      o.random = traits.random;
+      o.inplace = traits.writes_argument;
+      o.view = traits.returns_unwritten_alias;
       modules[m].ops.push_back(std::move(o));
       read_before_write[m].push_back(false);
     }

@@ -137,12 +137,6 @@ bool suitable(const at::Tensor& t) {
 
 }  // namespace
 
-bool DrawMask::is_draw(const c10::OperatorHandle& op) {
-  const c10::OperatorName& name = op.operator_name();
-  return name.name == "aten::bernoulli_" &&
-         (name.overload_name == "float" || name.overload_name == "Tensor");
-}
-
 std::unique_ptr<DrawMask> DrawMask::capture(const at::Tensor& drawn) {
   if (!suitable(drawn)) return nullptr;
   std::unique_ptr<DrawMask> mask(new DrawMask());

@@ -64,20 +64,6 @@ bool holds_tensor(const c10::IValue& v) {
   return v.isGenericDict() || v.isObject() || v.isFuture() || v.isCapsule();
 }
 
-}  // namespace
-
-bool writes_undeclared(const c10::OperatorHandle& op) {
-  static const char* const names[] = {"aten::native_batch_norm", "aten::cudnn_batch_norm",
-                                      "aten::miopen_batch_norm", "aten::_batch_norm_impl_index"};
-  const std::string& name = op.operator_name().name;
-  for (const char* n : names) {
-    if (name == n) return true;
-  }
-  return false;
-}
-
-namespace {
-
 // aten::native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 constexpr std::size_t kRunningMean = 3, kRunningVar = 4, kTraining = 5;
 
@@ -172,11 +158,12 @@ void ForwardTrace::add_inputs(const std::vector<at::Tensor>& inputs) {
   }
 }
 
-void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-                         bool hidden_writes) {
+void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
+                         const torch::jit::Stack& stack) {
   if (pending_) poisoned_ = true;  // the previous op threw
   pending_ = true;
-  Node& node = nodes_.emplace_back(op);
+  Node& node = nodes_.emplace_back(op, traits);
+  const bool hidden_writes = traits.writes_undeclared;
   node.hidden_writes = hidden_writes;
   const auto& arguments = op.schema().arguments();
   const std::size_t base = stack.size() - arguments.size();
@@ -212,8 +199,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const torch::jit::Stack&
       arg.constant = v;
     }
     arg.count = static_cast<uint32_t>(node.uses.size()) - arg.first;
-    const c10::AliasInfo* alias = arguments[i].alias_info();
-    if (alias != nullptr && alias->isWrite()) {
+    if (traits.writes(i)) {
       for (uint32_t u = arg.first; u < arg.first + arg.count; ++u) {
         const uint32_t s = node.uses[u].storage;
         if (s == TensorUse::kUnsupported) node.unsupported = true;
@@ -275,7 +261,7 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
   }
   node.kept_calls = kept_calls;
   node.kept_slot = kept_slot;
-  if (kept_calls == nullptr && has_cheaper_replay(node.op) && !node.unsupported) {
+  if (kept_calls == nullptr && node.traits->cheaper_replay && !node.unsupported) {
     c10::SmallVector<c10::IValue, 4> constants;
     for (const Arg& arg : node.args) constants.push_back(arg.constant);
     const std::size_t n_out = node.op.schema().returns().size();

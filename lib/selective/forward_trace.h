@@ -15,6 +15,7 @@
 #include "draw_mask.h"
 #include "generator_effect.h"
 #include "op_log.h"
+#include "op_traits.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -70,10 +71,6 @@ struct ReplayOutcome {
   int64_t writes_carried = 0;   // writes of the forward its kept outputs carried (carry_write)
 };
 
-// Ops that write into arguments their schema does not declare (native_batch_norm updates its
-// running statistics in place, yet its schema says nothing): a replay must not run them again.
-bool writes_undeclared(const c10::OperatorHandle& op);
-
 class ForwardTrace {
  public:
   // The region's inputs (before the body runs).
@@ -82,9 +79,8 @@ class ForwardTrace {
   // Around one intercepted op that writes into an argument or returns new tensors: begin() with
   // its arguments on top of `stack`, end() with its outputs there. An op that throws between them
   // leaves the trace unusable (the region falls back).
-  // `hidden_writes`: the op writes into arguments its schema does not declare (writes_undeclared).
-  void begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-             bool hidden_writes = false);
+  // `traits`: OpTraits::of(op), which the trace keeps (its writes_undeclared, cheaper_replay).
+  void begin(const c10::OperatorHandle& op, const OpTraits& traits, const torch::jit::Stack& stack);
   // `kept`: the op's outputs are answered by this cache slot. `rng`: a random op's generator
   // states before it ran (not kept ones). `draw`: what an in-place draw wrote, which the replay
   // writes back instead of running the op (it keeps `rng` to draw again once `draw` is freed).
@@ -157,8 +153,9 @@ class ForwardTrace {
     c10::IValue constant;
   };
   struct Node {
-    explicit Node(const c10::OperatorHandle& o) : op(o) {}
+    Node(const c10::OperatorHandle& o, const OpTraits& t) : op(o), traits(&t) {}
     c10::OperatorHandle op;
+    const OpTraits* traits;  // never freed (OpTraits::of)
     std::vector<Arg> args;
     std::vector<TensorUse> uses;
     c10::SmallVector<uint32_t, 1> writes;  // storages written (one version each)

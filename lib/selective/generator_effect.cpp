@@ -4,7 +4,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
-#include <ATen/core/enum_tag.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -52,19 +51,6 @@ void add_device(std::vector<at::Generator>& gens, const c10::Device& device) {
 }
 
 }  // namespace
-
-bool is_random_op(const c10::OperatorHandle& op) {
-  if (op.hasTag(at::Tag::nondeterministic_seeded)) return true;
-  for (const c10::Argument& arg : op.schema().arguments()) {
-    const c10::TypePtr& type = arg.real_type();
-    if (type->kind() == c10::TypeKind::GeneratorType) return true;
-    if (auto opt = type->cast<c10::OptionalType>();
-        opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) {
-      return true;
-    }
-  }
-  return false;
-}
 
 GeneratorEffect GeneratorEffect::before(const c10::OperatorHandle& op,
                                         const torch::jit::Stack& stack) {

@@ -14,9 +14,6 @@
 
 namespace recompose::detail {
 
-// True for ops that draw random numbers: tagged nondeterministic_seeded, or taking a Generator.
-bool is_random_op(const c10::OperatorHandle& op);
-
 class GeneratorEffect {
  public:
   // Call before `op` runs, its arguments on top of `stack`. Records the state of every generator

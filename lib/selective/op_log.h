@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -38,14 +37,8 @@ struct OpSlot {
 };
 
 struct OpCalls {
-  std::vector<OpSlot> slots;   // one per forward call, in order
-  size_t replayed = 0;         // calls seen by the current recomputation
-  std::optional<bool> random;  // is_random_op(), asked once per op
-  // An argument is written (in place, out=, or beside new outputs as rrelu_with_noise's noise),
-  // asked once per op.
-  std::optional<bool> writes;
-  std::optional<bool> hidden_writes;  // writes_undeclared(), asked once per op
-  std::optional<bool> carriable;      // may_carry_write(), asked once per writing op
+  std::vector<OpSlot> slots;  // one per forward call, in order
+  size_t replayed = 0;        // calls seen by the current recomputation
 };
 
 class OpLog {

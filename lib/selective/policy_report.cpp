@@ -5,7 +5,7 @@
 #include "dispatch_interceptor.h"
 #include "engine/format_bytes.h"
 #include "engine/rng_state.h"
-#include "ignored_ops.h"
+#include "op_traits.h"
 #include "policy_warnings.h"
 
 #include <recompose/checkpoint_error.h>
@@ -54,16 +54,17 @@ int64_t output_bytes(c10::ArrayRef<c10::IValue> outputs) {
 class OpRecorder final : public detail::OpInterceptor {
  public:
   void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (detail::is_sac_ignored(op)) {
+    const detail::OpTraits& traits = detail::OpTraits::of(op);
+    if (traits.ignored) {
       detail::run_below(op, stack);
       return;
     }
     PolicyReportOp rec;
     rec.op = overload_name(op);
     rec.call_index = calls_[op]++;
-    if (detail::is_autocast_cacheable_cast(op, *stack)) {
+    if (detail::autocast_cacheable_cast(traits, op, *stack)) {
       rec.why_hidden = "autocast parameter cast";
-    } else if (detail::returns_alias(op)) {
+    } else if (traits.returns_alias) {
       rec.why_hidden = "view, in-place or out= op";
     } else {
       rec.shown_to_policy = true;

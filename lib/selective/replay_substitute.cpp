@@ -1,6 +1,7 @@
 #include "replay_substitute.h"
 
 #include "op_names.h"
+#include "op_traits.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/amax.h>
@@ -11,14 +12,10 @@
 namespace recompose::detail {
 namespace {
 
-struct SoftmaxOps {
-  std::optional<c10::OperatorHandle> safe = find_overload("aten::_safe_softmax.default");
-  std::optional<c10::OperatorHandle> plain = find_overload("aten::softmax.int");
-};
-
-const SoftmaxOps& softmax_ops() {
-  static const SoftmaxOps ops;
-  return ops;
+// What _safe_softmax runs as (OpTraits::cheaper_replay is set only where it is registered).
+const std::optional<c10::OperatorHandle>& plain_softmax() {
+  static const std::optional<c10::OperatorHandle> op = find_overload("aten::softmax.int");
+  return op;
 }
 
 // No row of the softmax result `out` along `dim` is zero everywhere. A row softmax computed
@@ -33,21 +30,16 @@ bool no_row_all_zero(const at::Tensor& out, int64_t dim) {
 
 }  // namespace
 
-bool has_cheaper_replay(const c10::OperatorHandle& op) {
-  const SoftmaxOps& ops = softmax_ops();
-  return ops.safe && ops.plain && op == *ops.safe;
-}
-
 std::optional<c10::OperatorHandle> cheaper_replay_op(const c10::OperatorHandle& op,
                                                      c10::ArrayRef<c10::IValue> constants,
                                                      const at::Tensor& result) {
-  if (!has_cheaper_replay(op)) return std::nullopt;
+  if (!OpTraits::of(op).cheaper_replay) return std::nullopt;
   // _safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
   if (constants.size() != 3 || !constants[1].isInt() || !result.defined() || result.dim() == 0)
     return std::nullopt;
   const int64_t dim = c10::maybe_wrap_dim(constants[1].toInt(), result.dim());
   if (!no_row_all_zero(result, dim)) return std::nullopt;
-  return softmax_ops().plain;
+  return plain_softmax();
 }
 
 }  // namespace recompose::detail

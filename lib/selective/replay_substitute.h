@@ -16,10 +16,8 @@
 
 namespace recompose::detail {
 
-// Whether cheaper_replay_op() may have an answer for `op` (a cheap test, for every op).
-bool has_cheaper_replay(const c10::OperatorHandle& op);
-
-// The op the replay may run instead of `op`, taking its arguments unchanged, given the forward's
+// The op the replay may run instead of `op` (one whose OpTraits::cheaper_replay is set; nullopt
+// for any other), taking its arguments unchanged, given the forward's
 // call: `constants` holds each argument's value where it is no tensor (None where it is one),
 // `result` its first output. nullopt to run `op` itself. Only host results are checked (a check
 // of a device tensor would make the forward wait for the device).

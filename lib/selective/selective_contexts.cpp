@@ -16,8 +16,8 @@
 #include "generator_effect.h"
 #include "replay_stats.h"
 
-#include "ignored_ops.h"
 #include "op_log.h"
+#include "op_traits.h"
 #include "plugin/offload.h"
 #include "policy_warnings.h"
 
@@ -122,54 +122,16 @@ std::string extra_backward_error(const std::string& op_name) {
          "recomputation, e.g. a backward with retain_graph).";
 }
 
-bool writes_argument(const c10::OperatorHandle& op) {
-  for (const c10::Argument& arg : op.schema().arguments()) {
-    if (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) return true;
-  }
-  return false;
-}
-
-// The argument an in-place op writes into, when it writes values into exactly one tensor
-// argument, self, and returns only that argument (add_, mul_, relu_, copy_...): the op a kept
-// output's entry may carry. Not out= ops (they may resize their output), nor ops that change
-// self's sizes, strides or storage rather than its values (t_, unsqueeze_, resize_, set_...): a
-// recomputation that skips those would go on with the wrong layout.
-std::optional<size_t> carriable_written_argument(const c10::OperatorHandle& op) {
-  if (op.hasTag(at::Tag::inplace_view)) return std::nullopt;
-  static const char* const relayouts[] = {"aten::resize_", "aten::resize_as_", "aten::set_",
-                                          "aten::_resize_output_", "aten::resize_as_sparse_"};
-  const c10::FunctionSchema& schema = op.schema();
-  for (const char* name : relayouts) {
-    if (schema.name() == name) return std::nullopt;
-  }
-  std::optional<size_t> written;
-  const auto& arguments = schema.arguments();
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const c10::AliasInfo* alias = arguments[i].alias_info();
-    if (alias == nullptr || !alias->isWrite()) continue;
-    if (written || arguments[i].is_out() ||
-        arguments[i].type()->kind() != c10::TypeKind::TensorType)
-      return std::nullopt;
-    written = i;
-  }
-  if (!written) return std::nullopt;
-  const c10::AliasInfo& set = *arguments[*written].alias_info();
-  for (const c10::Argument& r : schema.returns()) {
-    if (r.alias_info() == nullptr || r.alias_info()->beforeSets() != set.beforeSets())
-      return std::nullopt;
-  }
-  return written;
-}
-
 // A recomputation reaching a write that a kept output's entry carries: the value is in the
 // entry already, so the op returns its argument as it is.
-void leave_written(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void leave_written(const c10::OperatorHandle& op, const detail::OpTraits& traits,
+                   torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n_args = schema.arguments().size();
   if (stack->size() < n_args) internal_stack_error(op);
-  const std::optional<size_t> w = carriable_written_argument(op);
-  if (!w) internal_stack_error(op);  // not reached: carried only when there is one
-  c10::IValue written = (*stack)[stack->size() - n_args + *w];
+  const int32_t w = traits.inplace_argument;
+  if (w < 0) internal_stack_error(op);  // not reached: carried only when there is one
+  c10::IValue written = (*stack)[stack->size() - n_args + static_cast<size_t>(w)];
   torch::jit::drop(*stack, n_args);
   for (size_t r = 0; r < schema.returns().size(); ++r) stack->push_back(written);
 }
@@ -185,12 +147,13 @@ class CachingInterceptor final : public detail::OpInterceptor {
   explicit CachingInterceptor(SacState& s) : s_(s) {}
 
   void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (detail::is_sac_ignored(op)) {
+    const detail::OpTraits& traits = detail::OpTraits::of(op);
+    if (traits.ignored) {
       detail::run_below(op, stack);
       return;
     }
-    if (detail::is_autocast_cacheable_cast(op, *stack)) {  // in the trace, never in the op log
-      s_.trace.begin(op, *stack);
+    if (detail::autocast_cacheable_cast(traits, op, *stack)) {  // in the trace, never in the log
+      s_.trace.begin(op, traits, *stack);
       detail::run_below(op, stack);
       s_.trace.end(*stack, nullptr, 0, nullptr);
       return;
@@ -198,28 +161,23 @@ class CachingInterceptor final : public detail::OpInterceptor {
     if (!s_.carried_unversioned.empty()) s_.version_carried_writes();
     OpCalls& calls = s_.log.calls_of(op);
     const auto call_index = static_cast<int64_t>(calls.slots.size());
-    if (!calls.random) calls.random = detail::is_random_op(op);
-    if (detail::returns_alias(op)) {
-      if (!calls.writes) calls.writes = writes_argument(op);
-      if (*calls.writes) {
+    if (traits.returns_alias) {
+      if (traits.writes_argument) {
         // In place or out=: a new version of the storage it writes into (bernoulli_ of dropout
         // on CPU: with its generators' state).
         std::vector<CarriedWrite> carried;
         if (!s_.kept_storages.empty()) {
-          // A random write cannot be carried: a recomputation must draw as the forward drew.
-          if (!calls.carriable)
-            calls.carriable = !*calls.random && carriable_written_argument(op).has_value();
-          protect_kept_outputs(op, *stack, *calls.carriable ? &carried : nullptr);
+          protect_kept_outputs(op, traits, *stack, traits.carriable ? &carried : nullptr);
         }
-        s_.trace.begin(op, *stack);
+        s_.trace.begin(op, traits, *stack);
         std::unique_ptr<detail::GeneratorEffect> rng;
-        if (*calls.random)
+        if (traits.random)
           rng = std::make_unique<detail::GeneratorEffect>(
               detail::GeneratorEffect::before(op, *stack));
         detail::run_below(op, stack);
         // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
         std::unique_ptr<detail::DrawMask> draw;
-        if (rng && detail::DrawMask::is_draw(op) && !stack->empty() && stack->back().isTensor()) {
+        if (rng && traits.draw && !stack->empty() && stack->back().isTensor()) {
           draw = detail::DrawMask::capture(stack->back().toTensor());
         }
         s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
@@ -239,16 +197,15 @@ class CachingInterceptor final : public detail::OpInterceptor {
       }
       return;
     }
-    if (!s_.kept_storages.empty()) protect_kept_outputs(op, *stack, nullptr);
+    if (!s_.kept_storages.empty()) protect_kept_outputs(op, traits, *stack, nullptr);
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
     if (stack->size() < n_args) internal_stack_error(op);
     // The policy sees the arguments after the op ran (upstream passes the outputs too).
     torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
-    if (!calls.hidden_writes) calls.hidden_writes = detail::writes_undeclared(op);
-    s_.trace.begin(op, *stack, *calls.hidden_writes);
+    s_.trace.begin(op, traits, *stack);
     std::optional<detail::GeneratorEffect> rng;
-    if (*calls.random) rng = detail::GeneratorEffect::before(op, *stack);
+    if (traits.random) rng = detail::GeneratorEffect::before(op, *stack);
     detail::run_below(op, stack);
     const size_t n_out = schema.returns().size();
     SelectiveCheckpointContext ctx;
@@ -260,8 +217,8 @@ class CachingInterceptor final : public detail::OpInterceptor {
     // An op that also writes into an argument (rrelu_with_noise's noise): its kept outputs cannot
     // stand in for the write a recomputation needs. See Note [ Early stop after the op's own
     // writes ].
-    if (!calls.writes) calls.writes = writes_argument(op);
-    if (*calls.writes && keeps_output(decision)) decision = CheckpointPolicy::PREFER_RECOMPUTE;
+    if (traits.writes_argument && keeps_output(decision))
+      decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.keeps_nothing_inside_full && keeps_output(decision))
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
@@ -304,13 +261,10 @@ class CachingInterceptor final : public detail::OpInterceptor {
   // the replay or in a recomputation that runs the forward again (leave_written). Otherwise the
   // entry keeps a copy of the value before the write, which the recomputation writes into rather
   // than into the forward's tensors.
-  void protect_kept_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-                            std::vector<CarriedWrite>* carried) {
-    const auto& arguments = op.schema().arguments();
-    const size_t base = stack.size() - arguments.size();
-    for (size_t i = 0; i < arguments.size(); ++i) {
-      const c10::AliasInfo* alias = arguments[i].alias_info();
-      if (alias == nullptr || !alias->isWrite()) continue;
+  void protect_kept_outputs(const c10::OperatorHandle& op, const detail::OpTraits& traits,
+                            const torch::jit::Stack& stack, std::vector<CarriedWrite>* carried) {
+    const size_t base = stack.size() - op.schema().arguments().size();
+    for (const uint32_t i : traits.written_arguments) {
       const c10::IValue& v = stack[base + i];
       if (v.isTensor()) {
         protect_kept_in(v.toTensor(), carried);
@@ -362,7 +316,8 @@ class CachedInterceptor final : public detail::OpInterceptor {
   explicit CachedInterceptor(SacState& s) : s_(s) {}
 
   void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (detail::is_sac_ignored(op) || detail::is_autocast_cacheable_cast(op, *stack)) {
+    const detail::OpTraits& traits = detail::OpTraits::of(op);
+    if (traits.ignored || detail::autocast_cacheable_cast(traits, op, *stack)) {
       detail::run_below(op, stack);
       return;
     }
@@ -383,7 +338,7 @@ class CachedInterceptor final : public detail::OpInterceptor {
     switch (slot.kind) {
       case OpSlot::Kind::Recompute:
         if (slot.carried_write && !slot.carrier->slots[slot.carrier_index].carrier_recomputed) {
-          leave_written(op, stack);
+          leave_written(op, traits, stack);
         } else {
           detail::run_below(op, stack);
         }

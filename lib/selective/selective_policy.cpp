@@ -1,8 +1,8 @@
 // SelectivePolicy: from a callable, or from a list of op names validated against the dispatcher.
 // Also defines CheckpointOptions::policy(const SelectivePolicy&).
 
-#include "ignored_ops.h"
 #include "op_names.h"
+#include "op_traits.h"
 
 #include <recompose/checkpoint_options.h>
 #include <recompose/selective_checkpoint.h>
@@ -30,21 +30,13 @@ struct SaveList {
   }
 };
 
-// An overload whose outputs alias an input without writing it (aten::view, aten::t, ...).
-bool is_view(const c10::OperatorHandle& op) {
-  const c10::FunctionSchema& schema = op.schema();
-  for (const c10::Argument& ret : schema.returns()) {
-    if (ret.alias_info() != nullptr && ret.alias_info()->isWrite()) return false;
-  }
-  return detail::returns_alias(op);
-}
-
 // Whether naming the overload can mean anything. Not for ignored ops (detach, metadata), nor
 // for in-place and out= ops, whose kept result would not write into the recomputed input. Views
 // may be named, as in PyTorch: they are recomputed, which gives the values keeping them would
 // give and keeps no base alive.
 bool may_be_named(const c10::OperatorHandle& op) {
-  return !detail::is_sac_ignored(op) && (!detail::returns_alias(op) || is_view(op));
+  const detail::OpTraits& traits = detail::OpTraits::of(op);
+  return !traits.ignored && (!traits.returns_alias || traits.view);
 }
 
 // A composite op (aten::linear, aten::conv2d): its CompositeImplicitAutograd kernel runs above
