@@ -4,6 +4,7 @@
 // writes ].
 #include "support/grad_check.h"
 #include "support/op_call_counter.h"
+#include "support/selective_helpers.h"
 
 #include <recompose/checkpoint.h>
 #include <recompose/selective_checkpoint.h>
@@ -19,6 +20,9 @@
 #include <vector>
 
 namespace {
+
+using rt::always;
+using rt::ReplaySwitch;
 
 using recompose::CheckpointOptions;
 using recompose::CheckpointPolicy;
@@ -39,16 +43,6 @@ std::vector<torch::Tensor> grads_under(
   run(x, w).square().sum().backward();
   return {x.grad(), w.grad()};
 }
-
-SelectivePolicy always(CheckpointPolicy p) {
-  return SelectivePolicy([p](const recompose::SelectiveCheckpointContext&,
-                             const c10::OperatorHandle&, const torch::jit::Stack&) { return p; });
-}
-
-struct ReplaySwitch {
-  explicit ReplaySwitch(bool on) { recompose::set_selective_replay_enabled(on); }
-  ~ReplaySwitch() { recompose::set_selective_replay_enabled(true); }
-};
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 // region these ops decompose as outside it, and the results are plain training's, bitwise.
 #include "selective/dispatch_interceptor.h"
 #include "support/grad_check.h"
+#include "support/selective_helpers.h"
 
 #include <recompose/checkpoint.h>
 #include <recompose/selective_checkpoint.h>
@@ -22,19 +23,12 @@
 
 namespace {
 
+using rt::always;
+using rt::ReplaySwitch;
+
 using recompose::CheckpointOptions;
 using recompose::CheckpointPolicy;
 using recompose::SelectivePolicy;
-
-SelectivePolicy always(CheckpointPolicy p) {
-  return SelectivePolicy([p](const recompose::SelectiveCheckpointContext&,
-                             const c10::OperatorHandle&, const torch::jit::Stack&) { return p; });
-}
-
-struct ReplaySwitch {
-  explicit ReplaySwitch(bool on) { recompose::set_selective_replay_enabled(on); }
-  ~ReplaySwitch() { recompose::set_selective_replay_enabled(true); }
-};
 
 // Weighted cross entropy with label smoothing and ignored targets: with a weight that is
 // "subclass-like", LibTorch sums the target weights with masked_fill (zeros where ignored)

@@ -1,6 +1,7 @@
 // The memory-budget planner: profile, solve, apply, save/load (recompose/planner.h).
 #include "planner/copy_window_model.h"
 #include "support/grad_check.h"
+#include "support/selective_helpers.h"
 
 #include <recompose/recompose.h>
 
@@ -21,6 +22,8 @@ using recompose::ModuleChoice;
 using recompose::Plan;
 
 namespace {
+
+using rt::ReplaySwitch;
 
 // A small pre-norm block: attention-like products, an MLP, an in-place op on an intermediate
 // read before the write (whose output must never be kept) and a random mask.
@@ -583,12 +586,6 @@ struct MixedNetImpl : torch::nn::Module {
 TORCH_MODULE(MixedNet);
 
 // Restores the process-wide replay switch.
-struct ReplaySwitch {
-  bool was = recompose::selective_replay_enabled();
-  explicit ReplaySwitch(bool on) { recompose::set_selective_replay_enabled(on); }
-  ~ReplaySwitch() { recompose::set_selective_replay_enabled(was); }
-};
-
 }  // namespace
 
 TEST_CASE(

@@ -4,6 +4,7 @@
 // replay fall back to running the forward again, counted.
 #include "selective/draw_mask.h"
 #include "support/op_call_counter.h"
+#include "support/selective_helpers.h"
 
 #include <recompose/apply_checkpoint.h>
 #include <recompose/checkpoint.h>
@@ -30,10 +31,7 @@ using recompose::SelectivePolicy;
 
 namespace {
 
-SelectivePolicy always(CheckpointPolicy p) {
-  return SelectivePolicy([p](const SelectiveCheckpointContext&, const c10::OperatorHandle&,
-                             const torch::jit::Stack&) { return p; });
-}
+using rt::always;
 
 bool bitwise_equal(const std::vector<torch::Tensor>& x, const std::vector<torch::Tensor>& y) {
   if (x.size() != y.size()) return false;

@@ -1,6 +1,7 @@
 // Selective activation checkpointing: policies, the forward/recompute contexts, their errors,
 // and (through the engine) whole checkpointed regions.
 #include "selective/dispatch_interceptor.h"
+#include "support/selective_helpers.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
@@ -36,6 +37,8 @@ using recompose::SelectivePolicy;
 
 namespace {
 
+using rt::always;
+
 // Counts the ops that actually run below it (an outer interceptor: replayed ops never reach it).
 struct OpCounter final : recompose::detail::OpInterceptor {
   std::map<std::string, int> runs;
@@ -48,11 +51,6 @@ struct OpCounter final : recompose::detail::OpInterceptor {
     return it == runs.end() ? 0 : it->second;
   }
 };
-
-SelectivePolicy always(CheckpointPolicy p) {
-  return SelectivePolicy([p](const SelectiveCheckpointContext&, const c10::OperatorHandle&,
-                             const torch::jit::Stack&) { return p; });
-}
 
 // Three matrix products (two mm, one bmm), elementwise ops, a view and a reduction.
 torch::Tensor body(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
