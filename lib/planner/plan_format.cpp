@@ -1,6 +1,6 @@
 // Plan as a table and as JSON.
+#include "engine/format_bytes.h"
 #include "json_io.h"
-#include "units.h"
 
 #include <recompose/memory_plan.h>
 

@@ -3,6 +3,7 @@
 // what the device held beside the activations), then run_intercepted (ops, their outputs and
 // times, recomputation times).
 #include "backward_spans.h"
+#include "engine/parameter_like.h"
 #include "model_state_guard.h"
 #include "planner_targets.h"
 #include "saved_tensor_tap.h"
@@ -55,9 +56,7 @@ int64_t storage_bytes(c10::ArrayRef<c10::IValue> values, bool skip_grad_leaves) 
   int64_t bytes = 0;
   auto add = [&](const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) return;
-    if (skip_grad_leaves && t.requires_grad() &&
-        (t.is_leaf() || (t.is_view() && t._base().is_leaf())))
-      return;
+    if (skip_grad_leaves && detail::is_parameter_like(t)) return;
     if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
       bytes += static_cast<int64_t>(t.storage().nbytes());
   };

@@ -2,10 +2,10 @@
 // frontier of whole plans, built module by module; a budget takes the frontier's fastest plan
 // that fits (recompose/planner.h explains why this is monotone).
 #include "copy_window_model.h"
+#include "engine/format_bytes.h"
 #include "replay_cost.h"
 #include "selective/transformer_save_list.h"
 #include "twin_modules.h"
-#include "units.h"
 
 #include <recompose/planner.h>
 
