@@ -6,21 +6,10 @@
 #include <ATen/core/Generator.h>
 
 #include "engine/device_adapter.h"
-
-#include <mutex>
+#include "engine/generator_state.h"
 
 namespace recompose::detail {
 namespace {
-
-at::Tensor get_generator_state(at::Generator gen) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_generator_state(at::Generator gen, const at::Tensor& state) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 // The CPU generator's state now, shared with the last region captured on this thread when it is
 // the same: a model whose regions draw no random numbers stashes one copy, not one per region (a
@@ -69,8 +58,8 @@ ForwardState capture_forward_state(const std::vector<at::Tensor>& inputs, bool p
     bool seen = false;
     for (const auto& [d, s] : state.device_rng) seen = seen || d == device;
     if (seen) continue;
-    state.device_rng.emplace_back(
-        device, get_generator_state(at::globalContext().defaultGenerator(device)));
+    state.device_rng.emplace_back(device,
+                                  generator_state(at::globalContext().defaultGenerator(device)));
   }
   return state;
 }
@@ -105,7 +94,7 @@ ForwardStateRestorer::ForwardStateRestorer(const ForwardState& state) {
     }
     for (const auto& [device, rng] : state.device_rng) {
       auto gen = at::globalContext().defaultGenerator(device);
-      saved_.device_rng.emplace_back(device, get_generator_state(gen));
+      saved_.device_rng.emplace_back(device, generator_state(gen));
       set_generator_state(gen, rng);
     }
   }

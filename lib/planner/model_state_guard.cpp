@@ -1,11 +1,12 @@
 #include "model_state_guard.h"
 
+#include "engine/generator_state.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
 
-#include <mutex>
 #include <set>
 
 namespace recompose::detail {
@@ -31,10 +32,7 @@ ModelStateGuard::ModelStateGuard(torch::nn::Module& model, const c10::Device& de
   }
   std::vector<at::Generator> generators{at::detail::getDefaultCPUGenerator()};
   if (device.is_cuda()) generators.push_back(at::globalContext().defaultGenerator(device));
-  for (auto& g : generators) {
-    std::lock_guard<std::mutex> lock(g.mutex());
-    generators_.push_back({g, g.get_state()});
-  }
+  for (auto& g : generators) generators_.push_back({g, generator_state(g)});
 }
 
 ModelStateGuard::~ModelStateGuard() {
@@ -86,10 +84,7 @@ void ModelStateGuard::restore() {
     root_->train(root_training_);
     for (const auto& [m, training] : modes_) m->train(training);
   }
-  for (auto& g : generators_) {
-    std::lock_guard<std::mutex> lock(g.generator.mutex());
-    g.generator.set_state(g.state);
-  }
+  for (auto& g : generators_) set_generator_state(g.generator, g.state);
 }
 
 }  // namespace recompose::detail

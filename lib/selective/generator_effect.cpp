@@ -1,6 +1,6 @@
 #include "generator_effect.h"
 
-#include "engine/internal_ops.h"
+#include "engine/generator_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -8,23 +8,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 
 namespace recompose::detail {
 namespace {
-
-// get_state() and set_state() run no ATen op today; the guard keeps it so if one ever does.
-at::Tensor state_of(at::Generator& gen) {
-  InternalOpsGuard internal;
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_state(at::Generator& gen, const at::Tensor& state) {
-  InternalOpsGuard internal;
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 // States are CPU byte tensors (an engine's words, or a seed and an offset): compared as bytes,
 // without dispatching an op.
@@ -71,24 +57,24 @@ GeneratorEffect GeneratorEffect::before(const c10::OperatorHandle& op,
   GeneratorEffect effect;
   effect.states_.reserve(gens.size());
   for (at::Generator& gen : gens) {
-    at::Tensor start = state_of(gen);
+    at::Tensor start = generator_state(gen);
     effect.states_.push_back({std::move(gen), std::move(start), at::Tensor()});
   }
   return effect;
 }
 
 void GeneratorEffect::after() {
-  for (State& s : states_) s.after = state_of(s.generator);
+  for (State& s : states_) s.after = generator_state(s.generator);
 }
 
 bool GeneratorEffect::replay() const {
   for (const State& s : states_) {
     at::Generator gen = s.generator;
-    if (!same_state(state_of(gen), s.before)) return false;
+    if (!same_state(generator_state(gen), s.before)) return false;
   }
   for (const State& s : states_) {
     at::Generator gen = s.generator;
-    set_state(gen, s.after);
+    set_generator_state(gen, s.after);
   }
   return true;
 }
@@ -96,7 +82,7 @@ bool GeneratorEffect::replay() const {
 void GeneratorEffect::rewind() const {
   for (const State& s : states_) {
     at::Generator gen = s.generator;
-    set_state(gen, s.before);
+    set_generator_state(gen, s.before);
   }
 }
 
@@ -107,7 +93,7 @@ void GeneratorEffect::collect(std::vector<at::Generator>& gens) const {
 GeneratorStash::GeneratorStash(std::vector<at::Generator> generators) {
   states_.reserve(generators.size());
   for (at::Generator& gen : generators) {
-    at::Tensor state = state_of(gen);
+    at::Tensor state = generator_state(gen);
     states_.emplace_back(std::move(gen), std::move(state));
   }
 }
@@ -115,7 +101,7 @@ GeneratorStash::GeneratorStash(std::vector<at::Generator> generators) {
 GeneratorStash::~GeneratorStash() {
   for (auto& [gen, state] : states_) {
     try {
-      set_state(gen, state);
+      set_generator_state(gen, state);
     } catch (...) {  // a destructor: set_state of a state it read itself does not throw
     }
   }
