@@ -49,7 +49,7 @@ int64_t output_bytes(c10::ArrayRef<c10::IValue> outputs) {
 }
 
 // Records every op of a plain forward as the selective machinery classifies it
-// (selective_contexts.cpp's CachingInterceptor): ignored ops left out, the others counted per
+// (caching_interceptor.cpp's CachingInterceptor): ignored ops left out, the others counted per
 // overload, hidden from the policy when they alias or are autocast's parameter casts.
 class OpRecorder final : public detail::OpInterceptor {
  public:

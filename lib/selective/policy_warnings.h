@@ -1,5 +1,5 @@
 // The warnings a selective region gives at the end of its forward when its policy kept nothing,
-// or kept more bytes than no checkpointing would hold (selective_contexts.cpp): each said once
+// or kept more bytes than no checkpointing would hold (policy_warnings.cpp): each said once
 // per kind of region, for the first few kinds of a process.
 #pragma once
 

@@ -1,0 +1,193 @@
+// The forward interceptor of a selective region: runs each op, asks the policy, keeps the outputs
+// of saved ops (copy-on-write or carrying the writes that follow), records the forward trace.
+#include "dispatch_interceptor.h"
+#include "draw_mask.h"
+#include "engine/internal_ops.h"
+#include "generator_effect.h"
+#include "sac_state.h"
+
+#include <recompose/checkpoint_error.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace recompose::detail {
+namespace {
+
+class CachingInterceptor final : public OpInterceptor {
+ public:
+  explicit CachingInterceptor(SacState& s) : s_(s) {}
+
+  void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+    const OpTraits& traits = OpTraits::of(op);
+    if (traits.ignored) {
+      run_below(op, stack);
+      return;
+    }
+    if (autocast_cacheable_cast(traits, op, *stack)) {  // in the trace, never in the log
+      s_.trace.begin(op, traits, *stack);
+      run_below(op, stack);
+      s_.trace.end(*stack, nullptr, 0, nullptr);
+      return;
+    }
+    if (!s_.carried_unversioned.empty()) s_.version_carried_writes();
+    OpCalls& calls = s_.log.calls_of(op);
+    const auto call_index = static_cast<int64_t>(calls.slots.size());
+    if (traits.returns_alias) {
+      if (traits.writes_argument) {
+        // In place or out=: a new version of the storage it writes into (bernoulli_ of dropout
+        // on CPU: with its generators' state).
+        std::vector<CarriedWrite> carried;
+        if (!s_.kept_storages.empty()) {
+          protect_kept_outputs(op, traits, *stack, traits.carriable ? &carried : nullptr);
+        }
+        s_.trace.begin(op, traits, *stack);
+        std::unique_ptr<GeneratorEffect> rng;
+        if (traits.random)
+          rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
+        run_below(op, stack);
+        // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
+        std::unique_ptr<DrawMask> draw;
+        if (rng && traits.draw && !stack->empty() && stack->back().isTensor()) {
+          draw = DrawMask::capture(stack->back().toTensor());
+        }
+        s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
+        for (const CarriedWrite& c : carried) {
+          s_.trace.carry_write(c.written);
+          s_.carried_unversioned.emplace_back(c.calls, c.index);
+        }
+        OpSlot& writer = calls.slots.emplace_back();
+        if (!carried.empty()) {  // one written argument: one carrier
+          writer.carried_write = true;
+          writer.carrier = carried.front().calls;
+          writer.carrier_index = carried.front().index;
+        }
+      } else {
+        run_below(op, stack);  // a view: the trace names tensors by storage and layout
+        calls.slots.emplace_back();
+      }
+      return;
+    }
+    if (!s_.kept_storages.empty()) protect_kept_outputs(op, traits, *stack, nullptr);
+    const c10::FunctionSchema& schema = op.schema();
+    const size_t n_args = schema.arguments().size();
+    if (stack->size() < n_args) internal_stack_error(op);
+    // The policy sees the arguments after the op ran (upstream passes the outputs too).
+    torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+    s_.trace.begin(op, traits, *stack);
+    std::optional<GeneratorEffect> rng;
+    if (traits.random) rng = GeneratorEffect::before(op, *stack);
+    run_below(op, stack);
+    const size_t n_out = schema.returns().size();
+    SelectiveCheckpointContext ctx;
+    ctx.outputs = c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out);
+    ctx.call_index = call_index;
+    // The policy's own ops, if any, are seen by no interceptor (it runs inside intercept()).
+    CheckpointPolicy decision = s_.policy(ctx, op, args);
+    check_decision(decision, op, call_index);
+    // An op that also writes into an argument (rrelu_with_noise's noise): its kept outputs cannot
+    // stand in for the write a recomputation needs. See Note [ Early stop after the op's own
+    // writes ].
+    if (traits.writes_argument && keeps_output(decision))
+      decision = CheckpointPolicy::PREFER_RECOMPUTE;
+    if (s_.keeps_nothing_inside_full && keeps_output(decision))
+      decision = CheckpointPolicy::PREFER_RECOMPUTE;
+    if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
+    s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
+    OpSlot& slot = calls.slots.emplace_back();
+    if (keeps_output(decision)) {
+      slot.kind = OpSlot::Kind::Saved;
+      if (rng) {
+        rng->after();
+        slot.rng = std::make_unique<GeneratorEffect>(std::move(*rng));
+      }
+      slot.entry = CacheEntry::capture(
+          ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
+      s_.kept_device_bytes += slot.entry.bytes();
+      for (const c10::StorageImpl* st : slot.entry.storages()) {
+        s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
+      }
+      if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
+      s_.trace.end(*stack, &calls, static_cast<uint32_t>(calls.slots.size() - 1), nullptr);
+    } else {
+      s_.trace.end(*stack, nullptr, 0,
+                   rng ? std::make_unique<GeneratorEffect>(std::move(*rng)) : nullptr);
+    }
+  }
+
+ private:
+  // A kept output whose cache entry takes the value an in-place op is about to write.
+  struct CarriedWrite {
+    at::Tensor written;
+    OpCalls* calls;  // the kept op's slot (an index: the op may add slots before it is carried)
+    size_t index;
+  };
+
+  // An op about to write into the storage of a kept output (possibly through a TensorImpl with
+  // its own version counter, as aten::_unsafe_view's output in a 3-d nn::Linear with bias). When
+  // the op may be carried (`carried` given: in place into one argument, not random), nothing that
+  // a recomputation runs has read the kept output since it was kept, and the output is held on
+  // the device as the op returned it, the entry keeps the value after the write (sdpa's math path
+  // adding the mask into bmm's output; a Linear's bias): no copy, and no write to run again in
+  // the replay or in a recomputation that runs the forward again (leave_written). Otherwise the
+  // entry keeps a copy of the value before the write, which the recomputation writes into rather
+  // than into the forward's tensors.
+  void protect_kept_outputs(const c10::OperatorHandle& op, const OpTraits& traits,
+                            const torch::jit::Stack& stack, std::vector<CarriedWrite>* carried) {
+    const size_t base = stack.size() - op.schema().arguments().size();
+    for (const uint32_t i : traits.written_arguments) {
+      const c10::IValue& v = stack[base + i];
+      if (v.isTensor()) {
+        protect_kept_in(v.toTensor(), carried);
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) protect_kept_in(t, carried);
+      }
+    }
+  }
+
+  void protect_kept_in(const at::Tensor& written, std::vector<CarriedWrite>* carried) {
+    if (!written.has_storage()) return;
+    const c10::StorageImpl* storage = written.storage().unsafeGetStorageImpl();
+    auto [first, last] = s_.kept_storages.equal_range(storage);
+    std::vector<std::pair<OpCalls*, size_t>> slots;
+    for (auto it = first; it != last; ++it) slots.push_back(it->second);
+    if (carried != nullptr && slots.size() == 1) {
+      auto [calls, index] = slots.front();
+      OpSlot& slot = calls->slots[index];
+      for (const CarriedWrite& c : *carried) {
+        if (c.calls == calls && c.index == index) return;  // written twice: carried once
+      }
+      if (!slot.rng && !slot.entry.offloaded() &&
+          s_.trace.kept_output_unread(written, calls, static_cast<uint32_t>(index))) {
+        carried->push_back(CarriedWrite{written, calls, index});
+        return;
+      }
+    }
+    for (auto [calls, index] : slots) {
+      OpSlot& slot = calls->slots[index];
+      // Forget every storage of this entry, then keep copies (new storages, not registered:
+      // nothing else writes into them).
+      for (const c10::StorageImpl* st : slot.entry.storages()) {
+        auto [b, e] = s_.kept_storages.equal_range(st);
+        for (auto it = b; it != e;) {
+          it = (it->second.first == calls && it->second.second == index)
+                   ? s_.kept_storages.erase(it)
+                   : std::next(it);
+        }
+      }
+      slot.entry.copy_on_write();
+    }
+  }
+
+  SacState& s_;
+};
+
+}  // namespace
+
+std::unique_ptr<OpInterceptor> make_caching_interceptor(SacState& state) {
+  return std::make_unique<CachingInterceptor>(state);
+}
+
+}  // namespace recompose::detail
