@@ -9,7 +9,14 @@
 #include <recompose/hooks/registry_stats.h>
 
 #include <doctest/doctest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/serialize.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <atomic>

@@ -13,7 +13,10 @@
 #include <recompose/planner.h>
 #include <recompose/recompose.h>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/utils.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <recompose/device_memory.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #ifdef RECOMPOSE_WITH_CUDA
 #include <torch/cuda.h>

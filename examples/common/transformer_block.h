@@ -4,7 +4,9 @@
 
 #include <recompose/hooks/forward_annotation.h>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 
 #include <cmath>
 

@@ -3,7 +3,8 @@
 //   ./build/examples/hooks_demo/hooks_demo [--calls 200000]
 #include <recompose/recompose.h>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include <algorithm>
 #include <chrono>

@@ -21,7 +21,10 @@
 // --forward-only 1 times forwards alone (no backward, no recomputation): the forward's share.
 #include <recompose/recompose.h>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cstdio>

@@ -27,7 +27,10 @@
 #include <recompose/recompose.h>
 #include <recompose/selective_checkpoint.h>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>

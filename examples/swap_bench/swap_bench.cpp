@@ -15,7 +15,11 @@
 #include <recompose/selective_checkpoint.h>
 #include <recompose/swap.h>
 
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/utils.h>
 
 #ifdef RECOMPOSE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

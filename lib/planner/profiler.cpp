@@ -23,7 +23,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <torch/cuda.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <chrono>

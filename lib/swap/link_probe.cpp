@@ -5,7 +5,7 @@
 #include <recompose/copy_link.h>
 
 #include <torch/cuda.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <chrono>

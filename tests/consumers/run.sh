@@ -11,7 +11,8 @@
 # 3. cmake:       find_package(recompose) + target_link_libraries(consumer recompose::recompose)
 # 4. meson-pkgconfig: dependency('recompose') finding the installed recompose.pc
 # 5. meson-subproject: dependency('recompose') building subprojects/recompose (this checkout, with
-#    examples, benchmarks and tests off: only the two libraries and the consumer are compiled)
+#    examples, benchmarks and tests off: only the two libraries and the consumer are compiled; as a
+#    unity build, -Dunity=subprojects, as the README suggests for a project that embeds recompose)
 # Each builds tests/consumers/consumer.cpp (an annotated module, apply_checkpoint, one backward,
 # gradients checked against no checkpointing) and runs it. Any failure makes the script exit 1.
 #
@@ -201,8 +202,10 @@ revision = HEAD
 [provide]
 dependency_names = recompose
 EOF
-  # --force-fallback-for: never take an installed recompose.pc instead.
-  meson setup "$dir/build" "$dir" --force-fallback-for=recompose -Drecompose:torch_dir="$torch_dir"
+  # --force-fallback-for: never take an installed recompose.pc instead. -Dunity=subprojects: the
+  # libraries compile in a few translation units (meson.build), the consumer on its own.
+  meson setup "$dir/build" "$dir" --force-fallback-for=recompose -Drecompose:torch_dir="$torch_dir" \
+    -Dunity=subprojects
   ninja -C "$dir/build" -j "$jobs" consumer
   # Only the libraries and the consumer: no example, benchmark or test was configured.
   if ninja -C "$dir/build" -t targets all | grep -qE '(^|/)(gpt|test_checkpoint|test_hooks|checkpoint_bench):'; then

@@ -3,7 +3,8 @@
 
 #include <recompose/hooks/forward_annotation.h>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 
 #include <optional>
 #include <stdexcept>
