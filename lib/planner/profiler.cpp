@@ -156,7 +156,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   explicit Recorder(const c10::Device& device) : timeline(device) {}
 
   void enter(size_t m, const hooks::ForwardCall& call) {
-    Frame f{m, {}, 0, is_recomputing()};
+    Frame f{m, {}, 0, is_recomputing(), 0, {}};
     if (!f.recomputing) {
       f.call = spans.add_call(m);
       watch_gradients(call.input_leaves(), shared_from_this(), f.call, /*output=*/false);
