@@ -3,6 +3,7 @@
 #include <recompose/device_memory.h>
 
 #ifdef RECOMPOSE_WITH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -10,13 +11,21 @@ namespace recompose {
 namespace {
 
 #ifdef RECOMPOSE_WITH_CUDA
+// The caching allocator is made on CUDA's lazy initialisation; before it (a process that has not
+// yet touched the device) its statistics throw "Invalid device argument : did you call init?".
+// Initialising here makes the first reading 0 bytes instead of an error.
+c10::DeviceIndex initialised_index(const c10::Device& device) {
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  return device.has_index() ? device.index() : 0;
+}
+
 struct Allocated {
   int64_t current;
   int64_t peak;
 };
 Allocated allocated(const c10::Device& device) {
   const auto stats =
-      c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+      c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_index(device));
   const auto& all =
       stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
   return {all.current, all.peak};
@@ -28,7 +37,7 @@ Allocated allocated(const c10::Device& device) {
 void reset_peak_device_memory(const c10::Device& device) {
 #ifdef RECOMPOSE_WITH_CUDA
   if (device.is_cuda())
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+    c10::cuda::CUDACachingAllocator::resetPeakStats(initialised_index(device));
 #else
   (void)device;
 #endif

@@ -5,6 +5,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #ifdef RECOMPOSE_WITH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 #endif
@@ -111,7 +112,10 @@ bool cap_device_memory(const torch::Device& device, double fraction) {
 #ifdef RECOMPOSE_WITH_CUDA
   if (device.is_cuda()) {
     // The cap counts what the allocator reserved, its cached free blocks included: what the
-    // process cached before (a profile taken uncapped) goes back to the device first.
+    // process cached before (a profile taken uncapped) goes back to the device first. The
+    // allocator exists only after CUDA's lazy initialisation (a cap set before the first
+    // allocation would throw "did you call init?").
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     c10::cuda::CUDACachingAllocator::emptyCache();
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
                                                        device.has_index() ? device.index() : 0);
