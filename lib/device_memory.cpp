@@ -24,8 +24,7 @@ struct Allocated {
   int64_t peak;
 };
 Allocated allocated(const c10::Device& device) {
-  const auto stats =
-      c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_index(device));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_index(device));
   const auto& all =
       stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
   return {all.current, all.peak};
@@ -36,8 +35,7 @@ Allocated allocated(const c10::Device& device) {
 
 void reset_peak_device_memory(const c10::Device& device) {
 #ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda())
-    c10::cuda::CUDACachingAllocator::resetPeakStats(initialised_index(device));
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(initialised_index(device));
 #else
   (void)device;
 #endif
