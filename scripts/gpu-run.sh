@@ -559,10 +559,11 @@ cap_runs() {
     done
   done
   # The table: per policy that fitted, medians over both rounds.
-  local csv="$out/$phase-capped-runs.csv" full_tps="" best="" best_tps=0 ms tps peak moved n
-  echo "policy,processes,median_step_ms,tokens_per_s,own_peak_bytes,peak_x_cap,moved_per_step_bytes" >"$csv"
-  echo "under the cap ($tokens tokens per step; step: median over both rounds, first step of each process left out):"
-  printf '| %-15s | %9s | %7s | %9s | %10s | %6s | %10s |\n' policy processes "step ms" tokens/s "peak GiB" "x cap" "moved MiB"
+  local csv="$out/$phase-capped-runs.csv" full_tps="" best="" best_tps=0 ms tps peak moved n waited retries
+  echo "policy,processes,median_step_ms,tokens_per_s,own_peak_bytes,peak_x_cap,moved_per_step_bytes,host_waited_ms_per_step,allocator_retries_per_step" >"$csv"
+  echo "under the cap ($tokens tokens per step; step: median over both rounds, first step of each process left out;"
+  echo "waited: host time waiting for copies, retries: cudaMalloc retried after freeing the cache, means per step):"
+  printf '| %-15s | %9s | %7s | %9s | %10s | %6s | %10s | %9s | %7s |\n' policy processes "step ms" tokens/s "peak GiB" "x cap" "moved MiB" "waited ms" retries
   for policy in full selective every-second-mm offload-window planned; do
     if [ -z "${fits[$policy]:-}" ]; then
       printf '| %-15s | %s\n' "$policy" "$([ -n "${oom[$policy]:-}" ] && echo 'does not fit (out of memory)' || echo 'did not run to the end (above)')"
@@ -572,11 +573,13 @@ cap_runs() {
     ms=$(awk -F, 'FNR > 1 && $2 > 1 {print $4}' "$dir/$policy"-r*/loss.csv | median)
     peak=$(awk -F, 'FNR > 1 && $9 > p {p = $9} END {printf "%.0f", p}' "$dir/$policy"-r*/loss.csv)
     moved=$(awk -F, 'FNR > 1 && $8 > m {m = $8} END {printf "%.0f", m}' "$dir/$policy"-r*/loss.csv)
+    waited=$(awk -F, 'FNR > 1 && $2 > 1 {s += $12; n++} END {printf "%.2f", (n ? s / n : 0)}' "$dir/$policy"-r*/loss.csv)
+    retries=$(awk -F, 'FNR > 1 && $2 > 1 {s += $13; n++} END {printf "%.1f", (n ? s / n : 0)}' "$dir/$policy"-r*/loss.csv)
     tps=$(awk -v t="$tokens" -v ms="$ms" 'BEGIN {printf "%.0f", (ms > 0 ? t * 1000 / ms : 0)}')
-    printf '| %-15s | %9s | %7.1f | %9s | %10.2f | %6.3f | %10.1f |\n' "$policy" "$n" "$ms" "$tps" \
+    printf '| %-15s | %9s | %7.1f | %9s | %10.2f | %6.3f | %10.1f | %9s | %7s |\n' "$policy" "$n" "$ms" "$tps" \
       "$(awk -v b="$peak" 'BEGIN {print b / 1073741824}')" "$(awk -v b="$peak" -v c="$cap" 'BEGIN {print b / c}')" \
-      "$(awk -v b="$moved" 'BEGIN {print b / 1048576}')"
-    echo "$policy,$n,$ms,$tps,$peak,$(awk -v b="$peak" -v c="$cap" 'BEGIN {printf "%.4f", b / c}'),$moved" >>"$csv"
+      "$(awk -v b="$moved" 'BEGIN {print b / 1048576}')" "$waited" "$retries"
+    echo "$policy,$n,$ms,$tps,$peak,$(awk -v b="$peak" -v c="$cap" 'BEGIN {printf "%.4f", b / c}'),$moved,$waited,$retries" >>"$csv"
     [ "$policy" = full ] && full_tps=$tps
     case "$policy" in full|selective|every-second-mm)
       if [ "$tps" -gt "$best_tps" ]; then best=$policy; best_tps=$tps; fi ;;
@@ -643,7 +646,7 @@ do_cap() {
   fi
   cap_setup "${RECOMPOSE_CAP_LAYERS:-12}"
   cap_reserve=${RECOMPOSE_CAP_RESERVE_S:-150}
-  wanted 3 || cap_reserve=0
+  wanted 3 || cap_reserve=${RECOMPOSE_CAP_RESERVE_S:-0}
   if wanted 2; then
     stamp "cap, step 2 of 3: the memory cap, ${cap_flags[*]} ${cap_model[*]}"
     cap_runs || status=1

@@ -4,6 +4,7 @@
 #include "plot.h"
 #include "progress.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -13,13 +14,15 @@ namespace gpt {
 void write_csv(const std::filesystem::path& path, const PolicyResults& results) {
   std::ofstream out(path);
   out << "policy,step,loss,step_ms,bytes_held_for_backward,step_peak_bytes,peak_bytes,bytes_"
-         "swapped,own_peak_bytes\n";
+         "swapped,own_peak_bytes,offload_waits,late_reloads,swap_wait_ms,allocator_retries\n";
   out.precision(9);
   for (const auto& [policy, result] : results) {
     for (const auto& r : result.steps) {
       out << policy_name(policy) << ',' << r.step << ',' << r.loss << ',' << r.seconds * 1e3 << ','
           << r.bytes_held << ',' << r.peak_memory - r.resting_memory << ',' << r.peak_memory << ','
-          << r.bytes_swapped << ',' << r.own_peak_memory << '\n';
+          << r.bytes_swapped << ',' << r.own_peak_memory << ',' << r.offload_waits << ','
+          << r.late_reloads << ',' << r.swap_wait_seconds * 1e3 << ',' << r.allocator_retries
+          << '\n';
     }
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());
@@ -81,6 +84,28 @@ void print_summary(const TrainResult& result, Policy policy, const torch::Device
   if (result.steps.back().bytes_swapped > 0) {
     std::printf("  swapped to host    %s per step\n",
                 format_bytes(result.steps.back().bytes_swapped).c_str());
+  }
+  // Where copies or a tight cap held the steps up (all steps but the first).
+  int64_t waits = 0, late = 0, retries = 0;
+  double waited = 0;
+  for (size_t i = 1; i < result.steps.size(); ++i) {
+    const StepRecord& r = result.steps[i];
+    waits += r.offload_waits, late += r.late_reloads, retries += r.allocator_retries;
+    waited += r.swap_wait_seconds;
+  }
+  const double later_steps = static_cast<double>(std::max<size_t>(1, result.steps.size() - 1));
+  if (result.steps.back().bytes_swapped > 0 || waits > 0) {
+    std::printf(
+        "  copy stalls        %.1f offload waits, %.1f late reloads, %.2f ms host waited per step\n"
+        "                     (SwapStats, mean without the first step)\n",
+        static_cast<double>(waits) / later_steps, static_cast<double>(late) / later_steps,
+        waited / later_steps * 1e3);
+  }
+  if (device.is_cuda()) {
+    std::printf(
+        "  allocator retries  %.1f per step (cudaMalloc failed, the cache was freed and the call\n"
+        "                     retried, synchronising the device; mean without the first step)\n",
+        static_cast<double>(retries) / later_steps);
   }
 }
 

@@ -167,7 +167,11 @@ Trainer::Trainer(const Config& config, const CharDataset& data, const TrainOptio
   if (!options.save_initial_state.empty()) save_initial_state(options.save_initial_state, *model_);
   if (options.policy == Policy::Planned) {
     if (!options.plan) throw std::invalid_argument("Trainer: Policy::Planned needs a plan");
-    recompose::apply_plan(*model_, *options.plan);
+    // The trainer's own manager (apply_plan's default options), so that what the plan moves is
+    // counted like the swap policies' moves.
+    swap_manager_ = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
+    recompose::apply_plan(*model_, *options.plan,
+                          recompose::ApplyPlanOptions().swap_manager(swap_manager_));
   }
   if (options.device.is_cuda()) {
     fused_optimizer_ =
@@ -212,6 +216,7 @@ StepRecord Trainer::step(int64_t step) {
   synchronize(options_.device);
   reset_peak_memory(options_.device);
   record.resting_memory = current_memory(options_.device);
+  const int64_t retries_before = allocator_retries(options_.device);
   const int64_t faults_before = minor_page_faults();
   const double cpu_start = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
@@ -254,7 +259,14 @@ StepRecord Trainer::step(int64_t step) {
   record.peak_memory = peak_memory(options_.device);
   record.own_peak_memory = own_bytes_ + static_cast<int64_t>(inputs.nbytes() + targets.nbytes()) +
                            record.peak_memory - record.resting_memory;
-  if (swap_manager_) record.bytes_swapped = swap_manager_->stats().bytes_offloaded;
+  record.allocator_retries = allocator_retries(options_.device) - retries_before;
+  if (swap_manager_) {
+    const auto stats = swap_manager_->stats();
+    record.bytes_swapped = stats.bytes_offloaded;
+    record.offload_waits = stats.offload_waits;
+    record.late_reloads = stats.late_reloads;
+    record.swap_wait_seconds = stats.wait_seconds;
+  }
   return record;
 }
 

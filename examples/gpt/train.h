@@ -53,7 +53,15 @@ struct StepRecord {
   // trainer of the process (--compare and --sweep hold several); this leaves the others out. On
   // CPU LibTorch's AdamW allocates its state in the first step, which this counts only there.
   int64_t own_peak_memory = 0;
-  int64_t bytes_swapped = 0;  // bytes offloaded to host memory (swap policy)
+  int64_t bytes_swapped = 0;  // bytes offloaded to host memory (swap, offload, a plan's swaps)
+  // Where copies held the step up (SwapStats): offloads that waited on the host for older
+  // groups' copies, reloads not landed when backward asked, and the host time waited.
+  int64_t offload_waits = 0;
+  int64_t late_reloads = 0;
+  double swap_wait_seconds = 0;
+  // cudaMalloc calls that failed and were retried after the allocator freed its cache (a tight
+  // --memory-fraction shows here: each retry synchronises the device). 0 off CUDA.
+  int64_t allocator_retries = 0;
   int64_t page_faults = 0;    // minor page faults of the process during the step (getrusage)
   // --phase-times: forward and backward, each ended by a device synchronisation (the rest of
   // the step is the optimizer); 0 otherwise.
