@@ -62,7 +62,7 @@ struct StepRecord {
   // cudaMalloc calls that failed and were retried after the allocator freed its cache (a tight
   // --memory-fraction shows here: each retry synchronises the device). 0 off CUDA.
   int64_t allocator_retries = 0;
-  int64_t page_faults = 0;    // minor page faults of the process during the step (getrusage)
+  int64_t page_faults = 0;  // minor page faults of the process during the step (getrusage)
   // --phase-times: forward and backward, each ended by a device synchronisation (the rest of
   // the step is the optimizer); 0 otherwise.
   double forward_seconds = 0;
