@@ -34,7 +34,8 @@
 # a deadline (RECOMPOSE_CAP_DEADLINE_S, default 525 s after the start: a step that would start
 # with less than 20 s left is skipped and fails), its output in the log as it ends and its tables
 # copied to $OUT (log, cap-sweep-peak.csv/.svg, cap-uncapped.csv, cap-capped-runs.csv,
-# cap-capped-plan.json: 6 files; the runs write into build-gpu/cap): (1) gpt --sweep-peak, 12
+# cap-capped-plan.json, cap-capped-profile.json, cap-capped-planned.txt (the planned process's
+# log): 8 files; the runs write into build-gpu/cap): (1) gpt --sweep-peak, 12
 # steps, on the 12 x 1024 bf16 GPT: per peak budget (50% to 100% of no checkpointing's), the
 # plan's simulated peak, the caching allocator's peak of the run alone and the step, every run
 # interleaved step by step; (2) the memory cap on 12 blocks of width 2048, context 2048, batch 2
@@ -543,7 +544,7 @@ cap_runs() {
       rc=0
       bounded 150 "$gpt" "${flags[@]}" --memory-fraction "$frac" --steps "$cap_steps" "${cap_flags[@]}" \
         "${cap_link[@]}" --out "$rdir" "${cap_model[@]}" >"$log" 2>&1 || rc=$?
-      grep -E "^(device memory capped|--memory-fraction|profiled without|policy |  step time|  step peak|  swapped|  plan's peak|simulated peak|SKIPPED)" "$log" | sed 's/^/  /'
+      grep -E "^(device memory capped|--memory-fraction|profiled without|policy |  step time|  step peak|  swapped|  copy stalls|  allocator retries|  plan's peak|simulated peak|SKIPPED)" "$log" | sed 's/^/  /'
       if [ $rc -eq 0 ]; then
         fits[$policy]=1
         echo "  $policy: fits"
@@ -555,7 +556,11 @@ cap_runs() {
         tail -n 6 "$log" | sed 's/^/    /'
         status=1
       fi
-      if [ "$policy" = planned ] && [ "$round" = 1 ]; then cp "$rdir/plan.json" "$out/$phase-capped-plan.json" 2>/dev/null || true; fi
+      if [ "$policy" = planned ] && [ "$round" = 1 ]; then
+        cp "$rdir/plan.json" "$out/$phase-capped-plan.json" 2>/dev/null || true
+        cp "$rdir/profile.json" "$out/$phase-capped-profile.json" 2>/dev/null || true
+        cp "$log" "$out/$phase-capped-planned.txt" 2>/dev/null || true
+      fi
     done
   done
   # The table: per policy that fitted, medians over both rounds.
