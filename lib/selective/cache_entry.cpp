@@ -1,4 +1,5 @@
 #include "cache_entry.h"
+#include "trace_tensors.h"
 
 #include "engine/internal_ops.h"
 
@@ -17,16 +18,6 @@
 
 namespace recompose::detail {
 namespace {
-
-// A new TensorImpl on the same storage with the same version counter: in-place writes through
-// either are visible to the version check (what upstream's _detach_helper gets by detaching
-// with ADInplaceOrView enabled). No dispatch: cheap, and no interceptor sees it.
-at::Tensor alias_of(const at::Tensor& t) {
-  if (!t.defined()) return t;
-  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  return at::Tensor(impl->shallow_copy_and_detach(impl->version_counter(),
-                                                  /*allow_tensor_metadata_change=*/false));
-}
 
 // A new TensorImpl on the same storage with a version counter of its own: what a recomputation
 // gets from an entry that carries the forward's later writes (accept_write), which it skips but

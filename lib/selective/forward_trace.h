@@ -16,6 +16,7 @@
 #include "generator_effect.h"
 #include "op_log.h"
 #include "op_traits.h"
+#include "replay_plan.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -95,11 +96,18 @@ class ForwardTrace {
   // per kept op the replay needs, in forward order, after every check that can be made up front.
   // It returns true when the tensors it hands are the replay's alone (CacheEntry::private_copies):
   // the replay then writes into them rather than into copies.
+  // It plans (plan_replay), checks the inputs and outside tensors the plan reads, then runs the
+  // plan (replay_executor.cpp). See Note [ The replay's contract ] (replay_plan.cpp).
   using ReplayKept = std::function<bool(const c10::OperatorHandle& op, OpCalls& calls,
                                         uint32_t slot, torch::jit::Stack* out)>;
   ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
                        const std::vector<bool>& needed, const ReplayKept& replay_kept,
                        std::vector<at::Tensor>& out) const;
+
+  // The replay that rebuilding saved tensor i for each needed[i] would run, or why the region
+  // cannot be replayed (ReplayPlan::fallback). Runs nothing. Throws CheckpointError only for a
+  // broken invariant of the trace (an internal error).
+  ReplayPlan plan_replay(bool rng_preserved, const std::vector<bool>& needed) const;
 
   std::size_t op_count() const { return nodes_.size(); }
 
@@ -175,6 +183,18 @@ class ForwardTrace {
     uint32_t position;  // recorded ops before it was saved
     TensorUse use;
   };
+
+  class Executor;  // one run of a ReplayPlan (replay_executor.cpp)
+
+  // plan_replay's steps (replay_plan.cpp); each returns why the region cannot be replayed, or "".
+  static c10::ArrayRef<TensorUse> uses_read(const Node& node);
+  std::string mark_producer(const TensorUse& use, std::vector<char>& run) const;
+  std::string why_not_runnable(const Node& node, bool rng_preserved) const;
+  std::string mark_run_set(bool rng_preserved, const std::vector<bool>& needed,
+                           std::vector<char>& run) const;
+  std::string note_reads(const std::vector<bool>& needed, ReplayPlan& plan) const;
+  // The region inputs and outside tensors the plan reads, as they are now.
+  std::string check_sources(const ReplayPlan& plan, const std::vector<at::Tensor>& inputs) const;
 
   TensorUse use_of(const at::Tensor& t);
   uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight

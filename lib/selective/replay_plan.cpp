@@ -1,0 +1,151 @@
+// ForwardTrace::plan_replay: which recorded ops a replay runs, and when it may drop what it made.
+// Pure: reads the trace and the needed set, runs nothing, throws only for a broken invariant.
+
+#include "replay_plan.h"
+#include "forward_trace.h"
+
+#include <recompose/checkpoint_error.h>
+
+#include <algorithm>
+
+namespace recompose::detail {
+
+// Note [ The replay's contract ]
+// When backward first needs a selective region, the saved tensors the policy dropped are rebuilt
+// without the region's code: ForwardTrace::plan_replay picks the recorded ops that produce the
+// versions those saved tensors read (and the ops these need), back to kept outputs, region inputs
+// and tensors from outside the region; ForwardTrace::replay runs them in forward order below
+// autograd, autocast and any dispatch mode.
+//  - Kept outputs are handed by their cache entries (the policy's checks apply); a write of the
+//    forward carried into a kept output (ForwardTrace::carry_write) is never run again.
+//  - A kept draw (DrawMask) is written back where the forward drew; other random ops run with
+//    their generators where the forward found them, and the generators end where backward found
+//    them.
+//  - Each tensor is dropped after its last read, so a replay holds no more than a rerun would.
+//  - What the plan cannot rebuild exactly makes the region fall back, with the reason counted
+//    (SelectiveReplayStats): an op whose arguments it cannot rebuild, a write into a tensor from
+//    outside the region or undeclared in the schema (but native_batch_norm's, see Note [ Batch
+//    norm replayed without its running statistics ]), a kept op that writes into an argument, a
+//    random op under preserve_rng_state(false), views of another dtype, an outside tensor
+//    written since the forward, inputs that came back in another layout, an op that returns
+//    another layout than in the forward. Every other inconsistency is an internal error.
+// The fallback runs the region's forward again under the recompute context (the rerun).
+
+void replay_invariant_broken(const std::string& what) {
+  throw CheckpointError("recompose: internal error in the selective replay: " + what +
+                        "; please report it with the region's code");
+}
+
+c10::ArrayRef<TensorUse> ForwardTrace::uses_read(const Node& node) {
+  // A kept draw reads only the tensor it is written into.
+  if (node.draw)
+    return c10::ArrayRef<TensorUse>(node.uses).slice(node.args[0].first, node.args[0].count);
+  return node.uses;
+}
+
+std::string ForwardTrace::mark_producer(const TensorUse& use, std::vector<char>& run) const {
+  if (use.storage == TensorUse::kUndefined) return {};
+  if (use.storage == TensorUse::kUnsupported)
+    return "a tensor it needs has no strided storage or has its conjugate or negative bit set";
+  const Storage& s = storages_[use.storage];
+  if (s.source == Storage::Source::Op && use.version == s.kept_version) {
+    run[s.op] = 1;  // what its op made, or a value the kept output carries (carry_write)
+  } else if (use.version < s.kept_version) {
+    // carry_write happens only while nothing read the value before the write.
+    replay_invariant_broken("a value of a kept output before a write it carries is needed");
+  } else if (use.version > 0) {
+    if (s.source != Storage::Source::Op)
+      return "it needs a region input or an outside tensor after an op of the region wrote into it";
+    run[s.writers[use.version - 1]] = 1;
+  }
+  return {};
+}
+
+std::string ForwardTrace::why_not_runnable(const Node& node, bool rng_preserved) const {
+  const std::string name = node.op.schema().name();
+  if (!node.complete || node.unsupported)
+    return "it needs " + name + ", whose arguments it cannot rebuild";
+  if (node.hidden_writes && node.kept_calls == nullptr) {
+    return "it needs " + name +
+           ", which writes into arguments its schema does not declare (batch norm's running "
+           "statistics)";
+  }
+  for (uint32_t w : node.writes) {
+    if (storages_[w].source != Storage::Source::Op)
+      return "it needs " + name + ", which writes into a tensor from outside the region";
+    if (node.kept_calls != nullptr)
+      return "it needs " + name + ", a kept op that writes into an argument";
+  }
+  if (node.kept_calls == nullptr && node.rng && !rng_preserved)
+    return "it needs the random op " + name + " and preserve_rng_state is off";
+  return {};
+}
+
+std::string ForwardTrace::mark_run_set(bool rng_preserved, const std::vector<bool>& needed,
+                                       std::vector<char>& run) const {
+  // Producers precede consumers: one backward pass over the ops.
+  run.assign(nodes_.size(), 0);
+  for (const Saved& s : saved_) {
+    if (s.index >= needed.size() || !needed[s.index]) continue;
+    if (std::string why = mark_producer(s.use, run); !why.empty()) return why;
+  }
+  for (std::size_t n = nodes_.size(); n-- > 0;) {
+    if (!run[n]) continue;
+    const Node& node = nodes_[n];
+    if (std::string why = why_not_runnable(node, rng_preserved); !why.empty()) return why;
+    if (node.kept_calls != nullptr) continue;  // answered by its cache entry
+    for (const TensorUse& u : uses_read(node)) {
+      if (std::string why = mark_producer(u, run); !why.empty()) return why;
+    }
+  }
+  return {};
+}
+
+std::string ForwardTrace::note_reads(const std::vector<bool>& needed, ReplayPlan& plan) const {
+  plan.last_write.assign(storages_.size(), -1);
+  plan.last_use.assign(storages_.size(), -1);
+  plan.viewed.assign(storages_.size(), 0);
+  auto note_use = [&](const TensorUse& u, int64_t step) -> std::string {
+    if (u.storage >= TensorUse::kUnsupported) return {};
+    const Storage& s = storages_[u.storage];
+    plan.last_use[u.storage] = std::max(plan.last_use[u.storage], step);
+    if (u.geometry == s.base) return {};
+    if (u.geometry.dtype != s.base.dtype) return "it needs a view of another dtype than its base";
+    plan.viewed[u.storage] = 1;
+    return {};
+  };
+  for (std::size_t n = 0; n < nodes_.size(); ++n) {
+    if (!plan.run[n]) continue;
+    for (uint32_t w : nodes_[n].writes) plan.last_write[w] = static_cast<int64_t>(n);
+    if (nodes_[n].kept_calls != nullptr) continue;
+    for (const TensorUse& u : uses_read(nodes_[n])) {
+      if (std::string why = note_use(u, static_cast<int64_t>(n)); !why.empty()) return why;
+    }
+  }
+  for (const Saved& s : saved_) {
+    if (!needed[s.index]) continue;
+    if (std::string why = note_use(s.use, s.position); !why.empty()) return why;
+  }
+  plan.drop_after.assign(nodes_.size() + 1, {});
+  for (uint32_t id = 0; id < storages_.size(); ++id) {
+    if (plan.last_use[id] >= 0)
+      plan.drop_after[static_cast<std::size_t>(plan.last_use[id])].push_back(id);
+  }
+  return {};
+}
+
+ReplayPlan ForwardTrace::plan_replay(bool rng_preserved, const std::vector<bool>& needed) const {
+  ReplayPlan plan;
+  if (poisoned_ || pending_) {
+    plan.fallback = "an op of the forward threw";
+  } else if (saved_.size() != needed.size()) {
+    plan.fallback = "its forward context did not see every tensor the region saved";
+  } else {
+    plan.fallback = mark_run_set(rng_preserved, needed, plan.run);
+    if (plan.fallback.empty()) plan.fallback = note_reads(needed, plan);
+  }
+  if (!plan.replayable()) plan = ReplayPlan{plan.fallback, {}, {}, {}, {}, {}};
+  return plan;
+}
+
+}  // namespace recompose::detail
