@@ -23,5 +23,5 @@ fi
 echo "[run-example] 1/2: every checkpointing policy, same seed, 20 steps: gpt --compare --steps 20"
 "$gpt" --compare --steps 20 --sample 0
 echo
-echo "[run-example] 2/2: training with selective checkpointing: gpt --policy selective --steps 300"
-exec "$gpt" --policy selective --steps 300
+echo "[run-example] 2/2: training with selective checkpointing: gpt --policy selective --steps 200"
+exec "$gpt" --policy selective --steps 200
