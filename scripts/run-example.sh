@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Command (1) of the README: set up, build, and show recompose at work on the main example (a
 # character-level GPT, CPU unless CUDA is built in and a GPU is here). From a clean clone on the
-# project's 2-core machine with the LibTorch wheel cached: 128 s (build ~80 s, example ~45 s):
+# project's 2-core machine with the LibTorch wheel cached: 110-111 s (build ~76 s, example ~34 s):
 #   1. every policy (none, full, selective, swap) for 20 steps from the same seed, one table:
 #      identical losses, and the memory each policy holds for backward;
 #   2. training with selective checkpointing (transformer_policy on every block).
