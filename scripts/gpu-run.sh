@@ -35,7 +35,8 @@
 # with less than 20 s left is skipped and fails), its output in the log as it ends and its tables
 # copied to $OUT (log, cap-sweep-peak.csv/.svg, cap-uncapped.csv, cap-capped-runs.csv,
 # cap-capped-plan.json, cap-capped-profile.json, cap-capped-planned.txt (the planned process's
-# log): 8 files; the runs write into build-gpu/cap): (1) gpt --sweep-peak, 12
+# log), cap-capped-planned-profile-planned.json.gz (its Kineto trace): 9 files; the runs write
+# into build-gpu/cap): (1) gpt --sweep-peak, 12
 # steps, on the 12 x 1024 bf16 GPT: per peak budget (50% to 100% of no checkpointing's), the
 # plan's simulated peak, the caching allocator's peak of the run alone and the step, every run
 # interleaved step by step; (2) the memory cap on 12 blocks of width 2048, context 2048, batch 2
@@ -43,8 +44,10 @@
 # interleaved (gpt --compare --policies offload-window), which sets the cap at none's resting
 # memory plus 0.75 of its step (RECOMPOSE_CAP_SHARE); then one process per policy under that
 # --memory-fraction (none must run out of memory; full, selective, every-second-mm, the
-# never-stall offload, the planner at peak= 0.95 of the cap), and again in the reverse order those
-# that fitted: tokens/s, peak and bytes moved per policy (cap_runs); (3) examples/sharded on CUDA
+# never-stall offload, the planner at peak= 0.95 and 0.925 of the cap), and again in the reverse
+# order those that fitted: tokens/s, peak, bytes moved, copy waits and allocator retries per
+# policy, then a Kineto profile of the plan under the cap (cap_runs; on the H200 the step took
+# 139 s with both rounds before planned-lo and the profile, about 70 s more with them); (3) examples/sharded on CUDA
 # (gpu_check.sh: NCCL at world 1, Gloo at world 2, --check against unsharded training with and
 # without checkpointing and offload, collective counts, the offload copies' time against the
 # collectives'). Exits non-zero if a step failed; the later steps still run.
@@ -486,11 +489,15 @@ cap_setup() {  # layers
 #     or the planner does not, or if a run fails otherwise than out of memory.
 cap_runs() {
   local status=0 gpt="$build/examples/gpt/gpt" dir=$cap_dir policy round rc log rdir total
-  local none_peak="" none_rest="" cap frac budget_mib tokens share plan_share
+  local none_peak="" none_rest="" cap frac budget_mib budget_lo_mib tokens share plan_share plan_share_lo
   local -a flags order fitted
-  local -A fits=() oom=()  # policy -> 1: it ran to the end / ran out of memory in some round
+  local -A fits=() oom=() refused=()  # policy -> 1: it ran to the end / ran out of memory / had no plan
   share=${RECOMPOSE_CAP_SHARE:-0.75}
   plan_share=${RECOMPOSE_CAP_PLAN_SHARE:-0.95}
+  # A second plan with more headroom under the cap (run18 on the H200: at 0.943x the cap the
+  # allocator retried 1.3 cudaMalloc calls per step, the fixed policies at 0.907x none).
+  # Full checkpointing peaked at 0.907x the cap there: below that the planner has no plan.
+  plan_share_lo=${RECOMPOSE_CAP_PLAN_SHARE_LOW:-0.925}
   tokens=$(($(flag_value --batch "${cap_model[@]}") * $(flag_value --context "${cap_model[@]}")))
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -511,16 +518,17 @@ cap_runs() {
   else
     total=$(($(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n1) * 1048576))
   fi
-  read -r cap frac budget_mib < <(awk -v p="$none_peak" -v r="$none_rest" -v t="$total" -v s="$share" \
-    -v b="$plan_share" 'BEGIN {c = r + s * (p - r); printf "%.0f %.4f %d\n", c, c / t, c * b / 1048576}')
+  read -r cap frac budget_mib budget_lo_mib < <(awk -v p="$none_peak" -v r="$none_rest" -v t="$total" -v s="$share" \
+    -v b="$plan_share" -v l="$plan_share_lo" 'BEGIN {c = r + s * (p - r); printf "%.0f %.4f %d %d\n", c, c / t, c * b / 1048576, c * l / 1048576}')
   awk -v p="$none_peak" -v r="$none_rest" -v c="$cap" -v t="$total" -v f="$frac" -v m="$budget_mib" -v s="$share" 'BEGIN {
     g = 1073741824
     printf "cap: none alone peaks at %.2f GiB, %.2f GiB of it resting (weights, optimizer state, batch);\n", p / g, r / g
     printf "  cap = resting + %s of its step = %.2f GiB = --memory-fraction %s of %.2f GiB; planner: --budget peak=%dMiB\n", s, c / g, f, t / g, m}'
+  echo "  planned-lo: --budget peak=${budget_lo_mib}MiB (${plan_share_lo} of the cap)"
   awk -F, '$1 == "offload-window" && $2 > 1 && $9 > p {p = $9} END {if (p > 0) printf "  offload-window alone peaks at %.2f GiB without the cap\n", p / 1073741824}' \
     "$dir/uncapped/compare.csv"
   # (c)
-  order=(none full selective every-second-mm offload-window planned)
+  order=(none full selective every-second-mm offload-window planned planned-lo)
   for round in 1 2; do
     if [ "$round" = 2 ] && [ $((deadline - SECONDS)) -lt "$cap_reserve" ]; then
       echo "round 2 left out: $((deadline - SECONDS)) s left before the deadline, and the next step keeps $cap_reserve s"
@@ -539,6 +547,8 @@ cap_runs() {
       flags=(--policy "$policy")
       if [ "$policy" = planned ]; then
         if [ "$round" = 1 ]; then flags=(--budget "peak=${budget_mib}MiB"); else flags=(--plan "$dir/planned-r1/plan.json"); fi
+      elif [ "$policy" = planned-lo ]; then
+        if [ "$round" = 1 ]; then flags=(--budget "peak=${budget_lo_mib}MiB"); else flags=(--plan "$dir/planned-lo-r1/plan.json"); fi
       fi
       stamp "under the cap, round $round: gpt ${flags[*]} --memory-fraction $frac --steps $cap_steps ${cap_flags[*]} ${cap_link[*]} ${cap_model[*]}"
       rc=0
@@ -551,6 +561,10 @@ cap_runs() {
       elif grep -q -i 'out of memory' "$log"; then
         oom[$policy]=1
         echo "  $policy: does not fit (out of memory under the cap)"
+      elif grep -q 'solve_plan: a peak of' "$log"; then
+        refused[$policy]=1
+        echo "  $policy: no plan at that budget:"
+        grep 'solve_plan: a peak of' "$log" | sed 's/^/    /'
       else
         echo "  FAILED: $policy (exit $rc; $log):"
         tail -n 6 "$log" | sed 's/^/    /'
@@ -569,9 +583,9 @@ cap_runs() {
   echo "under the cap ($tokens tokens per step; step: median over both rounds, first step of each process left out;"
   echo "waited: host time waiting for copies, retries: cudaMalloc retried after freeing the cache, means per step):"
   printf '| %-15s | %9s | %7s | %9s | %10s | %6s | %10s | %9s | %7s |\n' policy processes "step ms" tokens/s "peak GiB" "x cap" "moved MiB" "waited ms" retries
-  for policy in full selective every-second-mm offload-window planned; do
+  for policy in full selective every-second-mm offload-window planned planned-lo; do
     if [ -z "${fits[$policy]:-}" ]; then
-      printf '| %-15s | %s\n' "$policy" "$([ -n "${oom[$policy]:-}" ] && echo 'does not fit (out of memory)' || echo 'did not run to the end (above)')"
+      printf '| %-15s | %s\n' "$policy" "$([ -n "${oom[$policy]:-}" ] && echo 'does not fit (out of memory)' || { [ -n "${refused[$policy]:-}" ] && echo 'no plan at that budget (above)'; } || echo 'did not run to the end (above)')"
       continue
     fi
     n=$(ls "$dir/$policy"-r*/loss.csv 2>/dev/null | wc -l)
@@ -609,11 +623,24 @@ cap_runs() {
     [ -n "${fits[$policy]:-}" ] && [ -n "${oom[$policy]:-}" ] &&
       echo "  $policy fitted in one round only (marginal; its figures are of the round it fitted)"
   done
-  if [ -n "$full_tps" ] && [ "$full_tps" -gt 0 ] && [ -n "${fits[planned]:-}" ]; then
-    tps=$(awk -F, '$1 == "planned" {print $4}' "$csv")
-    awk -v p="$tps" -v f="$full_tps" -v b="$best" -v bt="$best_tps" 'BEGIN {
-      printf "  planner tokens/s x full checkpointing: %.3f (target >= 1.10): %s\n", p / f, (p / f >= 1.10 ? "yes" : "no")
-      printf "  best fixed policy that fits: %s; planner x it: %.3f\n", b, (bt > 0 ? p / bt : 0)}'
+  for policy in planned planned-lo; do
+    [ -n "$full_tps" ] && [ "$full_tps" -gt 0 ] && [ -n "${fits[$policy]:-}" ] || continue
+    tps=$(awk -F, -v q="$policy" '$1 == q {print $4}' "$csv")
+    awk -v q="$policy" -v p="$tps" -v f="$full_tps" -v b="$best" -v bt="$best_tps" 'BEGIN {
+      printf "  %s tokens/s x full checkpointing: %.3f (target >= 1.10): %s\n", q, p / f, (p / f >= 1.10 ? "yes" : "no")
+      printf "  best fixed policy that fits: %s; %s x it: %.3f\n", b, q, (bt > 0 ? p / bt : 0)}'
+  done
+  # (d) Where the plan's step goes under the cap: a Kineto profile of its last 3 steps (the
+  # Chrome trace gzipped to $out, the per-phase table in the log).
+  if [ -f "$dir/planned-r1/plan.json" ] && [ $((deadline - SECONDS)) -ge $((cap_reserve + 40)) ]; then
+    run_step "gpt --plan planned-r1/plan.json --memory-fraction $frac --steps 6 --profile 3 (the plan's step under the cap)" \
+      quietly '^[a-z-]+ +[0-9]+/[0-9]+ ' bounded 90 "$gpt" --plan "$dir/planned-r1/plan.json" --memory-fraction "$frac" \
+      --steps 6 --profile 3 "${cap_flags[@]}" "${cap_link[@]}" --out "$dir/planned-profile" "${cap_model[@]}" || status=1
+    for trace in "$dir"/planned-profile/profile-*.json; do
+      [ -f "$trace" ] && gzip -c "$trace" >"$out/$phase-capped-planned-$(basename "$trace").gz"
+    done
+  else
+    echo "the plan's profile left out: no plan, or less than $((cap_reserve + 40)) s left before the deadline"
   fi
   echo "  never-stall offload under the cap: $([ -n "${fits[offload-window]:-}" ] && echo fits || echo 'does not fit');" \
     "without the cap, against none: the compare above"
