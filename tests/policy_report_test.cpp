@@ -248,6 +248,36 @@ TEST_CASE(
   CHECK_THROWS_AS(recompose::inspect_policy(policy, nullptr, {}, "empty"), std::invalid_argument);
 }
 
+TEST_CASE("inspect_policy leaves the modules as it found them, also when the forward throws") {
+  torch::manual_seed(0);
+  ConvBlock block(4);
+  torch::Tensor x = torch::randn({2, 4, 6, 6});
+  auto& mean = block->bn1->running_mean;
+  const torch::Tensor mean_before = mean.clone();
+  const auto version_before = mean._version();
+  const torch::Tensor cpu_state = at::detail::getDefaultCPUGenerator().get_state();
+
+  (void)recompose::inspect_policy(recompose::SelectivePolicy({"aten::convolution"}), block, x);
+  CHECK(torch::equal(mean, mean_before));
+  // Put back only where written: its version counter is the one autograd checks.
+  CHECK(mean._version() == version_before);
+  CHECK(torch::equal(at::detail::getDefaultCPUGenerator().get_state(), cpu_state));
+
+  // A forward that moves the statistics and the generator, then throws in the second run.
+  int runs = 0;
+  auto throws_late = [&] {
+    (void)block->forward(x);
+    (void)torch::rand({4});
+    if (++runs == 2) throw std::runtime_error("the user's forward failed");
+  };
+  CHECK_THROWS_WITH(recompose::inspect_policy(recompose::SelectivePolicy({"aten::convolution"}),
+                                              throws_late, {block.ptr()}, "throws"),
+                    "the user's forward failed");
+  CHECK(runs == 2);
+  CHECK(torch::equal(mean, mean_before));
+  CHECK(torch::equal(at::detail::getDefaultCPUGenerator().get_state(), cpu_state));
+}
+
 TEST_SUITE_END();
 
 #ifndef RECOMPOSE_TEST_NO_PLANNER

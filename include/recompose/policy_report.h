@@ -70,8 +70,10 @@ struct PolicyReport {
 std::ostream& operator<<(std::ostream& out, const PolicyReport& report);
 
 // Runs `forward` without checkpointing, then as a checkpointed region with `policy`, and reports.
-// `state_modules`: the modules `forward` calls, whose buffers are put back after each run (and
-// preserved as CheckpointOptions::state_modules does). `label` names the region in the report and
+// `state_modules`: the modules `forward` calls, whose buffers and train/eval modes, and the CPU's
+// and their CUDA devices' generators, are put back as they were after each run, also when
+// `forward` throws (without moving the buffers' version counters); the region preserves
+// them as CheckpointOptions::state_modules does. `label` names the region in the report and
 // in the warnings. Throws what `forward` and the policy throw; std::invalid_argument if `forward`
 // is empty.
 PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<void()>& forward,

@@ -3,8 +3,8 @@
 // what the device held beside the activations), then run_intercepted (ops, their outputs and
 // times, recomputation times).
 #include "backward_spans.h"
+#include "engine/model_state_guard.h"
 #include "engine/parameter_like.h"
-#include "model_state_guard.h"
 #include "planner_targets.h"
 #include "saved_tensor_tap.h"
 #include "selective/op_traits.h"

@@ -4,7 +4,7 @@
 // and the RNG state put back after each run.
 #include "dispatch_interceptor.h"
 #include "engine/format_bytes.h"
-#include "engine/rng_state.h"
+#include "engine/model_state_guard.h"
 #include "op_traits.h"
 #include "policy_warnings.h"
 
@@ -83,35 +83,6 @@ class OpRecorder final : public detail::OpInterceptor {
  private:
   std::unordered_map<c10::OperatorHandle, int64_t> calls_;
 };
-
-// Puts the buffers of the modules back as they were when it was made.
-class BufferRestorer {
- public:
-  explicit BufferRestorer(const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
-    torch::NoGradGuard no_grad;
-    for (const auto& m : modules) {
-      for (auto& b : m->buffers(/*recurse=*/true)) {
-        if (b.defined()) saved_.emplace_back(b, b.clone());
-      }
-    }
-  }
-  void restore() {
-    torch::NoGradGuard no_grad;
-    for (auto& [live, copy] : saved_) live.copy_(copy);
-  }
-
- private:
-  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
-};
-
-// The RNG state of the CPU and of the devices of the modules' parameters.
-detail::ForwardState rng_state_of(const std::vector<std::shared_ptr<torch::nn::Module>>& modules) {
-  std::vector<at::Tensor> params;
-  for (const auto& m : modules) {
-    for (const auto& p : m->parameters()) params.push_back(p);
-  }
-  return detail::capture_forward_state(params, /*preserve_rng=*/true);
-}
 
 using detail::format_bytes;
 
@@ -212,14 +183,14 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
   torch::AutoGradMode grad_on(true);  // a policy is only asked where a region saves for backward
   PolicyReport report;
   report.region = label;
-  BufferRestorer buffers(state_modules);
-  // Each run is enclosed in a restorer of the state at entry, which puts the RNG back as it was.
-  const detail::ForwardState rng_at_entry = rng_state_of(state_modules);
+  // Each run leaves the modules' buffers, modes and generators as they were on entry (also when
+  // the forward throws): the report changes nothing of what training computes.
+  detail::ModelStateGuard state(state_modules,
+                                detail::kModes | detail::kBuffers | detail::kGenerators);
 
   // 1. Plainly: every op, and what autograd holds without checkpointing.
   OpRecorder recorder;
   {
-    detail::ForwardStateRestorer rng(rng_at_entry);
     SavedTensorMeter meter;
     {
       detail::InterceptorScope scope(recorder);
@@ -227,7 +198,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     }
     report.bytes_held_without_checkpointing = meter.peak_bytes_held();
   }
-  buffers.restore();
+  state.restore();
 
   // 2. As a region with the policy: the decisions, and what the region holds.
   std::map<std::pair<std::string, int64_t>, CheckpointPolicy> decisions;
@@ -238,7 +209,6 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     return d;
   });
   {
-    detail::ForwardStateRestorer rng(rng_at_entry);
     detail::PolicyWarningsOff warnings_off;  // this report says the same with its own words
     SavedTensorMeter meter;
     auto options = CheckpointOptions().state_modules(state_modules);
@@ -254,7 +224,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     region.end(nullptr);
     report.bytes_held_with_policy = meter.peak_bytes_held();
   }
-  buffers.restore();
+  state.restore();
 
   for (auto& o : recorder.ops) {
     if (o.shown_to_policy) {
