@@ -248,6 +248,27 @@ TEST_CASE(
   CHECK_THROWS_AS(recompose::inspect_policy(policy, nullptr, {}, "empty"), std::invalid_argument);
 }
 
+TEST_CASE("inspect_policy names the save list's names that no op of the region matched") {
+  torch::nn::Sequential net(torch::nn::Linear(8, 8), torch::nn::ReLU());
+  torch::Tensor x = torch::randn({4, 8});
+  // addmm and relu run here; bmm does not, and max's dim overload does not either.
+  const recompose::SelectivePolicy policy(
+      {"aten::addmm", "aten::bmm", "aten::relu.default", "aten::max.dim"});
+  CHECK(policy.op_names().size() == 4);
+  auto report = recompose::inspect_policy(policy, net, x);
+  CHECK(report.unmatched_names == std::vector<std::string>{"aten::bmm", "aten::max.dim"});
+  CHECK(report.ops_kept == 2);
+  const std::string text = report.to_string();
+  CHECK(text.find("no op of this region matched (they keep nothing here): aten::bmm "
+                  "aten::max.dim") != std::string::npos);
+  // A callable policy has no names to check.
+  recompose::SelectivePolicy callable(
+      [](const recompose::SelectiveCheckpointContext&, const c10::OperatorHandle&,
+         const torch::jit::Stack&) { return recompose::CheckpointPolicy::MUST_SAVE; });
+  CHECK(callable.op_names().empty());
+  CHECK(recompose::inspect_policy(callable, net, x).unmatched_names.empty());
+}
+
 TEST_CASE("inspect_policy leaves the modules as it found them, also when the forward throws") {
   torch::manual_seed(0);
   ConvBlock block(4);

@@ -58,6 +58,10 @@ struct PolicyReport {
   // for backward (its inputs are not counted: the caller holds them either way).
   int64_t bytes_held_with_policy = 0;
   int64_t bytes_held_without_checkpointing = 0;
+  // Names of the policy's save list (SelectivePolicy::op_names) that no op shown to the policy in
+  // this region matched: they keep nothing here (a name the region's ops do not have, such as a
+  // composite op's, or one meant for another region). Empty for a policy made from a callable.
+  std::vector<std::string> unmatched_names;
 
   bool keeps_nothing() const { return ops_kept == 0 && ops_swapped == 0; }
   bool holds_more_than_no_checkpointing() const {

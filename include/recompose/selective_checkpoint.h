@@ -116,8 +116,13 @@ class SelectivePolicy {
     return fn_(ctx, op, args);
   }
 
+  // The op names of a save list, as given; empty for a policy made from a callable.
+  // inspect_policy reports those that no op of a region matched (PolicyReport::unmatched_names).
+  const std::vector<std::string>& op_names() const { return op_names_; }
+
  private:
   PolicyFn fn_;
+  std::vector<std::string> op_names_;
 };
 
 // The forward/recompute context pair of one region invocation for `policy` (PyTorch's

@@ -86,6 +86,25 @@ class OpRecorder final : public detail::OpInterceptor {
 
 using detail::format_bytes;
 
+// The names of the policy's save list that no op shown to it matched. An op is reported as
+// "name.overload" ("aten::max.default" for the overload without a name); a name without an
+// overload names every overload.
+std::vector<std::string> unmatched_names(const SelectivePolicy& policy,
+                                         const std::vector<PolicyReportOp>& ops) {
+  std::vector<std::string> unmatched;
+  for (const std::string& name : policy.op_names()) {
+    const bool with_overload = name.find('.') != std::string::npos;
+    bool matched = false;
+    for (const PolicyReportOp& o : ops) {
+      if (!o.shown_to_policy) continue;
+      matched = with_overload ? o.op == name : o.op.substr(0, o.op.rfind('.')) == name;
+      if (matched) break;
+    }
+    if (!matched) unmatched.push_back(name);
+  }
+  return unmatched;
+}
+
 const char* decision_name(const PolicyReportOp& op) {
   if (!op.shown_to_policy) return "always recomputed";
   if (op.swapped()) return "swapped";
@@ -167,6 +186,11 @@ std::string PolicyReport::to_string() const {
     out << line;
   }
   out << "; the region's inputs are not counted\n";
+  if (!unmatched_names.empty()) {
+    out << "  names in the policy that no op of this region matched (they keep nothing here):";
+    for (const auto& name : unmatched_names) out << " " << name;
+    out << "\n";
+  }
   for (const auto& [kind, text] : warnings_of(*this)) out << "  warning: " << text << "\n";
   return out.str();
 }
@@ -242,6 +266,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     }
   }
   report.ops = std::move(recorder.ops);
+  report.unmatched_names = unmatched_names(policy, report.ops);
   warn_once(report);
   return report;
 }

@@ -130,7 +130,7 @@ SelectivePolicy::SelectivePolicy(PolicyFn fn) : fn_(std::move(fn)) {
 }
 
 SelectivePolicy::SelectivePolicy(const std::vector<std::string>& save_ops)
-    : fn_(policy_from_names(save_ops)) {}
+    : fn_(policy_from_names(save_ops)), op_names_(save_ops) {}
 
 SelectivePolicy::SelectivePolicy(std::initializer_list<const char*> save_ops)
     : SelectivePolicy(std::vector<std::string>(save_ops.begin(), save_ops.end())) {}
