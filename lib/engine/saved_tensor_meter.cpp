@@ -2,8 +2,8 @@
 // would) and accounts the bytes of its storage until autograd releases it.
 #include "engine/internal_ops.h"
 #include "engine/meter_charge.h"
-#include "engine/parameter_like.h"
 #include "engine/saved_tensor_policy.h"
+#include "engine/tensor_accounting.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/saved_tensor_meter.h>

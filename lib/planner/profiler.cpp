@@ -4,7 +4,7 @@
 // times, recomputation times).
 #include "backward_spans.h"
 #include "engine/model_state_guard.h"
-#include "engine/parameter_like.h"
+#include "engine/tensor_accounting.h"
 #include "planner_targets.h"
 #include "saved_tensor_tap.h"
 #include "selective/op_traits.h"
@@ -43,35 +43,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string overload_name(const c10::OperatorHandle& op) {
-  const auto& name = op.schema().operator_name();
-  return name.name + "." +
-         (name.overload_name.empty() ? std::string("default") : name.overload_name);
-}
-
-// Bytes of the distinct storages of `values`' tensors, leaves requiring grad (and views of them)
-// left out, as SavedTensorMeter counts.
-int64_t storage_bytes(c10::ArrayRef<c10::IValue> values, bool skip_grad_leaves) {
-  std::set<const void*> seen;
-  int64_t bytes = 0;
-  auto add = [&](const at::Tensor& t) {
-    if (!t.defined() || !t.has_storage()) return;
-    if (skip_grad_leaves && detail::is_parameter_like(t)) return;
-    if (seen.insert(t.storage().unsafeGetStorageImpl()).second)
-      bytes += static_cast<int64_t>(t.storage().nbytes());
-  };
-  for (const auto& v : values) {
-    if (v.isTensor())
-      add(v.toTensor());
-    else if (v.isTensorList())
-      for (const at::Tensor& t : v.toTensorList().vec()) add(t);
-    else if (v.isList())
-      for (const auto& e : v.toListRef())
-        if (e.isTensor()) add(e.toTensor());
-  }
-  return bytes;
-}
-
 struct Frame {
   size_t module;
   detail::StepTimeline::Mark start;
@@ -95,21 +66,6 @@ struct Produced {
   at::Tensor tensor;
   uint32_t version;
 };
-
-// Calls `fn` on each tensor of `values` (tensors and tensor lists).
-template <class Fn>
-void for_each_tensor(c10::ArrayRef<c10::IValue> values, Fn fn) {
-  for (const auto& v : values) {
-    if (v.isTensor()) {
-      fn(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) fn(t);
-    } else if (v.isList()) {
-      for (const auto& e : v.toListRef())
-        if (e.isTensor()) fn(e.toTensor());
-    }
-  }
-}
 
 void add_once(std::vector<int64_t>& list, int64_t value) {
   if (std::find(list.begin(), list.end(), value) == list.end())
@@ -181,7 +137,8 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
         }
         inputs.emplace_back(t);
       }
-      modules[m].input_bytes += storage_bytes(inputs, /*skip_grad_leaves=*/true);
+      modules[m].input_bytes +=
+          detail::distinct_storage_bytes(inputs, /*skip_parameter_like=*/true);
       f.bytes_at_start = meter->bytes_held();
     }
     if (run == 2 && !f.recomputing) produced.clear();
@@ -246,7 +203,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
     if (frames.empty() || frames.back().recomputing) return CheckpointPolicy::MUST_SAVE;
     const auto now = timeline.mark();
     const size_t m = frames.back().module;
-    auto key = std::make_pair(overload_name(op), ctx.call_index);
+    auto key = std::make_pair(detail::overload_name(op), ctx.call_index);
     auto [it, fresh] = op_index[m].try_emplace(key, modules[m].ops.size());
     if (fresh) {
       OpProfile o;
@@ -263,14 +220,14 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
     const size_t index = it->second;
     timeline.add(last, now,
                  [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
-    o.output_bytes += storage_bytes(ctx.outputs, /*skip_grad_leaves=*/false);
+    o.output_bytes += detail::distinct_storage_bytes(ctx.outputs, /*skip_parameter_like=*/false);
     // What it reads of earlier ops' outputs: after an in-place write, the writer's value, which
     // the replay makes from the producer's (the writer is no op a policy sees). A module called
     // several times merges its calls by (op, call index); where a later call runs its ops in
     // another order (under autocast the first call alone casts the weights, later ones hit the
     // cache), a producer can stand after the reader in the merged list: that read is left out, so
     // that `reads` index earlier ops only (the replay cost walks them in order).
-    for_each_tensor(args, [&](const at::Tensor& t) {
+    detail::for_each_tensor(args, [&](const at::Tensor& t) {
       if (const Produced* p = producer_of(t, /*read=*/true); p && p->op < index)
         add_once(o.reads, static_cast<int64_t>(p->op));
     });
@@ -281,7 +238,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
             {m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
       }
     }
-    for_each_tensor(ctx.outputs, [&](const at::Tensor& t) {
+    detail::for_each_tensor(ctx.outputs, [&](const at::Tensor& t) {
       if (t.defined() && t.has_storage()) {
         produced.try_emplace(t.storage().unsafeGetStorageImpl(),
                              Produced{index, t, static_cast<uint32_t>(t._version())});

@@ -5,6 +5,7 @@
 #include "dispatch_interceptor.h"
 #include "engine/format_bytes.h"
 #include "engine/model_state_guard.h"
+#include "engine/tensor_accounting.h"
 #include "op_traits.h"
 #include "policy_warnings.h"
 
@@ -29,25 +30,6 @@
 namespace recompose {
 namespace {
 
-std::string overload_name(const c10::OperatorHandle& op) {
-  const auto& name = op.operator_name();
-  return name.name + "." + (name.overload_name.empty() ? "default" : name.overload_name);
-}
-
-int64_t output_bytes(c10::ArrayRef<c10::IValue> outputs) {
-  int64_t bytes = 0;
-  auto add = [&](const at::Tensor& t) {
-    if (t.defined() && t.has_storage()) bytes += static_cast<int64_t>(t.storage().nbytes());
-  };
-  for (const auto& v : outputs) {
-    if (v.isTensor()) add(v.toTensor());
-    if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorVector()) add(t);
-    }
-  }
-  return bytes;
-}
-
 // Records every op of a plain forward as the selective machinery classifies it
 // (caching_interceptor.cpp's CachingInterceptor): ignored ops left out, the others counted per
 // overload, hidden from the policy when they alias or are autocast's parameter casts.
@@ -60,7 +42,7 @@ class OpRecorder final : public detail::OpInterceptor {
       return;
     }
     PolicyReportOp rec;
-    rec.op = overload_name(op);
+    rec.op = detail::overload_name(op);
     rec.call_index = calls_[op]++;
     if (detail::autocast_cacheable_cast(traits, op, *stack)) {
       rec.why_hidden = "autocast parameter cast";
@@ -72,8 +54,9 @@ class OpRecorder final : public detail::OpInterceptor {
     detail::run_below(op, stack);
     const size_t n_out = op.schema().returns().size();
     if (stack->size() >= n_out) {
-      rec.output_bytes =
-          output_bytes(c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out));
+      rec.output_bytes = detail::distinct_storage_bytes(
+          c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out),
+          /*skip_parameter_like=*/false);
     }
     ops.push_back(std::move(rec));
   }
@@ -229,7 +212,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
   SelectivePolicy recording([&](const SelectiveCheckpointContext& ctx,
                                 const c10::OperatorHandle& op, const torch::jit::Stack& args) {
     const CheckpointPolicy d = policy(ctx, op, args);
-    decisions[{overload_name(op), ctx.call_index}] = d;
+    decisions[{detail::overload_name(op), ctx.call_index}] = d;
     return d;
   });
   {

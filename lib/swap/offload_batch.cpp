@@ -1,7 +1,7 @@
 #include "swap/offload_batch.h"
 
 #include "engine/internal_ops.h"
-#include "engine/parameter_like.h"
+#include "engine/tensor_accounting.h"
 #include "swap/swap_access.h"
 #include "swap/swap_core.h"
 
