@@ -19,12 +19,16 @@ c10::DeviceIndex initialised_index(const c10::Device& device) {
   return device.has_index() ? device.index() : 0;
 }
 
+auto stats_of(const c10::Device& device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_index(device));
+}
+
 struct Allocated {
   int64_t current;
   int64_t peak;
 };
 Allocated allocated(const c10::Device& device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_index(device));
+  const auto stats = stats_of(device);
   const auto& all =
       stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
   return {all.current, all.peak};
@@ -53,6 +57,15 @@ int64_t peak_device_memory(const c10::Device& device) {
 int64_t current_device_memory(const c10::Device& device) {
 #ifdef RECOMPOSE_WITH_CUDA
   if (device.is_cuda()) return allocated(device).current;
+#else
+  (void)device;
+#endif
+  return -1;
+}
+
+int64_t device_allocation_retries(const c10::Device& device) {
+#ifdef RECOMPOSE_WITH_CUDA
+  if (device.is_cuda()) return stats_of(device).num_alloc_retries;
 #else
   (void)device;
 #endif

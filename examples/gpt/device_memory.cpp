@@ -108,18 +108,6 @@ int64_t current_memory(const torch::Device& device) {
              : 0;
 }
 
-int64_t allocator_retries(const torch::Device& device) {
-#ifdef RECOMPOSE_WITH_CUDA
-  if (device.is_cuda()) {
-    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0)
-        .num_alloc_retries;
-  }
-#endif
-  (void)device;
-  return 0;
-}
-
 bool cap_device_memory(const torch::Device& device, double fraction) {
 #ifdef RECOMPOSE_WITH_CUDA
   if (device.is_cuda()) {

@@ -20,9 +20,6 @@ void reset_peak_memory(const torch::Device& device);
 int64_t peak_memory(const torch::Device& device);
 // Bytes of tensor memory allocated on `device` now.
 int64_t current_memory(const torch::Device& device);
-// cudaMalloc calls the CUDA caching allocator retried after freeing its cache, since the
-// process started (torch.cuda.memory_stats()["num_alloc_retries"]); 0 elsewhere.
-int64_t allocator_retries(const torch::Device& device);
 // Caps the CUDA caching allocator at `fraction` of the device's memory (allocations beyond it
 // fail as out of memory), after giving its cached blocks back; returns false (and does nothing)
 // elsewhere.

@@ -5,6 +5,7 @@
 #include "op_profile.h"
 #include "progress.h"
 
+#include <recompose/device_memory.h>
 #include <recompose/planner.h>
 
 #include <ATen/autocast_mode.h>
@@ -216,7 +217,7 @@ StepRecord Trainer::step(int64_t step) {
   synchronize(options_.device);
   reset_peak_memory(options_.device);
   record.resting_memory = current_memory(options_.device);
-  const int64_t retries_before = allocator_retries(options_.device);
+  const int64_t retries_before = recompose::device_allocation_retries(options_.device);
   const int64_t faults_before = minor_page_faults();
   const double cpu_start = process_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
@@ -259,7 +260,7 @@ StepRecord Trainer::step(int64_t step) {
   record.peak_memory = peak_memory(options_.device);
   record.own_peak_memory = own_bytes_ + static_cast<int64_t>(inputs.nbytes() + targets.nbytes()) +
                            record.peak_memory - record.resting_memory;
-  record.allocator_retries = allocator_retries(options_.device) - retries_before;
+  record.allocator_retries = recompose::device_allocation_retries(options_.device) - retries_before;
   if (swap_manager_) {
     const auto stats = swap_manager_->stats();
     record.bytes_swapped = stats.bytes_offloaded;

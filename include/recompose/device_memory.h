@@ -24,4 +24,9 @@ int64_t peak_device_memory(const c10::Device& device);
 // Bytes allocated on `device` now (torch.cuda.memory_allocated); -1 where not measured.
 int64_t current_device_memory(const c10::Device& device);
 
+// cudaMalloc calls the caching allocator on `device` retried after freeing its cache, since the
+// process started (torch.cuda.memory_stats()["num_alloc_retries"]): each synchronises the device,
+// and a step near a memory cap shows them. -1 where not measured. Does not throw.
+int64_t device_allocation_retries(const c10::Device& device);
+
 }  // namespace recompose

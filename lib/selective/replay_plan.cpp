@@ -7,6 +7,7 @@
 #include <recompose/checkpoint_error.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace recompose::detail {
 
@@ -144,8 +145,10 @@ ReplayPlan ForwardTrace::plan_replay(bool rng_preserved, const std::vector<bool>
     plan.fallback = mark_run_set(rng_preserved, needed, plan.run);
     if (plan.fallback.empty()) plan.fallback = note_reads(needed, plan);
   }
-  if (!plan.replayable()) plan = ReplayPlan{plan.fallback, {}, {}, {}, {}, {}};
-  return plan;
+  if (plan.replayable()) return plan;
+  ReplayPlan refused;  // the reason alone: nothing of a half-made plan
+  refused.fallback = std::move(plan.fallback);
+  return refused;
 }
 
 }  // namespace recompose::detail
