@@ -1,5 +1,6 @@
 // Module state across the recomputation: buffers updated exactly once, the forward's train/eval
 // mode, autocast's cast cache, and the process-wide switches' guards.
+#include "engine/module_state_locks.h"
 #include "engine/region_switches.h"
 #include "support/grad_check.h"
 
@@ -12,9 +13,14 @@
 #include <ATen/autocast_mode.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 using recompose::CheckpointOptions;
@@ -213,6 +219,54 @@ StepRecord train_shared(
   return rec;
 }
 
+// Threads meet here: each waits until all have arrived, or gives up after `patience`.
+class Rendezvous {
+ public:
+  explicit Rendezvous(int parties) : parties_(parties) {}
+  // True when every party arrived within `patience` of this one.
+  bool meet(std::chrono::seconds patience) {
+    std::unique_lock lock(mutex_);
+    const int64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      all_arrived_.notify_all();
+      return true;
+    }
+    if (all_arrived_.wait_for(lock, patience, [&] { return generation_ != generation; }))
+      return true;
+    --arrived_;  // gave up: later meetings count without it
+    return false;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable all_arrived_;
+  const int parties_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
+// A BatchNorm block whose recomputation waits for the other threads' recomputations: they meet
+// only if recomputations over different modules run at once.
+struct MeetingBlockImpl : torch::nn::Module {
+  explicit MeetingBlockImpl(Rendezvous* rendezvous) : rendezvous(rendezvous) {
+    fc = register_module("fc", torch::nn::Linear(4, 4));
+    bn = register_module("bn", torch::nn::BatchNorm1d(4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    if (rendezvous != nullptr && recompose::is_recomputing()) {
+      if (!rendezvous->meet(std::chrono::seconds(5))) missed_meetings.fetch_add(1);
+    }
+    return torch::tanh(bn(fc(x)));
+  }
+  Rendezvous* rendezvous;
+  std::atomic<int> missed_meetings{0};
+  torch::nn::Linear fc{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(MeetingBlock);
 }  // namespace
 
 TEST_SUITE("module state") {
@@ -597,6 +651,96 @@ TEST_SUITE("module state") {
       return at::detail::getDefaultCPUGenerator().get_state();
     };
     CHECK(torch::equal(run(false), run(true)));
+  }
+
+  TEST_CASE("four threads over their own modules recompute at once, as without recompose") {
+    // One model per thread: their buffers are distinct, so their recomputations take no lock in
+    // common (See Note [ Module state locks ]) and must all be inside the forward together.
+    constexpr int kThreads = 4;
+    constexpr int kSteps = 3;
+    auto make_model = [](Rendezvous* rendezvous) {
+      torch::manual_seed(31);
+      return MeetingBlock(rendezvous);
+    };
+    torch::manual_seed(32);
+    std::vector<torch::Tensor> inputs;
+    for (int s = 0; s < kSteps; ++s) inputs.push_back(torch::randn({6, 4}));
+    // Trains for kSteps; returns the losses, gradients and buffers of every step.
+    auto train_block = [&](MeetingBlock& block) {
+      torch::optim::SGD opt(block->parameters(), torch::optim::SGDOptions(0.1));
+      std::vector<torch::Tensor> record;
+      for (const auto& x : inputs) {
+        opt.zero_grad();
+        torch::Tensor loss = block(x).pow(2).sum();
+        loss.backward();
+        record.push_back(loss.detach());
+        for (const auto& p : block->parameters()) record.push_back(p.grad().clone());
+        opt.step();
+        for (const auto& b : block->buffers()) record.push_back(b.clone());
+      }
+      return record;
+    };
+    MeetingBlock plain = make_model(nullptr);
+    const std::vector<torch::Tensor> expected = train_block(plain);
+
+    Rendezvous rendezvous(kThreads);
+    std::vector<MeetingBlock> blocks;
+    for (int t = 0; t < kThreads; ++t) {
+      blocks.push_back(make_model(&rendezvous));
+      recompose::apply_checkpoint(blocks.back());
+    }
+    std::vector<std::vector<torch::Tensor>> records(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] { records[t] = train_block(blocks[t]); });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) {
+      CAPTURE(t);
+      CHECK(blocks[t]->missed_meetings.load() == 0);  // every recomputation met the others
+      CHECK(rt::bitwise_equal(records[t], expected));
+    }
+  }
+
+  TEST_CASE("module state locks: nested scopes count, an out-of-order wait ends in an error") {
+    using recompose::detail::ModuleStateLocks;
+    int low_object = 0, high_object = 0;  // two keys, ordered by address
+    const void* low = &low_object;
+    const void* high = &high_object;
+    if (std::less<const void*>()(high, low)) std::swap(low, high);
+    SUBCASE("a thread's nested scope over keys it holds does not wait") {
+      ModuleStateLocks outer({low, high});
+      ModuleStateLocks inner({high, low, high});
+      CHECK_FALSE(inner.empty());
+    }
+    SUBCASE("opposite nesting on two threads: the out-of-order side fails instead of hanging") {
+      const auto previous =
+          recompose::detail::set_out_of_order_patience(std::chrono::milliseconds(200));
+      Rendezvous both_hold(2);
+      std::atomic<bool> other_got_high{false};
+      std::thread other([&] {
+        ModuleStateLocks outer({low});
+        both_hold.meet(std::chrono::seconds(5));
+        ModuleStateLocks inner({high});  // in order: waits until the main thread lets go
+        other_got_high = true;
+      });
+      std::optional<std::string> error;
+      {
+        ModuleStateLocks outer({high});
+        both_hold.meet(std::chrono::seconds(5));
+        try {
+          ModuleStateLocks inner({low});  // below `high`, held by the other thread: rule 3
+        } catch (const recompose::CheckpointError& e) {
+          error = e.what();
+        }
+        CHECK_FALSE(other_got_high.load());
+      }
+      other.join();
+      recompose::detail::set_out_of_order_patience(previous);
+      REQUIRE(error.has_value());
+      CHECK(error->find("Module state locks") != std::string::npos);
+      CHECK(other_got_high.load());
+    }
   }
 
   TEST_CASE("switch guards may end in any order") {

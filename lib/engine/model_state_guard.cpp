@@ -1,6 +1,6 @@
 #include "engine/model_state_guard.h"
 
-#include "engine/generator_state.h"
+#include "engine/seen_once.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -8,7 +8,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
-#include <set>
+#include <utility>
 
 namespace recompose::detail {
 
@@ -30,8 +30,7 @@ ModelStateGuard::ModelStateGuard(torch::nn::Module& model, const c10::Device& de
 void ModelStateGuard::record(const std::vector<torch::nn::Module*>& roots, unsigned parts,
                              const std::optional<c10::Device>& device) {
   at::NoGradGuard no_grad;
-  std::set<const torch::nn::Module*> seen_modules;
-  std::set<const c10::TensorImpl*> seen;  // a module shared in the tree lists its tensors twice
+  SeenOnce<const c10::TensorImpl*> seen;  // a module shared in the tree lists its tensors twice
   std::vector<c10::Device> devices;       // CUDA devices whose default generator is recorded
   auto add_device = [&devices](const c10::Device& d) {
     if (d.is_cuda() && std::find(devices.begin(), devices.end(), d) == devices.end())
@@ -39,15 +38,9 @@ void ModelStateGuard::record(const std::vector<torch::nn::Module*>& roots, unsig
   };
   if (device) add_device(*device);
   for (torch::nn::Module* root : roots) {
-    if (parts & kModes) {
-      root_modes_.emplace_back(root, root->is_training());
-      for (const auto& item : root->named_modules("", /*include_self=*/false)) {
-        if (seen_modules.insert(item.value().get()).second)
-          modes_.emplace_back(item.value(), item.value()->is_training());
-      }
-    }
+    if (parts & kModes) modes_.add_tree(*root);
     for (const auto& p : root->parameters()) {
-      if (!p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      if (!p.defined() || !seen.insert(p.unsafeGetTensorImpl())) continue;
       add_device(p.device());
       if (parts & kParameters) values_.push_back(value_of(p));
       if (parts & kGrads) {
@@ -56,7 +49,7 @@ void ModelStateGuard::record(const std::vector<torch::nn::Module*>& roots, unsig
       }
     }
     for (const auto& b : root->buffers()) {
-      if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl()).second) continue;
+      if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl())) continue;
       add_device(b.device());
       if (parts & kBuffers) values_.push_back(value_of(b));
     }
@@ -65,7 +58,7 @@ void ModelStateGuard::record(const std::vector<torch::nn::Module*>& roots, unsig
   std::vector<at::Generator> generators{at::detail::getDefaultCPUGenerator()};
   for (const c10::Device& d : devices)
     generators.push_back(at::globalContext().defaultGenerator(d));
-  for (auto& g : generators) generators_.push_back({g, generator_state(g)});
+  generators_ = GeneratorStash(std::move(generators), /*restore_on_exit=*/false);
 }
 
 ModelStateGuard::~ModelStateGuard() {
@@ -113,17 +106,8 @@ void ModelStateGuard::restore() {
     if (!g.param.grad().is_same(g.grad.tensor)) g.param.mutable_grad() = g.grad.tensor;
     restore_value(g.grad);
   }
-  // train(bool) recurses into the children: set the roots first, then each module in pre-order.
-  bool modes_moved = false;
-  for (const auto& [m, training] : root_modes_)
-    modes_moved = modes_moved || m->is_training() != training;
-  for (const auto& [m, training] : modes_)
-    modes_moved = modes_moved || m->is_training() != training;
-  if (modes_moved) {
-    for (const auto& [m, training] : root_modes_) m->train(training);
-    for (const auto& [m, training] : modes_) m->train(training);
-  }
-  for (auto& g : generators_) set_generator_state(g.generator, g.state);
+  modes_.put_back();
+  generators_.restore();
 }
 
 }  // namespace recompose::detail

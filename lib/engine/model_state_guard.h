@@ -22,6 +22,9 @@
 // recomputation instead of copying back, is ModuleStateSnapshot (module_state_snapshot.h).
 #pragma once
 
+#include "engine/generator_state.h"
+#include "engine/module_modes.h"
+
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -79,21 +82,16 @@ class ModelStateGuard {
     at::Tensor param;
     Value grad;  // the .grad tensor on entry (undefined if none)
   };
-  struct GeneratorState {
-    at::Generator generator;
-    at::Tensor state;
-  };
   static void restore_value(Value& v);
 
   void record(const std::vector<torch::nn::Module*>& roots, unsigned parts,
               const std::optional<c10::Device>& device);
 
   int uncaught_on_entry_;
-  std::vector<std::pair<torch::nn::Module*, bool>> root_modes_;
-  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;  // pre-order
+  ModuleModes modes_;
   std::vector<Value> values_;  // parameters and buffers, each once
   std::vector<Grad> grads_;
-  std::vector<GeneratorState> generators_;
+  GeneratorStash generators_;  // put back by restore(), not by its destructor
 };
 
 }  // namespace recompose::detail

@@ -1,6 +1,8 @@
 #include "engine/module_state_snapshot.h"
 
 #include "engine/internal_ops.h"
+#include "engine/module_state_locks.h"
+#include "engine/seen_once.h"
 
 #include <ATen/Functions.h>
 #include <ATen/core/grad_mode.h>
@@ -10,55 +12,10 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
-#include <optional>
-#include <unordered_set>
 
 namespace recompose::detail {
 
-std::recursive_mutex& module_state_lock();
-
 namespace {
-
-// Sets each module's own mode, parents first: train(bool) recurses, so a child's mode is set
-// after its parent's.
-template <class Modes>
-void set_modes(const Modes& modes) {
-  for (const auto& [module, training] : modes) {
-    if (module->is_training() != training) module->train(training);
-  }
-  // A parent's train() may have overwritten a child set before it when a module appears
-  // under two parents; a second pass settles it.
-  for (const auto& [module, training] : modes) {
-    if (module->is_training() != training) module->train(training);
-  }
-}
-
-// A set of pointers that searches linearly while small and hashes once it grows.
-template <class T>
-class SeenOnce {
- public:
-  // True if `p` was not in the set (and is now).
-  bool insert(T p) {
-    if (!hashed_.empty()) return hashed_.insert(p).second;
-    if (std::find(small_.begin(), small_.end(), p) != small_.end()) return false;
-    small_.push_back(p);
-    if (small_.size() > kLinear) hashed_.insert(small_.begin(), small_.end());
-    return true;
-  }
-
- private:
-  static constexpr std::size_t kLinear = 32;
-  c10::SmallVector<T, 8> small_;
-  std::unordered_set<T> hashed_;
-};
-
-// Calls f on `module` and its descendants, parents first (the order of Module::modules(), which
-// also builds every qualified name: a string per module and region).
-template <class F>
-void for_each_module(const std::shared_ptr<torch::nn::Module>& module, const F& f) {
-  f(module);
-  for (const auto& child : module->children()) for_each_module(child, f);
-}
 
 // Points `impl` at `storage` with this geometry, directly: no op runs, so no version counter
 // moves and no dispatch mode sees it (Tensor::set_ would bump the live counter).
@@ -77,52 +34,51 @@ void point_at(c10::TensorImpl* impl, at::Storage storage, c10::IntArrayRef sizes
 ModuleStateSnapshot::ModuleStateSnapshot(
     const std::vector<std::shared_ptr<torch::nn::Module>>& roots,
     const std::shared_ptr<torch::nn::Module>& also) {
-  // The guards are for the buffer copies: taken at the first buffer (most modules have none).
-  std::optional<InternalOpsGuard> internal;
-  std::optional<at::NoGradGuard> no_grad;
-  // A module (or buffer) reached twice, through two roots or two parents, is recorded once.
-  // Regions are usually small trees: a linear search costs less than a hash set's allocations.
-  SeenOnce<const torch::nn::Module*> seen_modules;
-  SeenOnce<const c10::TensorImpl*> seen_buffers;
-  std::unique_lock<std::recursive_mutex> lock(module_state_lock(), std::defer_lock);
-  auto record = [&](const std::shared_ptr<torch::nn::Module>& module) {
-    if (!seen_modules.insert(module.get())) return;
-    modes_.emplace_back(module, module->is_training());
-    for (const auto& buffer : module->buffers(/*recurse=*/false)) {
-      if (!buffer.defined() || !seen_buffers.insert(buffer.unsafeGetTensorImpl())) continue;
-      if (!internal) {
-        internal.emplace();
-        no_grad.emplace();
-        lock.lock();  // another thread's recomputation may have this buffer pointed elsewhere
-      }
-      // Version 0 for inference tensors, which have no counter (and are never saved for backward).
-      const c10::VariableVersion& counter = buffer.unsafeGetTensorImpl()->version_counter();
-      buffers_.push_back(
-          BufferEntry{buffer, buffer.clone(), counter.enabled() ? counter.current_version() : 0});
-    }
-  };
   for (const auto& root : roots) {
-    if (root) for_each_module(root, record);
+    if (root) modes_.add_tree(root);
   }
-  if (also) for_each_module(also, record);
+  if (also) modes_.add_tree(also);
+  // A buffer reached twice (a module under two parents, a tensor registered twice) is kept once.
+  SeenOnce<const c10::TensorImpl*> seen_buffers;
+  modes_.for_each_module([&](torch::nn::Module& module) {
+    for (const auto& buffer : module.buffers(/*recurse=*/false)) {
+      if (buffer.defined() && seen_buffers.insert(buffer.unsafeGetTensorImpl())) {
+        buffers_.push_back(BufferEntry{buffer, at::Tensor(), 0});
+      }
+    }
+  });
+  if (buffers_.empty()) return;  // most modules have none: no lock, no copy
+  // Another thread's recomputation may have these buffers pointed elsewhere.
+  // See Note [ Module state locks ].
+  c10::SmallVector<const void*, 16> keys;
+  for (const auto& entry : buffers_) keys.push_back(entry.buffer.unsafeGetTensorImpl());
+  ModuleStateLocks locks(keys);
+  InternalOpsGuard internal;
+  at::NoGradGuard no_grad;
+  for (auto& entry : buffers_) {
+    // Version 0 for inference tensors, which have no counter (and are never saved for backward).
+    const c10::VariableVersion& counter = entry.buffer.unsafeGetTensorImpl()->version_counter();
+    entry.version = counter.enabled() ? counter.current_version() : 0;
+    entry.at_entry = entry.buffer.clone();
+  }
 }
 
 ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* snapshot) {
   if (!snapshot || snapshot->empty()) return;
-  for (const auto& [module, training] : snapshot->modes_) {
-    if (module->is_training() != training) {
-      // Record every mode, so that restoring (which recurses) puts each one back.
-      for (const auto& [m, _] : snapshot->modes_) modes_.emplace_back(m, m->is_training());
-      break;
-    }
-  }
+  // Every mode is recorded when one differs, so that restoring (which recurses) puts each back.
+  if (snapshot->modes_.changed()) modes_ = snapshot->modes_.current();
   // The usual case without buffers: the modes are the forward's; nothing to do.
   if (modes_.empty() && snapshot->buffers_.empty()) return;
-  lock_ = std::unique_lock<std::recursive_mutex>(module_state_lock());
+  // Held across the recomputation: other threads see these buffers and modes changed meanwhile.
+  // See Note [ Module state locks ].
+  c10::SmallVector<const void*, 16> keys;
+  for (const auto& entry : snapshot->buffers_) keys.push_back(entry.buffer.unsafeGetTensorImpl());
+  modes_.for_each_module([&](const torch::nn::Module& module) { keys.push_back(&module); });
+  locks_ = ModuleStateLocks(keys);
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   c10::InferenceMode not_inference(false);
-  if (!modes_.empty()) set_modes(snapshot->modes_);
+  if (!modes_.empty()) snapshot->modes_.put_back();
   buffers_.reserve(snapshot->buffers_.size());
   try {
     put_entry_values(*snapshot);
@@ -130,11 +86,6 @@ ModuleStateSnapshot::RecomputeScope::RecomputeScope(const ModuleStateSnapshot* s
     restore();  // what was put in place so far
     throw;
   }
-}
-
-std::recursive_mutex& module_state_lock() {
-  static std::recursive_mutex lock;
-  return lock;
 }
 
 void ModuleStateSnapshot::RecomputeScope::put_entry_values(const ModuleStateSnapshot& snapshot) {
@@ -165,8 +116,8 @@ void ModuleStateSnapshot::RecomputeScope::restore() {
   InternalOpsGuard internal;
   at::NoGradGuard no_grad;
   c10::InferenceMode not_inference(false);
-  set_modes(modes_);
-  modes_.clear();
+  modes_.put_back();
+  modes_ = ModuleModes();
 }
 
 }  // namespace recompose::detail

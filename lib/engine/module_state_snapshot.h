@@ -21,13 +21,17 @@
 // forward's and restored.
 //
 // Pointing a module's TensorImpl elsewhere is visible to every thread that uses the module, so
-// the copies at entry and the recomputation's swap are serialized by one process-wide recursive
-// lock (module_state_lock()): two threads that recompute, or enter regions over, the same
-// modules at once see whole buffers (tests/apply_checkpoint_test.cpp, "several threads"). The
-// lock is taken only where a snapshot holds buffers or modes to change, and a recomputation
-// waits on no other thread while it holds it. Code of the user's that reads a buffer on another
-// thread during a recomputation is not covered (LibTorch modules are not thread-safe for that).
+// the copies at entry and the recomputation's swap lock the state they touch, per buffer and
+// module (See Note [ Module state locks ]): two threads that recompute, or enter regions over,
+// the same modules at once see whole buffers (tests/apply_checkpoint_test.cpp, "several
+// threads"); threads over different modules recompute at once (tests/module_state_test.cpp,
+// "four threads"). Locks are taken only where a snapshot holds buffers or modes to change. Code
+// of the user's that reads a buffer on another thread during a recomputation is not covered
+// (LibTorch modules are not thread-safe for that).
 #pragma once
+
+#include "engine/module_modes.h"
+#include "engine/module_state_locks.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
@@ -35,7 +39,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 namespace torch::nn {
@@ -63,7 +66,7 @@ class ModuleStateSnapshot {
 
    private:
     void put_entry_values(const ModuleStateSnapshot& snapshot);
-    std::unique_lock<std::recursive_mutex> lock_;  // released after restore(): destroyed last
+    ModuleStateLocks locks_;  // released after restore(): destroyed last
     void restore();
     // What the module's TensorImpl held before the recomputation, put back after it.
     struct LiveBuffer {
@@ -74,7 +77,7 @@ class ModuleStateSnapshot {
       c10::VariableVersion version;
     };
     std::vector<LiveBuffer> buffers_;
-    std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
+    ModuleModes modes_;  // the live modes, when the forward's differed
   };
 
  private:
@@ -83,9 +86,8 @@ class ModuleStateSnapshot {
     at::Tensor at_entry;  // a copy of the value at the region's entry
     uint32_t version;     // its version at the region's entry
   };
-  // Pre-order (parents before children), so that train(bool), which recurses, can be replayed.
-  // Inline for small regions: the snapshot lives in the frame and then allocates nothing.
-  c10::SmallVector<std::pair<std::shared_ptr<torch::nn::Module>, bool>, 4> modes_;
+  ModuleModes modes_;  // at the region's entry
+
   std::vector<BufferEntry> buffers_;
 };
 

@@ -34,42 +34,51 @@ class CachingInterceptor final : public OpInterceptor {
     }
     if (!s_.carried_unversioned.empty()) s_.version_carried_writes();
     OpCalls& calls = s_.log.calls_of(op);
-    const auto call_index = static_cast<int64_t>(calls.slots.size());
-    if (traits.returns_alias) {
-      if (traits.writes_argument) {
-        // In place or out=: a new version of the storage it writes into (bernoulli_ of dropout
-        // on CPU: with its generators' state).
-        std::vector<CarriedWrite> carried;
-        if (!s_.kept_storages.empty()) {
-          protect_kept_outputs(op, traits, *stack, traits.carriable ? &carried : nullptr);
-        }
-        s_.trace.begin(op, traits, *stack);
-        std::unique_ptr<GeneratorEffect> rng;
-        if (traits.random)
-          rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
-        run_below(op, stack);
-        // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
-        std::unique_ptr<DrawMask> draw;
-        if (rng && traits.draw && !stack->empty() && stack->back().isTensor()) {
-          draw = DrawMask::capture(stack->back().toTensor());
-        }
-        s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
-        for (const CarriedWrite& c : carried) {
-          s_.trace.carry_write(c.written);
-          s_.carried_unversioned.emplace_back(c.calls, c.index);
-        }
-        OpSlot& writer = calls.slots.emplace_back();
-        if (!carried.empty()) {  // one written argument: one carrier
-          writer.carried_write = true;
-          writer.carrier = carried.front().calls;
-          writer.carrier_index = carried.front().index;
-        }
-      } else {
-        run_below(op, stack);  // a view: the trace names tensors by storage and layout
-        calls.slots.emplace_back();
-      }
-      return;
+    if (!traits.returns_alias) {
+      run_and_decide(op, traits, stack, calls);
+    } else if (traits.writes_argument) {
+      run_write(op, traits, stack, calls);
+    } else {
+      run_below(op, stack);  // a view: the trace names tensors by storage and layout
+      calls.slots.emplace_back();
     }
+  }
+
+ private:
+  // In place or out=: a new version of the storage it writes into (bernoulli_ of dropout on CPU:
+  // with its generators' state), possibly carried by the kept output it writes into.
+  void run_write(const c10::OperatorHandle& op, const OpTraits& traits, torch::jit::Stack* stack,
+                 OpCalls& calls) {
+    std::vector<CarriedWrite> carried;
+    if (!s_.kept_storages.empty()) {
+      protect_kept_outputs(op, traits, *stack, traits.carriable ? &carried : nullptr);
+    }
+    s_.trace.begin(op, traits, *stack);
+    std::unique_ptr<GeneratorEffect> rng;
+    if (traits.random) rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
+    run_below(op, stack);
+    // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
+    std::unique_ptr<DrawMask> draw;
+    if (rng && traits.draw && !stack->empty() && stack->back().isTensor()) {
+      draw = DrawMask::capture(stack->back().toTensor());
+    }
+    s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
+    for (const CarriedWrite& c : carried) {
+      s_.trace.carry_write(c.written);
+      s_.carried_unversioned.emplace_back(c.calls, c.index);
+    }
+    OpSlot& writer = calls.slots.emplace_back();
+    if (!carried.empty()) {  // one written argument: one carrier
+      writer.carried_write = true;
+      writer.carrier = carried.front().calls;
+      writer.carrier_index = carried.front().index;
+    }
+  }
+
+  // An op that returns new tensors: runs it, asks the policy, keeps its outputs or not.
+  void run_and_decide(const c10::OperatorHandle& op, const OpTraits& traits,
+                      torch::jit::Stack* stack, OpCalls& calls) {
+    const auto call_index = static_cast<int64_t>(calls.slots.size());
     if (!s_.kept_storages.empty()) protect_kept_outputs(op, traits, *stack, nullptr);
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
@@ -97,27 +106,26 @@ class CachingInterceptor final : public OpInterceptor {
     if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
     s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
     OpSlot& slot = calls.slots.emplace_back();
-    if (keeps_output(decision)) {
-      slot.kind = OpSlot::Kind::Saved;
-      if (rng) {
-        rng->after();
-        slot.rng = std::make_unique<GeneratorEffect>(std::move(*rng));
-      }
-      slot.entry = CacheEntry::capture(
-          ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
-      s_.kept_device_bytes += slot.entry.bytes();
-      for (const c10::StorageImpl* st : slot.entry.storages()) {
-        s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
-      }
-      if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
-      s_.trace.end(*stack, &calls, static_cast<uint32_t>(calls.slots.size() - 1), nullptr);
-    } else {
+    if (!keeps_output(decision)) {
       s_.trace.end(*stack, nullptr, 0,
                    rng ? std::make_unique<GeneratorEffect>(std::move(*rng)) : nullptr);
+      return;
     }
+    slot.kind = OpSlot::Kind::Saved;
+    if (rng) {
+      rng->after();
+      slot.rng = std::make_unique<GeneratorEffect>(std::move(*rng));
+    }
+    slot.entry = CacheEntry::capture(
+        ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
+    s_.kept_device_bytes += slot.entry.bytes();
+    for (const c10::StorageImpl* st : slot.entry.storages()) {
+      s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
+    }
+    if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
+    s_.trace.end(*stack, &calls, static_cast<uint32_t>(calls.slots.size() - 1), nullptr);
   }
 
- private:
   // A kept output whose cache entry takes the value an in-place op is about to write.
   struct CarriedWrite {
     at::Tensor written;

@@ -90,21 +90,4 @@ void GeneratorEffect::collect(std::vector<at::Generator>& gens) const {
   for (const State& s : states_) add_generator(gens, s.generator);
 }
 
-GeneratorStash::GeneratorStash(std::vector<at::Generator> generators) {
-  states_.reserve(generators.size());
-  for (at::Generator& gen : generators) {
-    at::Tensor state = generator_state(gen);
-    states_.emplace_back(std::move(gen), std::move(state));
-  }
-}
-
-GeneratorStash::~GeneratorStash() {
-  for (auto& [gen, state] : states_) {
-    try {
-      set_generator_state(gen, state);
-    } catch (...) {  // a destructor: set_state of a state it read itself does not throw
-    }
-  }
-}
-
 }  // namespace recompose::detail

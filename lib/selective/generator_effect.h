@@ -46,17 +46,4 @@ class GeneratorEffect {
   std::vector<State> states_;
 };
 
-// Keeps the states of `generators` while alive and puts them back when it goes (also when an
-// exception unwinds): a replay's rewinds leave the generators as backward found them.
-class GeneratorStash {
- public:
-  explicit GeneratorStash(std::vector<at::Generator> generators);
-  ~GeneratorStash();
-  GeneratorStash(const GeneratorStash&) = delete;
-  GeneratorStash& operator=(const GeneratorStash&) = delete;
-
- private:
-  std::vector<std::pair<at::Generator, at::Tensor>> states_;
-};
-
 }  // namespace recompose::detail

@@ -1,6 +1,7 @@
 // ForwardTrace::replay: runs a ReplayPlan (replay_plan.cpp; Note [ The replay's contract ]) below
 // autograd and autocast, with the generators of random ops where the forward found them.
 
+#include "engine/generator_state.h"
 #include "engine/kernels_only.h"
 #include "forward_trace.h"
 #include "replay_plan.h"
