@@ -6,9 +6,10 @@
 # benchmarks and the GPT comparison on the GPU (peak device memory included), and writes the raw
 # output to $OUT (or ./gpu-out) for docs/benchmarks/. Exits non-zero if anything failed.
 #
-#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded|verdict|cap]
+#   bash scripts/gpu-run.sh [all|build|test|bench|gpt|offload|compile|sharded|verdict|cap|peers]
 #   RECOMPOSE_REHEARSAL=1 bash scripts/gpu-run.sh verdict   # the same steps here, on the CPU
 #   RECOMPOSE_REHEARSAL=1 bash scripts/gpu-run.sh cap       # the same, for cap
+#   RECOMPOSE_REHEARSAL=1 bash scripts/gpu-run.sh peers     # the same, for peers
 #
 # verdict (issue 35): does the selective replay beat the straight line between none and full on
 # the device? One call of at most 9 minutes on a fresh machine: it builds only test_checkpoint,
@@ -60,6 +61,32 @@
 # RECOMPOSE_REHEARSAL=1 runs cap's steps on this machine's CPU: a 2 x 64 model for the sweep, 3 x
 # 96 for the cap (float32, a simulated link of 55 GB/s each way; the CPU has no cap), Gloo at
 # world 1 and 2 with a small model for the sharded trainer; 20-25 s once built.
+#
+# peers (issue 37): recompose against PyTorch's own, side by side, on the 12 x 1024 bf16 GPT from
+# the same weights and batches. One call of at most 9 minutes on a fresh machine: it builds only
+# gpt, then, each step under `timeout` and a deadline (RECOMPOSE_PEERS_DEADLINE_S, default 525 s
+# after the start; a step that would start with less than 20 s left is skipped and fails), each
+# step's whole output appended to $OUT/peers-raw.txt as it ends and its summary in the log:
+# (1) recompose: gpt --compare --policies full,selective (none, full, selective interleaved step
+# by step; it writes the initial weights and RNG state), then the planner at --budget 50% and 75%
+# (RECOMPOSE_PEERS_BUDGETS), a process each: step, held, peak; (2) eager Python
+# (examples/gpt/python/gpt_peer.py --state, from the venv's torch): none, full
+# (torch.utils.checkpoint, non-reentrant), SAC with transformer_policy's save list; (3)
+# torch.compile, last (gpt_peer.py --compile-budgets 1.0,0.5,0.75, RECOMPOSE_PEERS_COMPILE_BUDGETS:
+# one process, each budget's line as it ends, the third only if the deadline allows), skipped with
+# a line saying why where torch sees no CUDA device or Triton is not importable. Then one table
+# (also $OUT/peers.csv): per peer and memory level, step and peak x its own none, the recompose run
+# at the same level, recompose's step x over the peer's, and the fastest recompose run at or below
+# the peer's peak x. 4 files come back: the log, peers-raw.txt, peers.csv, peers-compare.csv.
+# Device time, estimated from the H100 logs (2026-11-26 run14/run15: the build of three targets
+# 93-111 s, gpt alone a little less; gpt --compare of 7 policies x 10 steps 25 s, a 12 x 1024 gpt
+# process 4-5 s; 2026-11-22 run3: a gpt_peer.py process of 10 steps 8-9 s; torch.compile has never
+# run on the device: 1-1.5 minutes for the first budget's warm-up, less for the others, which
+# reuse its Triton kernels, is a guess): build ~95 s, recompose ~30 s, eager ~30 s, compile 2-3
+# minutes: 5-6 minutes in all, at most 9 (the deadline), plus the machine's start (1-2 minutes).
+# RECOMPOSE_REHEARSAL=1 runs the same steps on the CPU (a 2 x 64 model, float32, 4 steps;
+# RECOMPOSE_PEER_PYTHON, or scripts/setup-python-peer.sh's lean venv), compile skipped (with
+# RECOMPOSE_PEERS_COMPILE_CPU=1 it runs on Inductor's C++ backend instead: about 2 minutes on 2 cores).
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
 # cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
@@ -118,8 +145,8 @@ fi
 
 # --- tools -------------------------------------------------------------------------------------
 rehearsal=${RECOMPOSE_REHEARSAL:-0}
-if [ "$rehearsal" = 1 ] && [ "${1:-}" != verdict ] && [ "${1:-}" != cap ]; then
-  die "RECOMPOSE_REHEARSAL=1 rehearses the verdict and cap phases only"
+if [ "$rehearsal" = 1 ] && [ "${1:-}" != verdict ] && [ "${1:-}" != cap ] && [ "${1:-}" != peers ]; then
+  die "RECOMPOSE_REHEARSAL=1 rehearses the verdict, cap and peers phases only"
 fi
 venv=${RECOMPOSE_VENV:-/opt/torch/.venv}
 # meson and ninja may be installed in the venv only (pip install meson ninja).
@@ -176,7 +203,7 @@ fi  # not the rehearsal
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 phase=${1:-all}
-case "$phase" in all|build|test|bench|gpt|offload|compile|sharded|verdict|cap) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile, sharded, verdict or cap)" ;; esac
+case "$phase" in all|build|test|bench|gpt|offload|compile|sharded|verdict|cap|peers) ;; *) die "unknown phase '$phase' (all, build, test, bench, gpt, offload, compile, sharded, verdict, cap or peers)" ;; esac
 log="$out/gpu-run-$phase$([ "$rehearsal" = 1 ] && echo -cpu-rehearsal)-$(date -u +%Y%m%dT%H%M%SZ).txt"
 build=build-gpu
 [ "$rehearsal" = 1 ] && build=${RECOMPOSE_BUILD_DIR:-build}
@@ -691,6 +718,245 @@ do_cap() {
   return $status
 }
 
+# --- issue 37: the peers phase --------------------------------------------------------------------
+# recompose against what a user would pick instead, PyTorch's own: eager torch.utils.checkpoint
+# (full and selective) and torch.compile's activation_memory_budget, on the same GPT from the same
+# weights (gpt --save-initial-state, gpt_peer.py --state) and batches (the same seed), each as
+# ratios to its own step without checkpointing, in one call. Every step runs under `bounded`
+# (RECOMPOSE_PEERS_DEADLINE_S, default 525 s after the start); its whole output is appended to
+# $out/peers-raw.txt as soon as it ends (the log keeps the summary lines), its figures to
+# $build/peers/results.tsv: side, level, run, step ms (median without the first step; compile:
+# without the first two, which compile), step peak MiB above weights and optimizer state, held for
+# backward MiB (recompose only), "nan" where there is none.
+peers_record() {  # side level run step_ms peak_mib held_mib
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$peers_dir/results.tsv"
+}
+
+peers_step() {  # name heading bound command...
+  local name=$1 heading=$2 bound=$3 rc=0 start=$SECONDS
+  shift 3
+  stamp "$heading"
+  bounded "$bound" "$@" >"$peers_dir/$name.txt" 2>&1 || rc=$?
+  echo "   ($name: exit $rc after $((SECONDS - start)) s)"
+  {
+    printf '==== %s: %s\n' "$name" "$heading"
+    cat "$peers_dir/$name.txt"
+    printf '==== %s: exit %s, %s s after the start\n\n' "$name" "$rc" "$SECONDS"
+  } >>"$out/peers-raw.txt"
+  if [ $rc -ne 0 ]; then
+    echo "FAILED: $heading (exit $rc$([ $rc -eq 124 ] && echo ', stopped by its timeout'); its last lines:)"
+    tail -n 6 "$peers_dir/$name.txt" | sed 's/^/  /'
+  fi
+  return $rc
+}
+
+# A gpt CSV (compare.csv or loss.csv: policy,step,loss,step_ms,held,step_peak,...): per policy,
+# "policy median_step_ms step_peak_MiB held_MiB" over the steps without the first.
+peers_gpt_rows() {  # csv
+  local policy
+  for policy in $(awk -F, 'NR > 1 && !seen[$1]++ {print $1}' "$1"); do
+    printf '%s %s %s\n' "$policy" \
+      "$(awk -F, -v p="$policy" '$1 == p && $2 > 1 {print $4}' "$1" | median)" \
+      "$(awk -F, -v p="$policy" '$1 == p && $2 > 1 {if ($6 > m) m = $6; if ($5 > h) h = $5}
+           END {printf "%.2f %.2f", m / 1048576, h / 1048576}' "$1")"
+  done
+}
+
+# The one table: per peer and memory level, step and peak as ratios to the peer's own none, the
+# recompose run at the same level (none, full, selective; the planner at the budget's fraction of
+# none's held bytes for the partitioner's activation_memory_budget), recompose's step ratio over the
+# peer's, and the fastest recompose run whose peak ratio is at or below the peer's. Also to
+# $out/peers.csv.
+peers_table() {
+  awk -F'\t' -v csv="$out/peers.csv" '
+    function ratio(a, b) { return (a == "nan" || b == "nan" || b + 0 <= 0) ? "nan" : a / b }
+    function num(x, fmt) { return x == "nan" ? "n/a" : sprintf(fmt, x) }
+    $2 == "-" { n++; side[n] = $1; level[n] = $2; run[n] = $3; ms[n] = tx[n] = px[n] = "nan"; next }
+    {
+      n++; side[n] = $1; level[n] = $2; run[n] = $3; ms[n] = $4; peak[n] = $5; held[n] = $6
+      if ($2 == "none" && !(($1) in base)) { base[$1] = n }
+      if ($1 == "recompose") rc[$2] = n
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        if (level[i] == "-") continue
+        b = base[side[i]]
+        tx[i] = b ? ratio(ms[i], ms[b]) : "nan"; px[i] = b ? ratio(peak[i], peak[b]) : "nan"
+        hx[i] = b ? ratio(held[i], held[b]) : "nan"
+      }
+      print "side,level,run,step_ms,step_x,peak_mib,peak_x,held_mib,held_x,recompose_run,recompose_step_x,recompose_peak_x,recompose_over_peer_step_x,recompose_over_peer_ms,best_recompose_at_or_below_peak,best_step_x,best_over_peer_step_x" >csv
+      printf "| %-9s | %-22s | %8s | %6s | %9s | %6s | %6s | %-11s | %6s | %6s | %9s | %10s | %-28s |\n", "side", "run", "step ms", "step x", "peak MiB", "peak x", "held x", "recompose", "step x", "peak x", "rc/peer x", "rc/peer ms", "best rc at <= peak x (/peer)"
+      printf "|-----------|------------------------|----------|--------|-----------|--------|--------|-------------|--------|--------|-----------|------------|------------------------------|\n"
+      met = 0; missed = 0; unknown = 0
+      for (i = 1; i <= n; i++) {
+        if (level[i] == "-") {
+          printf "| %-9s | %s\n", side[i], run[i]
+          printf "%s,-,%s,,,,,,,,,,,,,,\n", side[i], run[i] >>csv
+          continue
+        }
+        r = (side[i] != "recompose" && (level[i] in rc)) ? rc[level[i]] : 0
+        best = 0
+        if (side[i] != "recompose" && px[i] != "nan") {
+          for (j = 1; j <= n; j++)
+            if (side[j] == "recompose" && level[j] != "-" && px[j] != "nan" && tx[j] != "nan" && px[j] <= px[i] && (!best || tx[j] < tx[best])) best = j
+        }
+        rcx = r ? ratio(tx[r], tx[i]) : "nan"; rcms = r ? ratio(ms[r], ms[i]) : "nan"
+        bestx = best ? ratio(tx[best], tx[i]) : "nan"
+        besttext = side[i] == "recompose" ? "" : (best ? sprintf("%s %.3f (%.3f)", run[best], tx[best], bestx) : (px[i] == "nan" ? "n/a (no peak)" : "none fits"))
+        printf "| %-9s | %-22s | %8s | %6s | %9s | %6s | %6s | %-11s | %6s | %6s | %9s | %10s | %-28s |\n", side[i], run[i], num(ms[i], "%.2f"), num(tx[i], "%.3f"), num(peak[i], "%.1f"), num(px[i], "%.3f"), num(hx[i], "%.3f"), r ? run[r] : "", r ? num(tx[r], "%.3f") : "", r ? num(px[r], "%.3f") : "", r ? num(rcx, "%.3f") : "", r ? num(rcms, "%.3f") : "", besttext
+        printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", side[i], level[i], run[i], ms[i], tx[i], peak[i], px[i], held[i], hx[i], r ? run[r] : "", r ? tx[r] : "", r ? px[r] : "", rcx, rcms, best ? run[best] : "", best ? tx[best] : "", bestx >>csv
+        if (side[i] != "recompose" && level[i] != "none") {
+          if (best && tx[best] <= tx[i]) met++; else if (best || px[i] != "nan") missed++; else unknown++
+          target[i] = best ? (tx[best] <= tx[i] ? "yes" : "no") : (px[i] == "nan" ? "n/a (no peak)" : "no (no recompose run fits)")
+        }
+      }
+      print ""
+      print "step x, peak x, held x: against the same side'"'"'s none (recompose: gpt --compare'"'"'s none; eager: gpt_peer.py --policy none;"
+      print "compile: its own compiled step at budget 1.00). step ms: median without the first step (compile: without the first two,"
+      print "which compile). peak: the step'"'"'s peak above weights and optimizer state (CUDA caching allocator; none in Python on CPU)."
+      print "recompose: the run at the same level (the planner at the budget'"'"'s fraction of none'"'"'s held bytes). rc/peer x: recompose'"'"'s"
+      print "step x over the peer'"'"'s (below 1: recompose ahead); rc/peer ms: the step times themselves. best rc at <= peak x: the"
+      print "fastest recompose run whose peak x is at or below the peer'"'"'s, its step x, and that over the peer'"'"'s."
+      print "target (issue 37): at every level a peer reaches, a recompose run at or below its step x at equal or lower peak x:"
+      for (i = 1; i <= n; i++) if (i in target) printf "  %s %s: %s\n", side[i], run[i], target[i]
+      printf "  %d met, %d missed, %d without a peak to compare\n", met, missed, unknown
+    }' "$peers_dir/results.tsv"
+}
+
+# Issue 37 (see the header). Builds gpt only; then recompose (gpt --compare of none, full and
+# selective, which writes the initial state; the planner at two budgets, a process each), eager
+# Python (gpt_peer.py --state: none, full, SAC), torch.compile last (one process, the budgets in
+# order, each line as it ends: a budget the deadline cuts off is reported as such); the table.
+# Environment: RECOMPOSE_PEER_PYTHON (default $RECOMPOSE_VENV/bin/python on the device; in the
+# rehearsal scripts/setup-python-peer.sh's, lean), RECOMPOSE_PEERS_STEPS (default 20),
+# RECOMPOSE_PEERS_BUDGETS (the planner's, default 50%,75%), RECOMPOSE_PEERS_COMPILE_BUDGETS (default
+# 1.0,0.5,0.75: the reference, then the planner's levels), RECOMPOSE_PEERS_COMPILE_CPU (1: the
+# rehearsal runs compile on the CPU instead of skipping it).
+do_peers() {
+  local status=0 dev=cuda precision=(--bf16) model=("${gpt_model[@]}") steps=${RECOMPOSE_PEERS_STEPS:-20}
+  local py_threads=0 gpt="$build/examples/gpt/gpt" peer=examples/gpt/python/gpt_peer.py py reason
+  local budget policy ms peak held name state line compile_budgets b found
+  local -a run budgets cbudgets
+  deadline=$((${RECOMPOSE_PEERS_DEADLINE_S:-525}))
+  if [ "$rehearsal" = 1 ]; then
+    dev=cpu precision=() model=(--layers 2 --width 64 --heads 4 --context 64 --batch 4) steps=${RECOMPOSE_PEERS_STEPS:-4} py_threads=1
+  fi
+  run=(--device "$dev" "${precision[@]}")
+  peers_dir="$build/peers"
+  state="$peers_dir/initial-state.pt"
+  rm -rf "$peers_dir"
+  mkdir -p "$peers_dir"
+  : >"$peers_dir/results.tsv"
+  : >"$out/peers-raw.txt"
+  if [ -n "${RECOMPOSE_PEER_PYTHON:-}" ]; then
+    py=$RECOMPOSE_PEER_PYTHON
+  elif [ "$rehearsal" = 1 ]; then
+    py=$(RECOMPOSE_PY_PEER_LEAN=1 bash scripts/setup-python-peer.sh | tail -n1) || { echo "FAILED: no Python peer (scripts/setup-python-peer.sh)"; return 1; }
+  else
+    py=$venv/bin/python
+  fi
+  export PYTHONUNBUFFERED=1
+  echo "Python peer: $py ($("$py" -c 'import sys, torch; print(f"torch {torch.__version__}, Python {sys.version.split()[0]}")' 2>&1 | tail -n1))"
+  do_build examples/gpt/gpt || return 1
+  stamp "peers: ${run[*]} ${model[*]}, $steps steps per run"
+
+  # 1. recompose: none, full and selective interleaved step by step (this run writes the weights
+  # and RNG state the Python runs start from), then the planner, one process per budget.
+  if peers_step recompose-compare "recompose: gpt --compare --policies full,selective --steps $steps ${run[*]} ${model[*]}" 150 \
+    "$gpt" --compare --policies full,selective --steps "$steps" "${run[@]}" --sample 0 \
+    --save-initial-state "$state" --out "$peers_dir/compare" "${model[@]}"; then
+    sed -n '/^| policy/,/^losses agree/p' "$peers_dir/recompose-compare.txt"
+  else
+    status=1
+  fi
+  cp "$peers_dir/compare/compare.csv" "$out/peers-compare.csv" 2>/dev/null || true
+  if [ -f "$peers_dir/compare/compare.csv" ]; then
+    while read -r policy ms peak held; do
+      peers_record recompose "$policy" "$policy" "$ms" "$peak" "$held"
+    done < <(peers_gpt_rows "$peers_dir/compare/compare.csv")
+  fi
+  IFS=, read -r -a budgets <<<"${RECOMPOSE_PEERS_BUDGETS:-50%,75%}"
+  for budget in "${budgets[@]}"; do
+    name="recompose-planner-${budget%\%}"
+    if peers_step "$name" "recompose: gpt --budget $budget --steps $steps ${run[*]} ${model[*]}" 90 \
+      "$gpt" --budget "$budget" --steps "$steps" "${run[@]}" --sample 0 --out "$peers_dir/$name" "${model[@]}"; then
+      grep -E '^(planned for|policy |  step time|  step peak|  held)' "$peers_dir/$name.txt" | sed 's/^/  /'
+      read -r policy ms peak held < <(peers_gpt_rows "$peers_dir/$name/loss.csv")
+      peers_record recompose "$budget" "planner $budget" "$ms" "$peak" "$held"
+    else
+      status=1
+    fi
+  done
+
+  # 2. eager Python from the same weights: no checkpointing, torch.utils.checkpoint (non-reentrant)
+  # per block, SAC with transformer_policy's save list.
+  for policy in none full selective; do
+    name="eager-$policy"
+    case "$policy" in
+      none) line="none" ;; full) line="full (checkpoint)" ;; selective) line="SAC (transformer list)" ;;
+    esac
+    if [ ! -f "$state" ]; then
+      echo "SKIPPED: eager $policy: no initial state from the recompose run ($state)"
+      status=1
+      continue
+    fi
+    if peers_step "$name" "eager: gpt_peer.py --policy $policy --state --steps $steps ${run[*]} ${model[*]}" 90 \
+      "$py" "$peer" --quiet --state "$state" --policy "$policy" --steps "$steps" --threads "$py_threads" \
+      "${run[@]}" "${model[@]}"; then
+      grep '^python ' "$peers_dir/$name.txt" | sed 's/^/  /'
+      ms=$(sed -n 's/^python .*; median step \([0-9.]*\) ms.*/\1/p' "$peers_dir/$name.txt")
+      peak=$(sed -n 's/^python .*step peak \([0-9.]*\) MiB.*/\1/p' "$peers_dir/$name.txt")
+      peers_record eager "$policy" "$line" "${ms:-nan}" "${peak:-nan}" nan
+    else
+      status=1
+    fi
+  done
+
+  # 3. torch.compile, last: its warm-up takes minutes, and the steps before it are in already.
+  compile_budgets=${RECOMPOSE_PEERS_COMPILE_BUDGETS:-1.0,0.5,0.75}
+  reason=$("$py" -c 'import importlib.util, torch
+r = [] if torch.cuda.is_available() else ["torch sees no CUDA device"]
+if importlib.util.find_spec("triton") is None: r.append("Triton is not importable")
+print("; ".join(r))' 2>&1 | tail -n1)
+  if [ "$dev" = cpu ] && [ "${RECOMPOSE_PEERS_COMPILE_CPU:-0}" = 1 ]; then
+    reason=""  # the rehearsal of the compile step itself, on Inductor's C++ backend
+  elif [ "$dev" = cpu ]; then
+    reason="the run is on the CPU${reason:+ ($reason)}"
+  fi
+  if [ -n "$reason" ]; then
+    stamp "compile: SKIPPED: torch.compile's CUDA path cannot run here: $reason"
+    printf '==== compile: skipped: %s\n\n' "$reason" >>"$out/peers-raw.txt"
+    peers_record compile - "skipped: $reason" nan nan nan
+  elif [ ! -f "$state" ]; then
+    echo "SKIPPED: compile: no initial state from the recompose run ($state)"
+    status=1
+  else
+    peers_step compile "compile: gpt_peer.py --compile-budgets $compile_budgets --state --steps $steps ${run[*]} ${model[*]}" 480 \
+      "$py" "$peer" --quiet --state "$state" --compile-budgets "$compile_budgets" --steps "$steps" \
+      --threads "$py_threads" "${run[@]}" "${model[@]}" || status=1
+    IFS=, read -r -a cbudgets <<<"$compile_budgets"
+    for b in "${cbudgets[@]}"; do
+      line=$(grep "^python compile budget $(printf '%.2f' "$b"):" "$peers_dir/compile.txt" || true)
+      if [ -z "$line" ]; then
+        echo "  compile budget $b: did not finish (see above)"
+        peers_record compile - "budget $(printf '%.2f' "$b"): did not finish (the log says why)" nan nan nan
+        continue
+      fi
+      echo "  $line"
+      ms=$(sed -n 's/.*; median step \([0-9.]*\) ms.*/\1/p' <<<"$line")
+      peak=$(sed -n 's/.*step peak \([0-9.]*\) MiB.*/\1/p' <<<"$line")
+      # The level of the planner at the same fraction of its none (1.0: none itself).
+      found=$(awk -v b="$b" 'BEGIN {if (b + 0 >= 1) print "none"; else printf "%g%%\n", b * 100}')
+      peers_record compile "$found" "budget $(printf '%.2f' "$b")" "${ms:-nan}" "${peak:-nan}" nan
+    done
+  fi
+
+  stamp "peers: the table"
+  peers_table
+  stamp "peers done: $SECONDS s in all"
+  return $status
+}
+
 main() {
   local status=0
   echo "date: $(date -u)"
@@ -703,8 +969,8 @@ main() {
   [ -z "$CUDA_PATH" ] || echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
   echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1), $(nproc) cores"
   echo "command: bash scripts/gpu-run.sh $phase ($(git rev-parse --short HEAD 2>/dev/null || echo no git)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
-  # verdict and cap build only the targets they run.
-  [ "$phase" = verdict ] || [ "$phase" = cap ] || do_build || return 1
+  # verdict, cap and peers build only the targets they run.
+  [ "$phase" = verdict ] || [ "$phase" = cap ] || [ "$phase" = peers ] || do_build || return 1
   case "$phase" in
     all) do_test || status=1; do_bench || status=1; do_gpt || status=1 ;;
     test) do_test || status=1 ;;
@@ -715,6 +981,7 @@ main() {
     sharded) do_sharded || status=1 ;;
     verdict) do_verdict || status=1 ;;
     cap) do_cap || status=1 ;;
+    peers) do_peers || status=1 ;;
   esac
   if [ $status -eq 0 ]; then echo "gpu-run: all passed"; else echo "gpu-run: FAILURES above"; fi
   return $status

@@ -26,7 +26,10 @@ until the saved ones fit that fraction of what it would save at 1.0), each from 
 batches. Per budget: the mean step time (without the first --compile-warmup steps, which compile)
 and, on CUDA, the step's peak memory above weights and optimizer state; both also as ratios to the
 compiled step at budget 1.0 (its own no-checkpointing step: torch.compile's default; run first even
-when the list lacks it). On CPU there is no allocator peak to read: peak reads n/a.
+when the list lacks it). On CPU there is no allocator peak to read: peak reads n/a. Each budget's
+line (printed as it ends, so a run stopped by a timeout keeps the budgets it finished) also gives
+the median step and the seconds the first steps took to compile. With --device cuda it exits at
+once, saying why, where Triton is not importable or torch sees no CUDA device.
 
     python gpt_peer.py --compile-budgets 1.0,0.75,0.5,0.3,0.0 --device cuda --bf16 --steps 12
 
@@ -40,6 +43,7 @@ for comparing losses).
 
 Prints one line per step (loss to 9 digits) and a summary line:
     python <policy>: ... mean step <ms> ms (CPU <ms> ms; ...), <faults> page faults per step ...
+    ...; median step <ms> ms
 """
 
 import argparse
@@ -255,6 +259,11 @@ def end_step(model, optimizer, loss, cuda):
     return value
 
 
+def median(values):
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2 if v else float("nan")
+
+
 # ---- torch.compile under activation_memory_budget (issue 27) ----
 
 def compiled_run(a, data, budget, make_model, cuda):
@@ -288,7 +297,21 @@ def compiled_run(a, data, budget, make_model, cuda):
     return out
 
 
+def compile_unavailable(cuda):
+    """Why torch.compile's CUDA path cannot run here (None when it can): Inductor generates
+    Triton kernels for CUDA, so it needs a CUDA device and an importable Triton."""
+    import importlib.util
+    reasons = []
+    if not cuda or not torch.cuda.is_available():
+        reasons.append("no CUDA device (torch.cuda.is_available() is False or --device cpu)")
+    if importlib.util.find_spec("triton") is None:
+        reasons.append("Triton is not importable")
+    return "; ".join(reasons) or None
+
+
 def compile_budgets(a, data, make_model, cuda):
+    if cuda and (reason := compile_unavailable(cuda)):
+        sys.exit(f"gpt_peer: torch.compile cannot run here: {reason}")
     budgets = [float(b) for b in a.compile_budgets.split(",") if b.strip()]
     if not budgets or any(not 0.0 <= b <= 1.0 for b in budgets):
         sys.exit("gpt_peer: --compile-budgets takes fractions in [0, 1], e.g. 1.0,0.75,0.5,0.3,0.0")
@@ -298,12 +321,17 @@ def compile_budgets(a, data, make_model, cuda):
         budgets.insert(0, 1.0)  # the reference: torch.compile's own step without recomputation
     rows = {}
     for budget in budgets:
-        steps = compiled_run(a, data, budget, make_model, cuda)[a.compile_warmup:]
+        t0 = time.perf_counter()
+        run = compiled_run(a, data, budget, make_model, cuda)
+        steps = run[a.compile_warmup:]
         ms = 1e3 * sum(s for s, _ in steps) / len(steps)
         peak = max(p for _, p in steps) / 2**20 if cuda else None
         rows[budget] = (ms, peak)
+        warmup = sum(s for s, _ in run[:a.compile_warmup])
         print(f"python compile budget {budget:.2f}: mean step {ms:.2f} ms"
-              + (f"; step peak {peak:.1f} MiB (CUDA)" if cuda else "; step peak n/a (CPU)"), flush=True)
+              + (f"; step peak {peak:.1f} MiB (CUDA)" if cuda else "; step peak n/a (CPU)")
+              + f"; median step {1e3 * median([s for s, _ in steps]):.2f} ms; first {a.compile_warmup} steps "
+              f"(compiling) {warmup:.1f} s, {time.perf_counter() - t0:.1f} s in all", flush=True)
     ref_ms, ref_peak = rows[1.0]
     print(f"\ntorch.compile with torch._functorch.config.activation_memory_budget: layers {a.layers}, width {a.width}, "
           f"heads {a.heads}, context {a.context}, batch {a.batch}, {a.device}{' bf16 autocast' if a.bf16 else ''}, "
@@ -415,7 +443,7 @@ def main():
     peak = f"; step peak {max(peaks[rest]) / 2**20:.1f} MiB (CUDA)" if cuda else ""
     print(f"python {a.policy}: loss {losses[-1]:.9g} after {a.steps} steps; mean step {mean_ms:.2f} ms "
           f"(CPU {mean_cpu_ms:.2f} ms; without the first step), {mean_faults:.0f} page faults per step; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads{peak}")
+          f"{torch.get_num_threads()} threads{peak}; median step {1e3 * median(seconds[rest]):.2f} ms")
 
     if a.check_losses:
         cpp = {}
