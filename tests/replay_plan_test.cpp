@@ -26,7 +26,7 @@ at::Tensor record(ForwardTrace& trace, const char* name, const char* overload,
     at::AutoDispatchBelowAutograd below;
     op.callBoxed(&stack);
   }
-  trace.end(stack, nullptr, 0, nullptr);
+  trace.end(stack, nullptr, nullptr);
   return stack.front().toTensor();
 }
 
@@ -113,7 +113,7 @@ TEST_CASE("replay plan: a random op needs preserve_rng_state") {
     op.callBoxed(&stack);
   }
   effect->after();
-  trace.end(stack, nullptr, 0, std::move(effect));
+  trace.end(stack, nullptr, std::move(effect));
   trace.saved(0, stack.front().toTensor());
   ReplayPlan plan = trace.plan_replay(/*rng_preserved=*/true, {true});
   REQUIRE(plan.replayable());

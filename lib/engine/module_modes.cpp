@@ -23,9 +23,8 @@ void ModuleModes::add_tree(torch::nn::Module& root) {
 }
 
 bool ModuleModes::changed() const {
-  return std::any_of(modes_.begin(), modes_.end(), [](const auto& entry) {
-    return entry.first->is_training() != entry.second;
-  });
+  return std::any_of(modes_.begin(), modes_.end(),
+                     [](const auto& entry) { return entry.first->is_training() != entry.second; });
 }
 
 ModuleModes ModuleModes::current() const {

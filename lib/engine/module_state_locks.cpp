@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>

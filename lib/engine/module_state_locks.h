@@ -29,7 +29,6 @@
 
 #include <chrono>
 
-
 namespace recompose::detail {
 
 // Holds `keys` (addresses of buffers' TensorImpls and of modules) while alive.

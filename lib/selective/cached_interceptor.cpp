@@ -1,5 +1,5 @@
 // The interceptor of a selective region's recomputation when the replay cannot serve it: the
-// forward runs again, kept ops answered from the log, the others run.
+// forward runs again, kept ops answered from the trace (by op and call index), the others run.
 #include "dispatch_interceptor.h"
 #include "draw_mask.h"
 #include "engine/internal_ops.h"
@@ -26,56 +26,49 @@ class CachedInterceptor final : public OpInterceptor {
       run_below(op, stack);
       return;
     }
-    OpCalls* calls = s_.log.find(op);
+    OpCalls* calls = s_.trace.find_calls(op);
     const size_t index = calls == nullptr ? 0 : calls->replayed++;
-    if (calls == nullptr || index >= calls->slots.size()) {
+    if (calls == nullptr || index >= calls->nodes.size()) {
       throw CheckpointError(
           "recompose: selective checkpoint: " + op.schema().name() + " (call " +
           std::to_string(index) +
           " in the region) ran during the recomputation, but the forward of the region ran it " +
-          std::to_string(calls == nullptr ? 0 : calls->slots.size()) +
+          std::to_string(calls == nullptr ? 0 : calls->nodes.size()) +
           " time(s). The region must run the same ops in the forward and in the recomputation; "
           "this "
           "happens when it is nondeterministic or depends on global state that changed between "
           "forward and backward.");
     }
-    OpSlot& slot = calls->slots[index];
-    switch (slot.kind) {
-      case OpSlot::Kind::Recompute:
-        if (slot.carried_write && !slot.carrier->slots[slot.carrier_index].carrier_recomputed) {
-          leave_written(op, traits, stack);
-        } else {
-          run_below(op, stack);
-        }
-        return;
-      case OpSlot::Kind::Consumed:
-        throw CheckpointError(extra_backward_error(op.schema().name()));
-      case OpSlot::Kind::Saved: {
-        if (slot.entry.carries_writes() && slot.entry.modified()) {
-          // The program wrote into the kept output after the forward (it is the region's output
-          // too): had the entry kept a copy, that write would not concern it. Run the op again,
-          // and the writes it carried (they see carrier_recomputed).
-          slot.carrier_recomputed = true;
-          slot.kind = OpSlot::Kind::Consumed;
-          slot.entry.release();
-          run_below(op, stack);
-          return;
-        }
-        const size_t n_args = op.schema().arguments().size();
-        if (stack->size() < n_args) internal_stack_error(op);
-        // Check (may throw) before touching the stack.
-        torch::jit::Stack replayed;
-        slot.entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation,
-                          &replayed);
-        if (slot.rng && !slot.rng->replay()) advance_generators(op, *stack);
-        torch::jit::drop(*stack, n_args);
-        for (c10::IValue& v : replayed) stack->push_back(std::move(v));
-        // One replay per region: free the memory as backward goes.
-        slot.kind = OpSlot::Kind::Consumed;
-        slot.entry.release();
-        return;
+    const uint32_t node = calls->nodes[index];
+    KeptOutput* kept = node == OpCalls::kNoNode ? nullptr : s_.trace.kept_at(node);
+    if (kept == nullptr) {  // recomputed: run, unless a kept output carries its write
+      const KeptOutput* carrier = node == OpCalls::kNoNode ? nullptr : s_.trace.carrier_of(node);
+      if (carrier != nullptr && !carrier->carrier_recomputed) {
+        leave_written(op, traits, stack);
+      } else {
+        run_below(op, stack);
       }
+      return;
     }
+    if (kept->consumed) throw CheckpointError(extra_backward_error(op.schema().name()));
+    if (kept->entry.carries_writes() && kept->entry.modified()) {
+      // The program wrote into the kept output after the forward (it is the region's output
+      // too): had the entry kept a copy, that write would not concern it. Run the op again, and
+      // the writes it carried (they see carrier_recomputed).
+      kept->carrier_recomputed = true;
+      kept->consume();
+      run_below(op, stack);
+      return;
+    }
+    const size_t n_args = op.schema().arguments().size();
+    if (stack->size() < n_args) internal_stack_error(op);
+    // Check (may throw) before touching the stack.
+    torch::jit::Stack replayed;
+    kept->entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);
+    if (kept->rng && !kept->rng->replay()) advance_generators(op, *stack);
+    torch::jit::drop(*stack, n_args);
+    for (c10::IValue& v : replayed) stack->push_back(std::move(v));
+    kept->consume();  // one replay per region: free the memory as backward goes
   }
 
  private:

@@ -26,21 +26,21 @@ class CachingInterceptor final : public OpInterceptor {
       run_below(op, stack);
       return;
     }
-    if (autocast_cacheable_cast(traits, op, *stack)) {  // in the trace, never in the log
+    if (autocast_cacheable_cast(traits, op, *stack)) {  // a node, never one of its op's calls
       s_.trace.begin(op, traits, *stack);
       run_below(op, stack);
-      s_.trace.end(*stack, nullptr, 0, nullptr);
+      s_.trace.end(*stack, nullptr, nullptr);
       return;
     }
     if (!s_.carried_unversioned.empty()) s_.version_carried_writes();
-    OpCalls& calls = s_.log.calls_of(op);
+    OpCalls& calls = s_.trace.calls_of(op);
     if (!traits.returns_alias) {
       run_and_decide(op, traits, stack, calls);
     } else if (traits.writes_argument) {
       run_write(op, traits, stack, calls);
     } else {
       run_below(op, stack);  // a view: the trace names tensors by storage and layout
-      calls.slots.emplace_back();
+      calls.nodes.push_back(OpCalls::kNoNode);
     }
   }
 
@@ -54,6 +54,7 @@ class CachingInterceptor final : public OpInterceptor {
       protect_kept_outputs(op, traits, *stack, traits.carriable ? &carried : nullptr);
     }
     s_.trace.begin(op, traits, *stack);
+    const uint32_t node = s_.trace.current_node();
     std::unique_ptr<GeneratorEffect> rng;
     if (traits.random) rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
     run_below(op, stack);
@@ -62,23 +63,19 @@ class CachingInterceptor final : public OpInterceptor {
     if (rng && traits.draw && !stack->empty() && stack->back().isTensor()) {
       draw = DrawMask::capture(stack->back().toTensor());
     }
-    s_.trace.end(*stack, nullptr, 0, std::move(rng), std::move(draw));
+    s_.trace.end(*stack, nullptr, std::move(rng), std::move(draw));
     for (const CarriedWrite& c : carried) {
       s_.trace.carry_write(c.written);
-      s_.carried_unversioned.emplace_back(c.calls, c.index);
+      s_.carried_unversioned.push_back(c.kept_node);
     }
-    OpSlot& writer = calls.slots.emplace_back();
-    if (!carried.empty()) {  // one written argument: one carrier
-      writer.carried_write = true;
-      writer.carrier = carried.front().calls;
-      writer.carrier_index = carried.front().index;
-    }
+    if (!carried.empty()) s_.trace.set_carrier(node, carried.front().kept_node);  // one argument
+    calls.nodes.push_back(node);
   }
 
   // An op that returns new tensors: runs it, asks the policy, keeps its outputs or not.
   void run_and_decide(const c10::OperatorHandle& op, const OpTraits& traits,
                       torch::jit::Stack* stack, OpCalls& calls) {
-    const auto call_index = static_cast<int64_t>(calls.slots.size());
+    const auto call_index = static_cast<int64_t>(calls.nodes.size());
     if (!s_.kept_storages.empty()) protect_kept_outputs(op, traits, *stack, nullptr);
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
@@ -86,6 +83,7 @@ class CachingInterceptor final : public OpInterceptor {
     // The policy sees the arguments after the op ran (upstream passes the outputs too).
     torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
     s_.trace.begin(op, traits, *stack);
+    const uint32_t node = s_.trace.current_node();
     std::optional<GeneratorEffect> rng;
     if (traits.random) rng = GeneratorEffect::before(op, *stack);
     run_below(op, stack);
@@ -105,32 +103,30 @@ class CachingInterceptor final : public OpInterceptor {
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
     s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
-    OpSlot& slot = calls.slots.emplace_back();
+    calls.nodes.push_back(node);
     if (!keeps_output(decision)) {
-      s_.trace.end(*stack, nullptr, 0,
+      s_.trace.end(*stack, nullptr,
                    rng ? std::make_unique<GeneratorEffect>(std::move(*rng)) : nullptr);
       return;
     }
-    slot.kind = OpSlot::Kind::Saved;
+    auto kept = std::make_unique<KeptOutput>();
+    kept->call_index = call_index;
     if (rng) {
       rng->after();
-      slot.rng = std::make_unique<GeneratorEffect>(std::move(*rng));
+      kept->rng = std::make_unique<GeneratorEffect>(std::move(*rng));
     }
-    slot.entry = CacheEntry::capture(
+    kept->entry = CacheEntry::capture(
         ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
-    s_.kept_device_bytes += slot.entry.bytes();
-    for (const c10::StorageImpl* st : slot.entry.storages()) {
-      s_.kept_storages.emplace(st, std::make_pair(&calls, calls.slots.size() - 1));
-    }
+    s_.kept_device_bytes += kept->entry.bytes();
+    for (const c10::StorageImpl* st : kept->entry.storages()) s_.kept_storages.emplace(st, node);
     if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
-    s_.trace.end(*stack, &calls, static_cast<uint32_t>(calls.slots.size() - 1), nullptr);
+    s_.trace.end(*stack, std::move(kept), nullptr);
   }
 
   // A kept output whose cache entry takes the value an in-place op is about to write.
   struct CarriedWrite {
     at::Tensor written;
-    OpCalls* calls;  // the kept op's slot (an index: the op may add slots before it is carried)
-    size_t index;
+    uint32_t kept_node;  // the kept op's node in the trace
   };
 
   // An op about to write into the storage of a kept output (possibly through a TensorImpl with
@@ -159,33 +155,29 @@ class CachingInterceptor final : public OpInterceptor {
     if (!written.has_storage()) return;
     const c10::StorageImpl* storage = written.storage().unsafeGetStorageImpl();
     auto [first, last] = s_.kept_storages.equal_range(storage);
-    std::vector<std::pair<OpCalls*, size_t>> slots;
-    for (auto it = first; it != last; ++it) slots.push_back(it->second);
-    if (carried != nullptr && slots.size() == 1) {
-      auto [calls, index] = slots.front();
-      OpSlot& slot = calls->slots[index];
+    c10::SmallVector<uint32_t, 2> nodes;
+    for (auto it = first; it != last; ++it) nodes.push_back(it->second);
+    if (carried != nullptr && nodes.size() == 1) {
+      const uint32_t node = nodes.front();
+      const KeptOutput& kept = *s_.trace.kept_at(node);
       for (const CarriedWrite& c : *carried) {
-        if (c.calls == calls && c.index == index) return;  // written twice: carried once
+        if (c.kept_node == node) return;  // written twice: carried once
       }
-      if (!slot.rng && !slot.entry.offloaded() &&
-          s_.trace.kept_output_unread(written, calls, static_cast<uint32_t>(index))) {
-        carried->push_back(CarriedWrite{written, calls, index});
+      if (!kept.rng && !kept.entry.offloaded() && s_.trace.kept_output_unread(written, node)) {
+        carried->push_back(CarriedWrite{written, node});
         return;
       }
     }
-    for (auto [calls, index] : slots) {
-      OpSlot& slot = calls->slots[index];
+    for (const uint32_t node : nodes) {
+      CacheEntry& entry = s_.trace.kept_at(node)->entry;
       // Forget every storage of this entry, then keep copies (new storages, not registered:
       // nothing else writes into them).
-      for (const c10::StorageImpl* st : slot.entry.storages()) {
+      for (const c10::StorageImpl* st : entry.storages()) {
         auto [b, e] = s_.kept_storages.equal_range(st);
-        for (auto it = b; it != e;) {
-          it = (it->second.first == calls && it->second.second == index)
-                   ? s_.kept_storages.erase(it)
-                   : std::next(it);
-        }
+        for (auto it = b; it != e;)
+          it = it->second == node ? s_.kept_storages.erase(it) : std::next(it);
       }
-      slot.entry.copy_on_write();
+      entry.copy_on_write();
     }
   }
 

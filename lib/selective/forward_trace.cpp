@@ -52,9 +52,9 @@ std::optional<bool> native_batch_norm_training(const c10::OperatorHandle& op,
 }  // namespace
 
 void ForwardTrace::for_each_kept(
-    const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const {
+    const std::function<void(const c10::OperatorHandle&, KeptOutput&)>& f) const {
   for (const Node& node : nodes_) {
-    if (node.kept_calls != nullptr) f(node.op, *node.kept_calls, node.kept_slot);
+    if (node.kept) f(node.op, *node.kept);
   }
 }
 
@@ -175,7 +175,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
   }
 }
 
-void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint32_t kept_slot,
+void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutput> kept,
                        std::unique_ptr<GeneratorEffect> rng, std::unique_ptr<DrawMask> draw) {
   pending_ = false;
   Node& node = nodes_.back();
@@ -222,9 +222,8 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
       if (u.storage < TensorUse::kUnsupported) storages_[u.storage].read = true;
     }
   }
-  node.kept_calls = kept_calls;
-  node.kept_slot = kept_slot;
-  if (kept_calls == nullptr && node.traits->cheaper_replay && !node.unsupported) {
+  node.kept = std::move(kept);
+  if (!node.kept && node.traits->cheaper_replay && !node.unsupported) {
     c10::SmallVector<c10::IValue, 4> constants;
     for (const Arg& arg : node.args) constants.push_back(arg.constant);
     const std::size_t n_out = node.op.schema().returns().size();
@@ -241,14 +240,12 @@ void ForwardTrace::end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint
   node.complete = true;
 }
 
-bool ForwardTrace::kept_output_unread(const at::Tensor& written, const OpCalls* calls,
-                                      uint32_t slot) const {
+bool ForwardTrace::kept_output_unread(const at::Tensor& written, uint32_t node) const {
   if (poisoned_ || pending_ || !written.has_storage()) return false;
   auto it = index_.find(written.storage().unsafeGetStorageImpl());
   if (it == index_.end()) return false;
   const Storage& s = storages_[it->second];
-  return s.source == Storage::Source::Op && nodes_[s.op].kept_calls == calls &&
-         nodes_[s.op].kept_slot == slot && !s.read;
+  return s.source == Storage::Source::Op && s.op == node && nodes_[s.op].kept && !s.read;
 }
 
 void ForwardTrace::carry_write(const at::Tensor& written) {

@@ -14,7 +14,7 @@
 
 #include "draw_mask.h"
 #include "generator_effect.h"
-#include "op_log.h"
+#include "kept_output.h"
 #include "op_traits.h"
 #include "replay_plan.h"
 
@@ -82,11 +82,31 @@ class ForwardTrace {
   // leaves the trace unusable (the region falls back).
   // `traits`: OpTraits::of(op), which the trace keeps (its writes_undeclared, cheaper_replay).
   void begin(const c10::OperatorHandle& op, const OpTraits& traits, const torch::jit::Stack& stack);
-  // `kept`: the op's outputs are answered by this cache slot. `rng`: a random op's generator
-  // states before it ran (not kept ones). `draw`: what an in-place draw wrote, which the replay
-  // writes back instead of running the op (it keeps `rng` to draw again once `draw` is freed).
-  void end(const torch::jit::Stack& stack, OpCalls* kept_calls, uint32_t kept_slot,
+  // `kept`: what the forward kept of the op (its outputs are answered from it). `rng`: a random
+  // op's generator states before it ran (not kept ones). `draw`: what an in-place draw wrote,
+  // which the replay writes back instead of running the op (it keeps `rng` to draw again once
+  // `draw` is freed).
+  void end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutput> kept,
            std::unique_ptr<GeneratorEffect> rng, std::unique_ptr<DrawMask> draw = nullptr);
+  // The node begin() made last.
+  uint32_t current_node() const { return static_cast<uint32_t>(nodes_.size() - 1); }
+
+  // The forward's calls, per op (kept_output.h): a call of `op` was made, recorded as `node`
+  // (OpCalls::kNoNode for a view). The forward registers each call once it returned.
+  OpCalls& calls_of(const c10::OperatorHandle& op) { return calls_[op]; }
+  // The write of node `writer` is carried by the kept output of node `carrier` (carry_write).
+  void set_carrier(uint32_t writer, uint32_t carrier) { nodes_[writer].carrier = carrier; }
+
+  // A forward run again (cached_interceptor.cpp) finds the forward's calls here.
+  // nullptr if the forward never ran `op`.
+  OpCalls* find_calls(const c10::OperatorHandle& op);
+  KeptOutput* kept_at(uint32_t node) const { return nodes_[node].kept.get(); }
+  // The kept output that carries node's write, or nullptr.
+  const KeptOutput* carrier_of(uint32_t node) const;
+  // A new forward run again matches calls from the first one again.
+  void restart_calls();
+  // Consumes every kept output (after a replay, which uses them once).
+  void release_kept();
 
   // Autograd saved `tensor` in the region's forward as saved tensor `index`.
   void saved(std::size_t index, const at::Tensor& tensor);
@@ -98,8 +118,8 @@ class ForwardTrace {
   // the replay then writes into them rather than into copies.
   // It plans (plan_replay), checks the inputs and outside tensors the plan reads, then runs the
   // plan (replay_executor.cpp). See Note [ The replay's contract ] (replay_plan.cpp).
-  using ReplayKept = std::function<bool(const c10::OperatorHandle& op, OpCalls& calls,
-                                        uint32_t slot, torch::jit::Stack* out)>;
+  using ReplayKept =
+      std::function<bool(const c10::OperatorHandle& op, KeptOutput& kept, torch::jit::Stack* out)>;
   ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
                        const std::vector<bool>& needed, const ReplayKept& replay_kept,
                        std::vector<at::Tensor>& out) const;
@@ -115,8 +135,8 @@ class ForwardTrace {
   // since that op (or since the last write carried into it): an op about to write into it may
   // then leave its cache entry holding the value after the write, with carry_write(), instead of
   // a copy of the value before (no copy in the forward, no write to run again in the replay).
-  // `calls` and `slot` name the cache slot of the kept op (the one that created the storage).
-  bool kept_output_unread(const at::Tensor& written, const OpCalls* calls, uint32_t slot) const;
+  // `node` is the kept op's (the one that created the storage).
+  bool kept_output_unread(const at::Tensor& written, uint32_t node) const;
   // The op recorded last (end() ran) wrote into the storage of `written`, whose kept output's
   // cache entry holds the value after that write: the replay takes that value for this version
   // of the storage, and never runs the write. Only after kept_output_unread() was true for it.
@@ -129,9 +149,8 @@ class ForwardTrace {
   // the region would hold for backward without checkpointing, inputs and outside tensors apart.
   int64_t saved_bytes_from_ops() const { return saved_bytes_from_ops_; }
 
-  // Calls f(op, calls, slot) for every kept op, in forward order.
-  void for_each_kept(
-      const std::function<void(const c10::OperatorHandle&, OpCalls&, uint32_t)>& f) const;
+  // Calls f(op, kept) for every kept op, in forward order.
+  void for_each_kept(const std::function<void(const c10::OperatorHandle&, KeptOutput&)>& f) const;
 
  private:
   struct Storage {
@@ -168,8 +187,8 @@ class ForwardTrace {
     std::vector<TensorUse> uses;
     c10::SmallVector<uint32_t, 1> writes;  // storages written (one version each)
     c10::SmallVector<std::pair<uint32_t, uint32_t>, 2> created;  // (flattened output, storage)
-    OpCalls* kept_calls = nullptr;
-    uint32_t kept_slot = 0;
+    std::unique_ptr<KeptOutput> kept;                            // the forward kept its outputs
+    uint32_t carrier = OpCalls::kNoNode;  // a write a kept output carries: that output's node
     std::unique_ptr<GeneratorEffect> rng;
     std::unique_ptr<DrawMask> draw;
     // A cheaper op the replay runs instead, with the same arguments (replay_substitute.h).
@@ -204,6 +223,7 @@ class ForwardTrace {
   std::unordered_map<const c10::StorageImpl*, uint32_t> index_;
   std::vector<Node> nodes_;
   std::vector<Saved> saved_;
+  std::unordered_map<c10::OperatorHandle, OpCalls> calls_;
   int64_t saved_bytes_from_ops_ = 0;
   int64_t writes_carried_ = 0;
   bool pending_ = false;   // begin() without end()

@@ -44,8 +44,8 @@ class ForwardTrace::Executor {
       emit_saved(n);
       const Node& node = t_.nodes_[n];
       if (!plan_.run[n]) {
-        if (node.kept_calls == nullptr) ++outcome.ops_skipped;
-      } else if (node.kept_calls != nullptr) {
+        if (!node.kept) ++outcome.ops_skipped;
+      } else if (node.kept) {
         take_kept(node);
       } else if (node.draw) {
         write_draw(node, outcome);
@@ -124,7 +124,7 @@ class ForwardTrace::Executor {
 
   void take_kept(const Node& node) {
     torch::jit::Stack stack;
-    const bool own = replay_kept_(node.op, *node.kept_calls, node.kept_slot, &stack);
+    const bool own = replay_kept_(node.op, *node.kept, &stack);
     const std::size_t n_out = node.op.schema().returns().size();
     for (const auto& [k, id] : node.created) {
       // The replay writes into it: not into a tensor someone else holds (the cache's copy made

@@ -66,7 +66,7 @@ std::string ForwardTrace::why_not_runnable(const Node& node, bool rng_preserved)
   const std::string name = node.op.schema().name();
   if (!node.complete || node.unsupported)
     return "it needs " + name + ", whose arguments it cannot rebuild";
-  if (node.hidden_writes && node.kept_calls == nullptr) {
+  if (node.hidden_writes && !node.kept) {
     return "it needs " + name +
            ", which writes into arguments its schema does not declare (batch norm's running "
            "statistics)";
@@ -74,10 +74,9 @@ std::string ForwardTrace::why_not_runnable(const Node& node, bool rng_preserved)
   for (uint32_t w : node.writes) {
     if (storages_[w].source != Storage::Source::Op)
       return "it needs " + name + ", which writes into a tensor from outside the region";
-    if (node.kept_calls != nullptr)
-      return "it needs " + name + ", a kept op that writes into an argument";
+    if (node.kept) return "it needs " + name + ", a kept op that writes into an argument";
   }
-  if (node.kept_calls == nullptr && node.rng && !rng_preserved)
+  if (!node.kept && node.rng && !rng_preserved)
     return "it needs the random op " + name + " and preserve_rng_state is off";
   return {};
 }
@@ -94,7 +93,7 @@ std::string ForwardTrace::mark_run_set(bool rng_preserved, const std::vector<boo
     if (!run[n]) continue;
     const Node& node = nodes_[n];
     if (std::string why = why_not_runnable(node, rng_preserved); !why.empty()) return why;
-    if (node.kept_calls != nullptr) continue;  // answered by its cache entry
+    if (node.kept) continue;  // answered by its cache entry
     for (const TensorUse& u : uses_read(node)) {
       if (std::string why = mark_producer(u, run); !why.empty()) return why;
     }
@@ -118,7 +117,7 @@ std::string ForwardTrace::note_reads(const std::vector<bool>& needed, ReplayPlan
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     if (!plan.run[n]) continue;
     for (uint32_t w : nodes_[n].writes) plan.last_write[w] = static_cast<int64_t>(n);
-    if (nodes_[n].kept_calls != nullptr) continue;
+    if (nodes_[n].kept) continue;
     for (const TensorUse& u : uses_read(nodes_[n])) {
       if (std::string why = note_use(u, static_cast<int64_t>(n)); !why.empty()) return why;
     }

@@ -5,7 +5,7 @@
 
 #include "dispatch_interceptor.h"
 #include "forward_trace.h"
-#include "op_log.h"
+#include "kept_output.h"
 #include "op_traits.h"
 #include "plugin/offload.h"
 
@@ -31,16 +31,15 @@ struct SacState {
       : policy(std::move(p)), allow_cache_entry_mutation(allow) {}
   const SelectivePolicy policy;
   const bool allow_cache_entry_mutation;
-  OpLog log;
-  // Storages of the kept outputs of the forward -> their slots (forward thread only).
-  std::unordered_multimap<const c10::StorageImpl*, std::pair<OpCalls*, size_t>> kept_storages;
+  // Storages of the kept outputs of the forward -> their nodes in the trace (forward thread only).
+  std::unordered_multimap<const c10::StorageImpl*, uint32_t> kept_storages;
   std::atomic<bool> forward_entered{false};
   // The region runs inside the forward of an enclosing full region: its forward keeps nothing.
   // See Note [ Kept outputs under an enclosing full region ].
   bool keeps_nothing_inside_full = false;
   std::atomic<bool> recompute_active{false};
-  ForwardTrace trace;
-  bool replayed = false;      // a replay answered a recomputation (and released the kept outputs)
+  ForwardTrace trace;     // the one record of the forward: its ops, kept outputs and calls per op
+  bool replayed = false;  // a replay answered a recomputation (and released the kept outputs)
   std::string first_kept_op;  // the first op whose outputs the forward kept, if any
   // What the forward asked the policy, for the keeps-nothing warning: how many decisions, the
   // first op asked about, and a hash of the op names in order (the region's signature).
@@ -52,9 +51,9 @@ struct SacState {
   // Kept outputs an in-place op of the forward just wrote into, carried by their entries: their
   // versions are recorded anew at the next op or at the end of the forward, once autograd's
   // ADInplaceOrView layer (above the interceptor) has counted the write.
-  std::vector<std::pair<OpCalls*, size_t>> carried_unversioned;
+  std::vector<uint32_t> carried_unversioned;  // their nodes
   void version_carried_writes() {
-    for (auto [calls, index] : carried_unversioned) calls->slots[index].entry.accept_write();
+    for (const uint32_t node : carried_unversioned) trace.kept_at(node)->entry.accept_write();
     carried_unversioned.clear();
   }
   // Where MUST_SWAP outputs go (the process's default manager unless one was given).
@@ -81,7 +80,7 @@ inline bool keeps_output(CheckpointPolicy p) {
 }
 
 // The interceptors a region installs: in its forward (asks the policy, keeps outputs, records
-// the trace) and in a recomputation that runs the forward again (answers kept ops from the log).
+// the trace) and in a recomputation that runs the forward again (answers kept ops from the trace).
 std::unique_ptr<OpInterceptor> make_caching_interceptor(SacState& state);
 std::unique_ptr<OpInterceptor> make_cached_interceptor(SacState& state);
 

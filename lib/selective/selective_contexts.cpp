@@ -24,8 +24,7 @@ namespace recompose {
 namespace {
 
 using detail::extra_backward_error;
-using detail::OpCalls;
-using detail::OpSlot;
+using detail::KeptOutput;
 using detail::SacState;
 using detail::warn_about_policy;
 
@@ -82,13 +81,12 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     // As a recomputation would, which replays every kept output: one modified in place since the
     // forward is an error even where the replay does not need it.
     bool carrier_modified = false;
-    s.trace.for_each_kept([&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index) {
-      const OpSlot& slot = calls.slots[index];
-      if (slot.kind != OpSlot::Kind::Saved) return;
-      if (slot.entry.carries_writes()) {
-        carrier_modified = carrier_modified || slot.entry.modified();
+    s.trace.for_each_kept([&](const c10::OperatorHandle& op, KeptOutput& kept) {
+      if (!kept.available()) return;
+      if (kept.entry.carries_writes()) {
+        carrier_modified = carrier_modified || kept.entry.modified();
       } else {
-        slot.entry.check_unmodified(op, index, s.allow_cache_entry_mutation);
+        kept.entry.check_unmodified(op, kept.call_index, s.allow_cache_entry_mutation);
       }
     });
     if (carrier_modified) {
@@ -100,16 +98,13 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     RECORD_USER_SCOPE("recompose::selective_replay");  // a span in profiles (gpt --profile)
     const auto start = std::chrono::steady_clock::now();
     bool handed_out = false;
-    auto replay_kept = [&](const c10::OperatorHandle& op, OpCalls& calls, uint32_t index,
+    auto replay_kept = [&](const c10::OperatorHandle& op, KeptOutput& kept,
                            torch::jit::Stack* values) {
-      OpSlot& slot = calls.slots[index];
-      if (slot.kind != OpSlot::Kind::Saved)
-        throw CheckpointError(extra_backward_error(op.schema().name()));
-      const bool own = slot.entry.private_copies();  // released below: the replay's alone then
-      slot.entry.replay(op, index, s.allow_cache_entry_mutation, values);
+      if (!kept.available()) throw CheckpointError(extra_backward_error(op.schema().name()));
+      const bool own = kept.entry.private_copies();  // released below: the replay's alone then
+      kept.entry.replay(op, kept.call_index, s.allow_cache_entry_mutation, values);
       // One replay per region, as one recomputation: free the kept outputs as backward goes.
-      slot.kind = OpSlot::Kind::Consumed;
-      slot.entry.release();
+      kept.consume();
       handed_out = true;
       return own;
     };
@@ -130,7 +125,8 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     }
     if (!outcome.replayed) return false;
     s.replayed = true;
-    s.log.release_kept();  // one replay per region, as one recomputation: free the kept outputs now
+    s.trace
+        .release_kept();  // one replay per region, as one recomputation: free the kept outputs now
     return true;
   }
 
@@ -156,7 +152,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
           "are not supported).");
     }
     try {
-      state_->log.restart_replay();
+      state_->trace.restart_calls();
       return std::make_shared<Entered>(state_, Entered::Kind::Recompute);
     } catch (...) {
       state_->recompute_active.store(false);
