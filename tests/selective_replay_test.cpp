@@ -60,9 +60,11 @@ std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& leaves) {
 // `options`, from the same generator state; checks outputs, gradients and the generator state
 // after the step bitwise; returns the replay counters of the checkpointed step.
 using Fn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+// `between`, if given, runs after the checkpointed forward and before its backward.
 recompose::SelectiveReplayStats check_against_plain(const Fn& fn,
                                                     const std::vector<torch::Tensor>& leaves,
-                                                    const CheckpointOptions& options) {
+                                                    const CheckpointOptions& options,
+                                                    const std::function<void()>& between = {}) {
   auto plain = copies(leaves);
   torch::manual_seed(7);
   torch::Tensor y_plain = fn(plain);
@@ -74,6 +76,7 @@ recompose::SelectiveReplayStats check_against_plain(const Fn& fn,
   recompose::reset_selective_replay_stats();
   torch::Tensor y = recompose::checkpoint(
       options, [&](const torch::Tensor&) { return fn(ckpt); }, ckpt[0]);
+  if (between) between();
   y.square().sum().backward();
   const auto stats = recompose::selective_replay_stats();
   const torch::Tensor rng_ckpt = torch::rand({4});
@@ -324,6 +327,20 @@ TEST_SUITE("selective replay") {
       recompose::set_selective_replay_enabled(true);
       CHECK(stats.replayed == 0);
       CHECK(stats.fallbacks == 1);
+    }
+    SUBCASE("replay switched off in the forward, on in the backward") {
+      // What only a replay reads (draws, generator states, cheaper ops) was not recorded: the
+      // region runs its forward again, for the same values.
+      const auto block = gpt_leaves();
+      recompose::set_selective_replay_enabled(false);
+      const auto stats =
+          check_against_plain(gpt_block, block, with(recompose::transformer_policy()),
+                              [] { recompose::set_selective_replay_enabled(true); });
+      recompose::set_selective_replay_enabled(true);
+      CHECK(stats.replayed == 0);
+      CHECK(stats.fallbacks == 1);
+      CHECK(stats.draws_written == 0);
+      CHECK(stats.last_fallback_reason.find("off in the region's forward") != std::string::npos);
     }
   }
 

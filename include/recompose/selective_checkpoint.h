@@ -201,7 +201,11 @@ SelectiveReplayStats selective_replay_stats();
 void reset_selective_replay_stats();
 
 // Turns selective replay on (the default) or off for the whole process: off, every selective
-// region recomputes by running its forward again (counted as fallbacks). For comparisons.
+// region recomputes by running its forward again (counted as fallbacks). For comparisons, and
+// for regions the replay cannot see (docs/architecture.md, "What the trace cannot see"). A region
+// whose forward ran with the replay off records nothing that only a replay reads (dropout's draws
+// as bits, the generators' states, cheaper ops), so it runs its forward again also if the replay
+// is turned on before its backward.
 void set_selective_replay_enabled(bool enabled);
 bool selective_replay_enabled();
 

@@ -55,8 +55,10 @@ class CachingInterceptor final : public OpInterceptor {
     }
     s_.trace.begin(op, traits, *stack);
     const uint32_t node = s_.trace.current_node();
+    // For the replay only: its rewinds, and dropout's draw kept as bits.
+    const bool for_replay = traits.random && s_.trace.recorded_for_replay();
     std::unique_ptr<GeneratorEffect> rng;
-    if (traits.random) rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
+    if (for_replay) rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
     run_below(op, stack);
     // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
     std::unique_ptr<DrawMask> draw;

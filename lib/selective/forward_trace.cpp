@@ -223,7 +223,7 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
     }
   }
   node.kept = std::move(kept);
-  if (!node.kept && node.traits->cheaper_replay && !node.unsupported) {
+  if (!node.kept && for_replay_ && node.traits->cheaper_replay && !node.unsupported) {
     c10::SmallVector<c10::IValue, 4> constants;
     for (const Arg& arg : node.args) constants.push_back(arg.constant);
     const std::size_t n_out = node.op.schema().returns().size();
@@ -232,8 +232,8 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
           cheaper_replay_op(node.op, constants, stack[stack.size() - n_out].toTensor());
     }
   }
-  node.rng = std::move(rng);
-  if (draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor &&
+  if (for_replay_) node.rng = std::move(rng);
+  if (for_replay_ && draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor &&
       node.args[0].count == 1) {
     node.draw = std::move(draw);  // written into the first argument, as bernoulli_ draws into self
   }

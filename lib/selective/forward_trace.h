@@ -74,6 +74,13 @@ struct ReplayOutcome {
 
 class ForwardTrace {
  public:
+  // Whether the trace records what only the replay reads (set before the forward; default on):
+  // off (selective replay switched off at the region's entry), a random op's generator states,
+  // kept draws and cheaper ops are not recorded, and a replay falls back. The record a forward
+  // run again reads (kept outputs, calls per op, carried writes) is kept either way.
+  void record_for_replay(bool on) { for_replay_ = on; }
+  bool recorded_for_replay() const { return for_replay_; }
+
   // The region's inputs (before the body runs).
   void add_inputs(const std::vector<at::Tensor>& inputs);
 
@@ -226,6 +233,7 @@ class ForwardTrace {
   std::unordered_map<c10::OperatorHandle, OpCalls> calls_;
   int64_t saved_bytes_from_ops_ = 0;
   int64_t writes_carried_ = 0;
+  bool for_replay_ = true;
   bool pending_ = false;   // begin() without end()
   bool poisoned_ = false;  // an op threw between begin() and end()
 };

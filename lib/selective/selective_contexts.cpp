@@ -75,6 +75,13 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       not_replayed("selective replay is off (recompose::set_selective_replay_enabled(false))");
       return false;
     }
+    if (!s.trace.recorded_for_replay()) {
+      not_replayed(
+          "selective replay was off in the region's forward "
+          "(recompose::set_selective_replay_enabled(false)): what only a replay reads was not "
+          "recorded");
+      return false;
+    }
     // As a recomputation would: the first kept output it reaches was handed out already.
     if (s.replayed && !s.first_kept_op.empty())
       throw CheckpointError(extra_backward_error(s.first_kept_op));
@@ -140,6 +147,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
           "make new ones for every forward (as a ContextFn does).");
     }
     state_->keeps_nothing_inside_full = detail::enclosing_region_reruns_its_forward();
+    state_->trace.record_for_replay(selective_replay_enabled());
     return std::make_shared<Entered>(state_, Entered::Kind::Forward);
   }
 
