@@ -13,10 +13,11 @@
 // checkpointing; selective checkpointing keeping the k ops with the most time saved per byte,
 // for every k, and keeping what transformer_policy keeps (with and without every second mm);
 // offload, where it pays. Combining the modules one by one, it keeps the Pareto frontier of whole
-// plans (fewer bytes or less time; one plan per 1/4096 of the byte range). The frontier does not
-// depend on the budget: the plan for a budget is the frontier's last plan that fits, and along
-// the frontier time falls as bytes grow. So a larger budget never gives a plan holding fewer
-// bytes or taking more estimated time, and no plan's estimate exceeds its budget.
+// plans (fewer bytes or less time; one plan per 1/4096 of the byte range), for plans without
+// copies, with swaps and with module offload apart. The frontiers do not depend on the budget: the
+// plan for a budget is the fastest estimate among each frontier's plans that fit and
+// transformer_policy on every module, so a larger budget never gives a plan taking more estimated
+// time, and no plan's estimate exceeds its budget.
 //
 // Offload costs come from the copy-window model: a module's copies out run in the next
 // module's forward and its copies back in the backward of the module after it, and only what
