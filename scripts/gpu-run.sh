@@ -581,7 +581,7 @@ cap_runs() {
       rc=0
       bounded 150 "$gpt" "${flags[@]}" --memory-fraction "$frac" --steps "$cap_steps" "${cap_flags[@]}" \
         "${cap_link[@]}" --out "$rdir" "${cap_model[@]}" >"$log" 2>&1 || rc=$?
-      grep -E "^(device memory capped|--memory-fraction|profiled without|policy |  step time|  step peak|  swapped|  copy stalls|  allocator retries|  plan's peak|simulated peak|SKIPPED)" "$log" | sed 's/^/  /'
+      grep -E "^(device memory capped|--memory-fraction|profiled without|policy |  step time|  step peak|  swapped|  copy stalls|  allocator retries|  plan's peak|  plan's step|simulated peak|SKIPPED)" "$log" | sed 's/^/  /'
       if [ $rc -eq 0 ]; then
         fits[$policy]=1
         echo "  $policy: fits"

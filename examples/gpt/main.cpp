@@ -150,6 +150,15 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
                                  : "CPU: no allocator peak there; the profile's resident bytes are "
                                    "the model's tensors only, so the two are not comparable");
   }
+  if (train_options.plan && train_options.plan->step_seconds > 0) {
+    // The estimate is of the profiled step (forward and backward, no optimizer): compare ratios.
+    const recompose::Plan& plan = *train_options.plan;
+    std::printf(
+        "  plan's step        %.1f ms estimated, %.3fx the profiled step without "
+        "checkpointing (%.1f ms); %.1f ms measured (median, optimizer included)\n",
+        plan.step_seconds * 1e3, plan.step_seconds / plan.none_step_seconds,
+        plan.none_step_seconds * 1e3, result.median_step_seconds() * 1e3);
+  }
   if (recompose::total_offload_stats(*model).calls > 0) {
     // What offload moved, what stayed and why, over every step (divide by the steps for one).
     std::printf("offload over %lld steps:\n%s", static_cast<long long>(options.steps),

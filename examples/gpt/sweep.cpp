@@ -121,7 +121,9 @@ int run_sweep(const Config& config, const CharDataset& data, const TrainOptions&
 
   // Budgets: the least a plan can hold, then every tenth of none's bytes above it; with peak,
   // every twentieth from half of none's simulated peak (resident + activations) to all of it.
-  const auto solve = solve_options(options.device);
+  // The sweep checks the simulated peak against the measured one, each budget with no cap behind
+  // it: no allocator headroom (a capped run, gpt --budget with --memory-fraction, keeps it).
+  const auto solve = solve_options(options.device).allocator_headroom(0);
   const int64_t least = recompose::min_plan_bytes(profile, solve);
   const double lo = static_cast<double>(least) / static_cast<double>(profile.bytes_held);
   std::vector<double> fractions{lo};

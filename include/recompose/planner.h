@@ -13,10 +13,11 @@
 // checkpointing; selective checkpointing keeping the k ops with the most time saved per byte,
 // for every k, and keeping what transformer_policy keeps (with and without every second mm);
 // offload, where it pays. Combining the modules one by one, it keeps the Pareto frontier of whole
-// plans (fewer bytes or less time; one plan per 1/4096 of the byte range). The frontier does not
-// depend on the budget: the plan for a budget is the frontier's last plan that fits, and along
-// the frontier time falls as bytes grow. So a larger budget never gives a plan holding fewer
-// bytes or taking more estimated time, and no plan's estimate exceeds its budget.
+// plans (fewer bytes or less time; one plan per 1/4096 of the byte range), for plans without
+// copies, with swaps and with module offload apart. The frontiers do not depend on the budget: the
+// plan for a budget is the fastest estimate among each frontier's plans that fit and
+// transformer_policy on every module, so a larger budget never gives a plan taking more estimated
+// time, and no plan's estimate exceeds its budget.
 //
 // Offload costs come from the copy-window model: a module's copies out run in the next
 // module's forward and its copies back in the backward of the module after it, and only what
@@ -103,19 +104,39 @@ struct SolveOptions {
   // a GPU). Unset: copy_bandwidth (or the profile's) both ways, no fixed cost. An offload costs
   // only what its copies do not hide in the compute around them (lib/planner/copy_window_model.h).
   TORCH_ARG(std::optional<LinkModel>, link) = std::nullopt;
+  // The swap manager's throttle the plan runs under (SwapOptions::max_groups_in_flight; 0: none):
+  // an offloading module waits until at most this many less one earlier modules' copies are in
+  // flight, and the simulated step (Plan::step_seconds) counts that wait.
+  TORCH_ARG(int64_t, max_groups_in_flight) = 2;
+  // With a peak budget on a device (not CPU): the share of the budget left to the caching
+  // allocator beside the simulated peak, so that fragmentation does not make it free its cache and
+  // retry cudaMalloc. A plan fits when its simulated peak (Plan::peak_bytes), plus the largest
+  // module's offloaded bytes where it swaps (reloads are allocated on the copy stream, whose
+  // cached blocks the compute stream does not reuse), is at most (1 - allocator_headroom) of the
+  // budget. On the H200 (run 18, a 10.43 GiB cap), plans at 0.907x the cap ran with no retry and
+  // one at 0.943x with its swaps retried 1.3 times a step. 0 for a budget that is not a hard limit.
+  // solve_plan throws std::invalid_argument unless 0 <= allocator_headroom < 1.
+  TORCH_ARG(double, allocator_headroom) = 0.06;
 };
 
-// The fastest plan (estimated) that holds at most `budget` bytes for backward.
+// The fastest plan (estimated) that holds at most `budget` bytes for backward (a peak budget: whose
+// simulated peak, with SolveOptions::allocator_headroom, fits). Its estimate (Plan::step_seconds)
+// is the larger of the modules' costs added up and the simulated step (copy waits included); the
+// plan is the fastest by that estimate among the frontier's fastest fitting plan of each kind
+// (with module offload, with swaps, with no copy at all) and every module under
+// transformer_policy, so it is never estimated slower than a plan it knows fits.
 // Throws std::invalid_argument if the budget is below the least any plan holds (the message gives
-// that minimum: full checkpointing, or offload, everywhere) or the profile has no module.
+// that minimum: full checkpointing, or offload, everywhere), the profile has no module or an
+// option is out of range.
 Plan solve_plan(const MemoryProfile& profile, const Budget& budget,
                 const SolveOptions& options = {});
 
 // The least bytes any plan for `profile` holds (what solve_plan needs at least).
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
 
-// The least simulated peak of any plan for `profile`: the profile's resident_bytes plus the
-// activations at the busiest moment of the step (Budget::peak_bytes). A peak budget below it is
+// The least peak budget solve_plan accepts for `profile`: the least simulated peak of any plan
+// (the profile's resident_bytes plus the activations at the busiest moment of the step,
+// Budget::peak_bytes), with SolveOptions::allocator_headroom on top. A peak budget below it is
 // refused by solve_plan; at or above it solve_plan finds a plan.
 //   const int64_t least = recompose::min_plan_peak_bytes(profile);
 //   auto plan = recompose::solve_plan(profile, recompose::Budget::peak_bytes(least));

@@ -3,26 +3,30 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace recompose::detail {
 
-CopyWindowModel::CopyWindowModel(StepCompute compute, LinkModel link)
-    : compute_(std::move(compute)), link_(link) {
+CopyWindowModel::CopyWindowModel(StepCompute compute, LinkModel link, int64_t max_groups_in_flight)
+    : compute_(std::move(compute)), link_(link), max_groups_in_flight_(max_groups_in_flight) {
   if (!link_.valid()) {
     throw std::invalid_argument(
         "recompose: CopyWindowModel: the link needs positive, finite bandwidths both ways and a "
         "non-negative cost per copy");
   }
-  bool ok = compute_.forward_tail_seconds >= 0 && compute_.backward_head_seconds >= 0;
+  bool ok = max_groups_in_flight_ >= 0 && compute_.forward_tail_seconds >= 0 &&
+            compute_.backward_head_seconds >= 0;
   for (const auto& m : compute_.modules)
     ok = ok && m.forward_seconds >= 0 && m.backward_seconds >= 0;
   if (!ok)
-    throw std::invalid_argument("recompose: CopyWindowModel: compute times must not be negative");
+    throw std::invalid_argument(
+        "recompose: CopyWindowModel: compute times and max_groups_in_flight must not be negative");
 }
 
 double CopyWindowModel::forward_window(size_t i) const {
@@ -78,58 +82,88 @@ SimulatedStep CopyWindowModel::simulate(const std::vector<ModuleLoad>& loads,
                : 0.0;
   };
 
-  // Forward. `held`: base and what earlier modules keep; `in_flight`: the previous module's
-  // offloaded bytes until `lands`.
+  // Copies on the copy stream, oldest first; they land in order.
+  struct Flight {
+    int64_t bytes;
+    double lands;
+    size_t module;
+  };
+  std::deque<Flight> flying;
+  int64_t flying_bytes = 0;
+  double link_free = 0;  // when the copy stream has run what is queued on it
+  auto land = [&] {
+    flying_bytes -= flying.front().bytes;
+    flying.pop_front();
+  };
+
+  // Forward. `held`: base and what earlier modules keep.
   double t = 0;
   int64_t held = base_bytes;
-  int64_t in_flight = 0;
-  double lands = 0;
-  size_t flying = 0;
   note(held, false, -1);
   for (size_t i = 0; i < n; ++i) {
+    while (!flying.empty() && flying.front().lands <= t) land();
+    // The throttle: an offloading module first waits (host and compute) until at most G - 1
+    // earlier modules' copies are in flight.
+    if (loads[i].offload_bytes > 0 && max_groups_in_flight_ > 0) {
+      while (static_cast<int64_t>(flying.size()) >= max_groups_in_flight_) {
+        s.forward_wait_seconds[flying.front().module] += flying.front().lands - t;
+        t = flying.front().lands;
+        land();
+      }
+    }
     const double start = t, end = t + ms[i].forward_seconds;
     const int64_t mine = loads[i].held_bytes + loads[i].offload_bytes;
-    if (in_flight > 0 && lands <= end) {
-      // Just before the copy lands: the module has allocated its share of the time so far.
+    // Just before each copy lands: the module has allocated its share of the time so far.
+    while (!flying.empty() && flying.front().lands <= end) {
       const double share =
-          ms[i].forward_seconds > 0 ? (lands - start) / ms[i].forward_seconds : 0.0;
-      note(held + in_flight + static_cast<int64_t>(std::floor(share * static_cast<double>(mine))),
-           false, static_cast<int>(i));
-      in_flight = 0;
+          ms[i].forward_seconds > 0
+              ? std::clamp((flying.front().lands - start) / ms[i].forward_seconds, 0.0, 1.0)
+              : 0.0;
+      note(
+          held + flying_bytes + static_cast<int64_t>(std::floor(share * static_cast<double>(mine))),
+          false, static_cast<int>(i));
+      land();
     }
-    note(held + in_flight + mine, false, static_cast<int>(i));
+    note(held + flying_bytes + mine, false, static_cast<int>(i));
     t = end;
-    if (in_flight > 0) {  // the copy did not fit: the compute waits for it here
-      s.forward_wait_seconds[flying] = lands - t;
-      t = lands;
-      in_flight = 0;
-    }
     held += loads[i].held_bytes;
-    if (loads[i].offload_bytes > 0)
-      in_flight = loads[i].offload_bytes, lands = t + copy_out(i), flying = i;
+    if (loads[i].offload_bytes > 0) {
+      link_free = std::max(t, link_free) + copy_out(i);
+      flying.push_back({loads[i].offload_bytes, link_free, i});
+      flying_bytes += loads[i].offload_bytes;
+    }
   }
   t += compute_.forward_tail_seconds;
-  if (in_flight > 0 && lands > t) {
-    s.forward_wait_seconds[flying] = lands - t;
-    t = lands;
-  }
 
-  // Backward: module i's reload starts when the backward before it starts.
-  std::vector<double> reloaded(n, 0.0);
+  // Backward. A module's reload starts when the nearest later offloading module is first used
+  // (prefetch), else when its own backward needs it; it queues behind what the stream has.
+  std::vector<double> reloaded(n, -1.0);  // when the reload lands; < 0: not launched
   auto reload = [&](size_t i) {
+    if (reloaded[i] >= 0) return;
     held += loads[i].offload_bytes;
-    reloaded[i] = t + copy_back(i);
+    link_free = std::max(t, link_free) + copy_back(i);
+    reloaded[i] = link_free;
   };
-  if (n > 0) reload(n - 1);
-  note(held, true, -1);
+  auto previous_offloading = [&](size_t i) -> std::optional<size_t> {
+    for (size_t j = i; j-- > 0;) {
+      if (loads[j].offload_bytes > 0) return j;
+    }
+    return std::nullopt;
+  };
+  while (!flying.empty() && flying.front().lands <= t) land();
+  note(held + flying_bytes, true, -1);
   t += compute_.backward_head_seconds;
   for (size_t i = n; i-- > 0;) {
-    if (reloaded[i] > t) {
-      s.backward_wait_seconds[i] = reloaded[i] - t;
-      t = reloaded[i];
+    while (!flying.empty() && flying.front().lands <= t) land();
+    if (loads[i].offload_bytes > 0) {
+      reload(i);  // on demand, unless prefetched
+      if (reloaded[i] > t) {
+        s.backward_wait_seconds[i] = reloaded[i] - t;
+        t = reloaded[i];
+      }
+      if (auto p = previous_offloading(i)) reload(*p);
     }
-    if (i > 0) reload(i - 1);
-    note(held + loads[i].backward_bytes, true, static_cast<int>(i));
+    note(held + flying_bytes + loads[i].backward_bytes, true, static_cast<int>(i));
     t += ms[i].backward_seconds + loads[i].recompute_seconds;
     held -= loads[i].held_bytes + loads[i].offload_bytes;
   }
@@ -245,8 +279,9 @@ std::vector<ModuleLoad> module_loads(const MemoryProfile& profile, const Plan& p
   return out;
 }
 
-SimulatedStep simulate_plan(const MemoryProfile& profile, const Plan& plan, const LinkModel& link) {
-  return CopyWindowModel(step_compute_of(profile), link)
+SimulatedStep simulate_plan(const MemoryProfile& profile, const Plan& plan, const LinkModel& link,
+                            int64_t max_groups_in_flight) {
+  return CopyWindowModel(step_compute_of(profile), link, max_groups_in_flight)
       .simulate(module_loads(profile, plan), profile.other_bytes);
 }
 

@@ -1,19 +1,26 @@
 // The copy-window cost model: a training step as a time line of compute (per module its forward
 // and its backward, in forward order), on which offload copies run beside the compute on one
-// copy stream each way.
+// copy stream (SwapManager's: copies out and back queue on it in order).
 //
-// - Forward: module i's tensors leave when its forward ends; the copy must land before the NEXT
-//   module's forward ends (the compute that follows it: its window), else the compute waits
-//   there for it (the memory must be free before the module after that allocates). The last
-//   module's window is the forward compute after it (head, loss).
-// - Backward: module i's tensors are reloaded when the backward of the module after it starts
-//   (one module of prefetch, SwapOptions::prefetch_groups(1)) and must land before module i's
-//   own backward starts, else backward waits. The last module's window is the backward compute
-//   before it (head, loss).
-// Waiting ends each copy inside the step before the next window opens, so the windows never
-// overlap and a module's exposed time depends on its own copies only: the solver can add module
-// costs one by one, and simulate() gives the same total (or less: in simulate(), a module's
-// recomputation widens the backward window of the module before it).
+// Two views of it:
+// - exposed_seconds(), per module, for the solver to add up: module i's copies out must land
+//   within the NEXT module's forward (its window; the last module's is the forward compute after
+//   it, head and loss), its copies back within the next module's backward (the last module's:
+//   the backward before it). What does not fit is exposed.
+// - simulate(), the whole step as SwapManager runs it, which gives the plan's time and peak:
+//   * Forward: a module's copies start when its forward ends, after the copies queued before
+//     them. When a module that offloads starts, the swap manager's throttle
+//     (SwapOptions::max_groups_in_flight, G) lets at most G - 1 earlier modules' copies stay in
+//     flight: the host waits for the rest to land, and the compute with it (a selective region
+//     paces the device from the host: it has nothing queued to run meanwhile). With G = 2 a
+//     module's copies must land before the module after the next starts, as in exposed_seconds.
+//   * Backward: a module's copies come back when backward first uses one of its tensors (its
+//     reload then waits in full), unless a later module that offloads was used first: its first
+//     use prefetches the nearest earlier module's copies (SwapOptions::prefetch_groups(1)). So
+//     the module that starts a run of offloading modules in backward order (the last in forward
+//     order, or one followed by modules that offload nothing) reloads on demand, exposed;
+//     exposed_seconds() gives it the next module's backward all the same, so a plan is timed by
+//     simulate() (the solver's Plan::step_seconds is the larger of the two).
 //
 // Memory on the same time line: a module's forward allocates what it saves at a steady rate
 // over its forward; offloaded bytes are freed when their copy lands and come back when their
@@ -63,11 +70,13 @@ struct SimulatedStep {
 
 class CopyWindowModel {
  public:
-  // Throws std::invalid_argument if the link is not valid or a time is negative.
-  CopyWindowModel(StepCompute compute, LinkModel link);
+  // `max_groups_in_flight`: the swap manager's throttle (SwapOptions; 0: none). Throws
+  // std::invalid_argument if the link is not valid, a time or the throttle is negative.
+  CopyWindowModel(StepCompute compute, LinkModel link, int64_t max_groups_in_flight = 2);
 
   const StepCompute& compute() const { return compute_; }
   const LinkModel& link() const { return link_; }
+  int64_t max_groups_in_flight() const { return max_groups_in_flight_; }
   // The forward compute in which module i's copy to host must land.
   double forward_window(size_t i) const;
   // The backward compute in which module i's copy back must land.
@@ -85,6 +94,7 @@ class CopyWindowModel {
  private:
   StepCompute compute_;
   LinkModel link_;
+  int64_t max_groups_in_flight_ = 2;
 };
 
 // The time line of a profiled step: each module's measured forward and backward
@@ -103,6 +113,7 @@ int64_t offload_copies(const ModuleProfile& m);
 std::vector<ModuleLoad> module_loads(const MemoryProfile& profile, const Plan& plan);
 
 // simulate() on the profile's time line under `plan`, with the profile's other_bytes as base.
-SimulatedStep simulate_plan(const MemoryProfile& profile, const Plan& plan, const LinkModel& link);
+SimulatedStep simulate_plan(const MemoryProfile& profile, const Plan& plan, const LinkModel& link,
+                            int64_t max_groups_in_flight = 2);
 
 }  // namespace recompose::detail

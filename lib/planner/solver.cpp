@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -50,7 +51,16 @@ std::optional<LinkModel> link_for(const MemoryProfile& profile, const SolveOptio
   const double given =
       options.copy_bandwidth() > 0 ? options.copy_bandwidth() : profile.copy_bandwidth;
   auto link = [&](double fallback) -> std::optional<LinkModel> {
-    if (options.link()) return options.link();
+    if (options.link()) {
+      // Measured apart (the profile's inside the profiled process): the copies are likelier to
+      // see the slower of the two.
+      LinkModel l = *options.link();
+      if (profile.copy_bandwidth > 0 && options.copy_bandwidth() <= 0) {
+        l.d2h_bytes_per_second = std::min(l.d2h_bytes_per_second, profile.copy_bandwidth);
+        l.h2d_bytes_per_second = std::min(l.h2d_bytes_per_second, profile.copy_bandwidth);
+      }
+      return l;
+    }
     if (given > 0) return LinkModel::symmetric(given);
     if (fallback > 0) return LinkModel::symmetric(fallback);
     return std::nullopt;
@@ -306,19 +316,25 @@ void build_frontiers(Family& family, int64_t bucket) {
   }
 }
 
+// Without a link: one family, no copies. With one: no copies; swaps of single ops; and module
+// offload as well. The no-copy family is solved on its own so that its plans stay candidates
+// where a plan with copies holds fewer bytes for the same estimate but stalls or peaks higher.
 std::vector<Family> families(const MemoryProfile& profile, const SolveOptions& options) {
   const auto link = link_for(profile, options);
   std::optional<detail::CopyWindowModel> windows;
-  if (link) windows.emplace(detail::step_compute_of(profile), *link);
+  if (link)
+    windows.emplace(detail::step_compute_of(profile), *link, options.max_groups_in_flight());
   const detail::CopyWindowModel* w = windows ? &*windows : nullptr;
-  std::vector<Family> out(link ? 2 : 1);
-  out[0].modules = module_options(profile, w, false);
+  std::vector<Family> out(link ? 3 : 1);
+  out[0].modules = module_options(profile, nullptr, false);
   out[0].base_bytes = profile.other_bytes;
   if (link) {
-    out[1].modules = module_options(profile, w, true);
+    out[1].modules = module_options(profile, w, false);
+    out[1].base_bytes = profile.other_bytes;
+    out[2].modules = module_options(profile, w, true);
     int64_t largest = 0;
     for (const auto& m : profile.modules) largest = std::max(largest, m.saved_bytes);
-    out[1].base_bytes = profile.other_bytes + largest;
+    out[2].base_bytes = profile.other_bytes + largest;
   }
   int64_t most = profile.other_bytes;
   for (const auto& m : profile.modules) most += std::max(m.saved_bytes, m.input_bytes);
@@ -370,9 +386,66 @@ ModulePlan module_plan(const ModuleOptions& mo, const Point& p) {
   return plan;
 }
 
-// The plan of one frontier point, its simulated peak included.
+// What a plan is judged by: the simulated step and peak on the link, with the swap manager's
+// throttle, and the allocator's share of a peak budget.
+struct Judge {
+  const MemoryProfile& profile;
+  LinkModel link;
+  int64_t max_groups_in_flight = 2;
+  double headroom = 0;  // allocator_headroom on a device; 0 on CPU (no caching allocator)
+
+  // Fills plan.peak_bytes, and makes plan.step_seconds (the modules' costs added up) at least
+  // the simulated step: the added-up costs give each module's copies back the next module's
+  // backward, which the swap manager's prefetch gives only where that module offloads too.
+  void finish(Plan& plan) const {
+    const detail::SimulatedStep s =
+        detail::simulate_plan(profile, plan, link, max_groups_in_flight);
+    plan.peak_bytes = profile.resident_bytes + s.peak_bytes;
+    plan.step_seconds = std::max(plan.step_seconds, s.seconds);
+  }
+  // What a plan needs of a peak budget: its simulated peak, and where it swaps the largest
+  // module's offloaded bytes, which come back into blocks cached for the copy stream.
+  int64_t needs(const Plan& plan) const {
+    int64_t pool = 0;
+    if (headroom > 0) {
+      for (const auto& l : detail::module_loads(profile, plan))
+        pool = std::max(pool, l.offload_bytes);
+    }
+    return plan.peak_bytes + pool;
+  }
+  // What of a peak budget a plan may need: the rest is the allocator's headroom.
+  int64_t usable(int64_t peak) const {
+    return peak - static_cast<int64_t>(std::ceil(headroom * static_cast<double>(peak)));
+  }
+  // The least peak budget whose usable part covers `need`.
+  int64_t least_budget(int64_t need) const {
+    if (headroom <= 0) return need;
+    auto b = static_cast<int64_t>(std::ceil(static_cast<double>(need) / (1.0 - headroom)));
+    while (usable(b) < need) ++b;
+    while (b > need && usable(b - 1) >= need) --b;
+    return b;
+  }
+};
+
+Judge judge_of(const MemoryProfile& profile, const SolveOptions& options) {
+  if (!(options.allocator_headroom() >= 0 && options.allocator_headroom() < 1)) {
+    throw std::invalid_argument(
+        "recompose: solve_plan: allocator_headroom must be in [0, 1), got " +
+        std::to_string(options.allocator_headroom()));
+  }
+  if (options.max_groups_in_flight() < 0) {
+    throw std::invalid_argument("recompose: solve_plan: max_groups_in_flight must not be negative");
+  }
+  // Plans without copies simulate the same on any link.
+  return {profile,
+          link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth)),
+          options.max_groups_in_flight(),
+          profile.device.starts_with("cpu") ? 0.0 : options.allocator_headroom()};
+}
+
+// The plan of one frontier point, its simulated peak and step included.
 Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, const Final& chosen,
-             int64_t limit, const LinkModel& link) {
+             int64_t limit, const Judge& judge) {
   const Family& fam = fams[chosen.family];
   Plan plan;
   plan.budget_bytes = limit;
@@ -389,14 +462,48 @@ Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, cons
         module_plan(fam.modules[i], fam.modules[i].points[static_cast<size_t>(n.point)]);
     at = static_cast<size_t>(n.parent);
   }
-  plan.peak_bytes = profile.resident_bytes + detail::simulate_plan(profile, plan, link).peak_bytes;
+  judge.finish(plan);
+  return plan;
+}
+
+// Every module under transformer_policy's list, nothing swapped: the fixed policy a user would
+// try first, a candidate whatever the frontier's thinning and the peak walk left.
+Plan transformer_everywhere(const MemoryProfile& profile, int64_t limit, const Judge& judge) {
+  Plan plan;
+  plan.budget_bytes = limit;
+  plan.bytes = profile.other_bytes;
+  plan.none_bytes = profile.bytes_held;
+  plan.none_step_seconds = profile.step_seconds;
+  plan.backward_measured = profile.backward_measured();
+  plan.step_seconds = profile.step_seconds;
+  for (const ModuleProfile& m : profile.modules) {
+    ModulePlan mp;
+    mp.name = m.name;
+    mp.type = m.type;
+    mp.choice = ModuleChoice::Selective;
+    mp.bytes = m.input_bytes;
+    std::vector<bool> keep(m.ops.size(), false);
+    for (size_t k = 0; k < m.ops.size(); ++k) {
+      keep[k] = keepable(m.ops[k]) && kept_by_transformer_policy(m.ops[k].op);
+      if (!keep[k]) continue;
+      mp.save.push_back({m.ops[k].op, m.ops[k].call_index});
+      mp.bytes += m.ops[k].output_bytes;
+    }
+    // As add_candidates prices a keep set with nothing swapped.
+    mp.seconds = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds +
+                 detail::ReplayCost(m).seconds(keep);
+    plan.bytes += mp.bytes;
+    plan.step_seconds += mp.seconds;
+    plan.modules.push_back(std::move(mp));
+  }
+  judge.finish(plan);
   return plan;
 }
 
 // Where a plan's simulated peak falls, in words, for an error message.
-std::string where_peak_falls(const MemoryProfile& profile, const Plan& plan,
-                             const LinkModel& link) {
-  const detail::SimulatedStep s = detail::simulate_plan(profile, plan, link);
+std::string where_peak_falls(const MemoryProfile& profile, const Plan& plan, const Judge& judge) {
+  const detail::SimulatedStep s =
+      detail::simulate_plan(profile, plan, judge.link, judge.max_groups_in_flight);
   if (s.peak_module < 0 || static_cast<size_t>(s.peak_module) >= profile.modules.size()) {
     return s.peak_in_backward ? "when backward starts, with everything the forward keeps held"
                               : "before the first module";
@@ -415,6 +522,40 @@ std::string resident_in_words(const MemoryProfile& profile) {
                                  : " (weights, gradients, optimizer state, temporaries)";
 }
 
+// The candidates a budget chooses from: per family, the fastest frontier plan within `limit`
+// bytes whose peak fits (`peak`; none: no peak budget); and transformer_everywhere. `least` gets
+// the plan needing the least of a peak budget seen.
+std::vector<Plan> candidates(const MemoryProfile& profile, const std::vector<Family>& fams,
+                             int64_t limit, std::optional<int64_t> peak, const Judge& judge,
+                             std::optional<Plan>& least) {
+  std::vector<Plan> out;
+  auto seen = [&](const Plan& p) {
+    if (!least || judge.needs(p) < judge.needs(*least)) least = p;
+    return !peak || judge.needs(p) <= judge.usable(*peak);
+  };
+  // The plan without copies first: on equal estimates it is the one chosen.
+  for (size_t f = 0; f < fams.size(); ++f) {
+    const auto& last = fams[f].fronts.back();
+    auto it = std::upper_bound(last.begin(), last.end(), limit,
+                               [](int64_t b, const Node& n) { return b < n.bytes; });
+    // Down the frontier the added-up estimate grows, and a plan's estimate is at least it: once
+    // it reaches the best estimate found, no plan further down is faster. So this is the fastest
+    // fitting plan of the family, and a larger budget (more plans fit) never gives a slower one.
+    std::optional<Plan> best;
+    for (auto i = static_cast<size_t>(it - last.begin()); i-- > 0;) {
+      if (best && profile.step_seconds + last[i].seconds >= best->step_seconds) break;
+      Plan p = plan_at(profile, fams, {last[i].bytes, last[i].seconds, f, i}, limit, judge);
+      if (seen(p) && (!best || p.step_seconds < best->step_seconds)) best = std::move(p);
+    }
+    if (best) out.push_back(std::move(*best));
+    if (f == 0) {
+      Plan t = transformer_everywhere(profile, limit, judge);
+      if (t.bytes <= limit && seen(t)) out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
@@ -423,25 +564,29 @@ int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options
 
 int64_t min_plan_peak_bytes(const MemoryProfile& measured, const SolveOptions& options) {
   const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
+  const Judge judge = judge_of(profile, options);
   const auto fams = families(profile, options);
-  const auto frontier = final_frontier(fams);
-  const LinkModel link =
-      link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
   int64_t least = std::numeric_limits<int64_t>::max();
-  for (const Final& point : frontier)
-    least = std::min(least, plan_at(profile, fams, point, point.bytes, link).peak_bytes);
-  return least;
+  for (size_t f = 0; f < fams.size(); ++f) {
+    const auto& last = fams[f].fronts.back();
+    for (size_t i = 0; i < last.size(); ++i) {
+      const Plan p =
+          plan_at(profile, fams, {last[i].bytes, last[i].seconds, f, i}, last[i].bytes, judge);
+      least = std::min(least, judge.needs(p));
+    }
+  }
+  const Plan t = transformer_everywhere(profile, 0, judge);
+  least = std::min(least, judge.needs(t));
+  return judge.least_budget(least);
 }
 
 Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
+  const Judge judge = judge_of(profile, options);
   const auto fams = families(profile, options);
   const auto frontier = final_frontier(fams);
   const int64_t limit = budget.resolve(profile);
-  // Plans without copies simulate the same on any link.
-  const LinkModel link =
-      link_for(profile, options).value_or(LinkModel::symmetric(kDefaultForcedBandwidth));
   if (budget.is_peak() && frontier.front().bytes > limit) {
     throw std::invalid_argument(
         "recompose: solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
@@ -458,31 +603,30 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
         (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
         " of every module)");
   }
-  // The fastest plan that fits: the last frontier point within the budget (time falls along it).
-  auto it = std::upper_bound(frontier.begin(), frontier.end(), limit,
-                             [](int64_t b, const Final& n) { return b < n.bytes; });
-  auto plan_at = [&](const Final& chosen) {
-    return recompose::plan_at(profile, fams, chosen, limit, link);
-  };
-  Plan plan = plan_at(*(it - 1));
-  if (budget.is_peak()) {
-    // The fastest plan whose simulated peak fits: the peak also counts what a recomputation or a
-    // reload holds during backward, which the bytes held for backward do not.
-    const int64_t peak = limit + profile.resident_bytes;
-    Plan least = plan;
-    while (plan.peak_bytes > peak && --it != frontier.begin()) {
-      plan = plan_at(*(it - 1));
-      if (plan.peak_bytes < least.peak_bytes) least = plan;
-    }
-    if (plan.peak_bytes > peak) {
-      throw std::invalid_argument(
-          "recompose: solve_plan: a peak of " + detail::format_mib(peak) +
-          " is below the least simulated peak of any plan, " +
-          detail::format_mib(least.peak_bytes) + " (min_plan_peak_bytes), of which resident " +
-          detail::format_mib(profile.resident_bytes) + resident_in_words(profile) +
-          "; that plan's peak falls " + where_peak_falls(profile, least, link));
-    }
+  std::optional<int64_t> peak;
+  if (budget.is_peak()) peak = limit + profile.resident_bytes;
+  std::optional<Plan> least;
+  std::vector<Plan> fitting = candidates(profile, fams, limit, peak, judge, least);
+  if (fitting.empty()) {
+    // Only a peak budget gets here: within the bytes, a plan exists.
+    const std::string headroom =
+        judge.headroom > 0
+            ? " less the caching allocator's headroom (SolveOptions::allocator_headroom, " +
+                  std::to_string(static_cast<int>(std::lround(judge.headroom * 100))) +
+                  "%: " + detail::format_mib(*peak - judge.usable(*peak)) + ")"
+            : std::string();
+    throw std::invalid_argument(
+        "recompose: solve_plan: a peak of " + detail::format_mib(*peak) + headroom +
+        " is below the least simulated peak of any plan, " + detail::format_mib(least->peak_bytes) +
+        " (min_plan_peak_bytes gives the least budget), of which resident " +
+        detail::format_mib(profile.resident_bytes) + resident_in_words(profile) +
+        "; that plan's peak falls " + where_peak_falls(profile, *least, judge));
   }
+  // The fastest estimate; the first (no copies) on a tie.
+  auto best = std::min_element(fitting.begin(), fitting.end(), [](const Plan& a, const Plan& b) {
+    return a.step_seconds < b.step_seconds;
+  });
+  Plan plan = std::move(*best);
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return plan;
 }
