@@ -45,7 +45,8 @@
 # interleaved (gpt --compare --policies offload-window), which sets the cap at none's resting
 # memory plus 0.75 of its step (RECOMPOSE_CAP_SHARE); then one process per policy under that
 # --memory-fraction (none must run out of memory; full, selective, every-second-mm, the
-# never-stall offload, the planner at peak= 0.95 and 0.925 of the cap), and again in the reverse
+# never-stall offload, the planner at peak= 1.0 and 0.975 of the cap, keeping 6% of it free for
+# the caching allocator), and again in the reverse
 # order those that fitted: tokens/s, peak, bytes moved, copy waits and allocator retries per
 # policy, then a Kineto profile of the plan under the cap (cap_runs; on the H200 the step took
 # 139 s with both rounds before planned-lo and the profile, about 70 s more with them); (3) examples/sharded on CUDA
@@ -502,8 +503,9 @@ cap_setup() {  # layers
 #     fits, and none's peak alone (own_peak_bytes), which sets the cap;
 # (b) the cap: none's resting memory (weights, optimizer state, batch) plus RECOMPOSE_CAP_SHARE
 #     (default 0.75) of what its step adds above it, as a fraction of the device's memory
-#     (--memory-fraction); the planner's budget is peak= RECOMPOSE_CAP_PLAN_SHARE (default 0.95)
-#     of the cap: the cap bounds what the caching allocator reserves, the budget what is allocated;
+#     (--memory-fraction); the planner's budget is peak= RECOMPOSE_CAP_PLAN_SHARE (default 1.0)
+#     of the cap: the cap bounds what the caching allocator reserves, the budget what is allocated,
+#     and the planner keeps the allocator's headroom itself (SolveOptions::allocator_headroom);
 # (c) one process per policy under the cap (a cap is the process's: --compare cannot hold them
 #     all): none (it must not fit), full, selective, every-second-mm, the never-stall offload and
 #     the planner (profiled before the cap: the profile runs the step without checkpointing);
@@ -520,11 +522,12 @@ cap_runs() {
   local -a flags order fitted
   local -A fits=() oom=() refused=()  # policy -> 1: it ran to the end / ran out of memory / had no plan
   share=${RECOMPOSE_CAP_SHARE:-0.75}
-  plan_share=${RECOMPOSE_CAP_PLAN_SHARE:-0.95}
+  plan_share=${RECOMPOSE_CAP_PLAN_SHARE:-1.0}
   # A second plan with more headroom under the cap (run18 on the H200: at 0.943x the cap the
-  # allocator retried 1.3 cudaMalloc calls per step, the fixed policies at 0.907x none).
-  # Full checkpointing peaked at 0.907x the cap there: below that the planner has no plan.
-  plan_share_lo=${RECOMPOSE_CAP_PLAN_SHARE_LOW:-0.925}
+  # allocator retried 1.3 cudaMalloc calls per step, the fixed policies at 0.907x none). The
+  # planner keeps 6% of its budget free (allocator_headroom): 0.975 x 0.94 = 0.917x the cap, just
+  # above full checkpointing's 0.907x there (below that the planner has no plan).
+  plan_share_lo=${RECOMPOSE_CAP_PLAN_SHARE_LOW:-0.975}
   tokens=$(($(flag_value --batch "${cap_model[@]}") * $(flag_value --context "${cap_model[@]}")))
   rm -rf "$dir"
   mkdir -p "$dir"
