@@ -103,8 +103,7 @@ class CachingInterceptor final : public OpInterceptor {
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.keeps_nothing_inside_full && keeps_output(decision))
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
-    if (s_.decisions++ == 0) s_.first_decided_op = schema.name();
-    s_.op_signature = s_.op_signature * 1000003u ^ std::hash<std::string>{}(schema.name());
+    s_.tally.asked(schema.name());
     calls.nodes.push_back(node);
     if (!keeps_output(decision)) {
       s_.trace.end(*stack, nullptr,
@@ -119,9 +118,8 @@ class CachingInterceptor final : public OpInterceptor {
     }
     kept->entry = CacheEntry::capture(
         ctx.outputs, decision == CheckpointPolicy::MUST_SWAP ? s_.offloader() : nullptr);
-    s_.kept_device_bytes += kept->entry.bytes();
+    s_.tally.kept(schema.name(), kept->entry.bytes());
     for (const c10::StorageImpl* st : kept->entry.storages()) s_.kept_storages.emplace(st, node);
-    if (s_.first_kept_op.empty()) s_.first_kept_op = schema.name();
     s_.trace.end(*stack, std::move(kept), nullptr);
   }
 

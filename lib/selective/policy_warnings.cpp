@@ -40,12 +40,12 @@ bool first_warning_of(size_t signature) {
 
 // At the end of a region's forward, when every decision was made and every tensor saved.
 void warn_about_policy(const SacState& s) {
-  if (s.decisions == 0 || policy_warnings_off || s.keeps_nothing_inside_full) return;
-  if (s.first_kept_op.empty()) {
-    if (!first_warning_of(s.op_signature)) return;
+  if (s.tally.decisions == 0 || policy_warnings_off || s.keeps_nothing_inside_full) return;
+  if (s.tally.first_kept_op.empty()) {
+    if (!first_warning_of(s.tally.op_signature)) return;
     TORCH_WARN(
-        "recompose: selective checkpoint: the policy kept no output of the ", s.decisions,
-        " ops it was asked about in a region's forward (the first: ", s.first_decided_op,
+        "recompose: selective checkpoint: the policy kept no output of the ", s.tally.decisions,
+        " ops it was asked about in a region's forward (the first: ", s.tally.first_decided_op,
         "), so the region is fully recomputed, and its forward pays for interception. If the "
         "policy was meant to keep some, name ops it runs (recompose::inspect_policy(policy, "
         "module, input) lists them); if not, compare the step with full checkpointing, which "
@@ -54,11 +54,11 @@ void warn_about_policy(const SacState& s) {
     return;
   }
   const int64_t plain = s.trace.saved_bytes_from_ops();
-  if (s.kept_device_bytes <= plain) return;
-  if (!first_warning_of(s.op_signature ^ 0x9e3779b97f4a7c15ull)) return;
+  if (s.tally.kept_device_bytes <= plain) return;
+  if (!first_warning_of(s.tally.op_signature ^ 0x9e3779b97f4a7c15ull)) return;
   TORCH_WARN(
-      "recompose: selective checkpoint: the policy keeps ", format_bytes(s.kept_device_bytes),
-      " of op outputs in a region's forward (the first kept: ", s.first_kept_op,
+      "recompose: selective checkpoint: the policy keeps ", format_bytes(s.tally.kept_device_bytes),
+      " of op outputs in a region's forward (the first kept: ", s.tally.first_kept_op,
       "), more than no checkpointing would hold there (", format_bytes(plain),
       " saved by autograd): checkpointing this region costs memory. Keep fewer ops, ones whose "
       "outputs backward reads (recompose::inspect_policy(policy, module, input) shows what each op "

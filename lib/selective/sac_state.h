@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -23,6 +24,25 @@
 #include <vector>
 
 namespace recompose::detail {
+
+// What a region's forward asked its policy and kept: for the policy warnings (policy_warnings.h)
+// and the extra-backward error, which names the first kept op.
+struct PolicyTally {
+  int64_t decisions = 0;
+  std::string first_decided_op;
+  size_t op_signature = 0;        // a hash of the op names asked about, in order (the region's)
+  std::string first_kept_op;      // empty: the forward kept nothing
+  int64_t kept_device_bytes = 0;  // of the kept outputs at capture (CacheEntry::bytes)
+
+  void asked(const std::string& op) {
+    if (decisions++ == 0) first_decided_op = op;
+    op_signature = op_signature * 1000003u ^ std::hash<std::string>{}(op);
+  }
+  void kept(const std::string& op, int64_t device_bytes) {
+    if (first_kept_op.empty()) first_kept_op = op;
+    kept_device_bytes += device_bytes;
+  }
+};
 
 // Shared by the contexts object and every token entered from it: a token may outlive the
 // contexts object (the engine drops it when the region ends).
@@ -40,14 +60,7 @@ struct SacState {
   std::atomic<bool> recompute_active{false};
   ForwardTrace trace;     // the one record of the forward: its ops, kept outputs and calls per op
   bool replayed = false;  // a replay answered a recomputation (and released the kept outputs)
-  std::string first_kept_op;  // the first op whose outputs the forward kept, if any
-  // What the forward asked the policy, for the keeps-nothing warning: how many decisions, the
-  // first op asked about, and a hash of the op names in order (the region's signature).
-  int64_t decisions = 0;
-  std::string first_decided_op;
-  size_t op_signature = 0;
-  // Device bytes of the kept outputs at capture (CacheEntry::bytes), for the holds-more warning.
-  int64_t kept_device_bytes = 0;
+  PolicyTally tally;      // what the forward asked the policy and kept
   // Kept outputs an in-place op of the forward just wrote into, carried by their entries: their
   // versions are recorded anew at the next op or at the end of the forward, once autograd's
   // ADInplaceOrView layer (above the interceptor) has counted the write.

@@ -83,8 +83,8 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       return false;
     }
     // As a recomputation would: the first kept output it reaches was handed out already.
-    if (s.replayed && !s.first_kept_op.empty())
-      throw CheckpointError(extra_backward_error(s.first_kept_op));
+    if (s.replayed && !s.tally.first_kept_op.empty())
+      throw CheckpointError(extra_backward_error(s.tally.first_kept_op));
     // As a recomputation would, which replays every kept output: one modified in place since the
     // forward is an error even where the replay does not need it.
     bool carrier_modified = false;
