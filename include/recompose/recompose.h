@@ -16,4 +16,5 @@
 #include <recompose/policy_report.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/selective_checkpoint.h>
+#include <recompose/step_ledger.h>
 #include <recompose/swap.h>

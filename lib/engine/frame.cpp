@@ -169,7 +169,11 @@ void Frame::recompute(int64_t graph_task) {
   // Unpacking the inputs may recompute the enclosing regions first.
   // See Note [ Nestable Checkpoint ], rules 1 and 2.
   std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
+  // After the inputs: the enclosing regions' rebuilds are theirs.
+  std::optional<LedgerRebuildScope> ledger;
+  if (ledger_row_) ledger.emplace(ledger_row_.get());
   if (replay_saved(graph_task, inputs)) return;
+  if (ledger) ledger->reran();
   if (recompute_ops_) recompute_ops_->clear();
   SavedTensorPolicyBarrier
       barrier;  // as if no region were active: See Note [ Nestable Checkpoint ], rule 3

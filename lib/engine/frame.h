@@ -14,6 +14,7 @@
 #include "engine/region_inputs.h"
 #include "engine/rng_state.h"
 #include "engine/saved_tensor_replay.h"
+#include "engine/step_ledger.h"
 #include "engine/tensor_meta.h"
 
 #include <recompose/checkpoint_options.h>
@@ -71,6 +72,8 @@ class Frame : public std::enable_shared_from_this<Frame> {
   // The ops of the forward (debug mode only; null otherwise).
   std::shared_ptr<std::vector<std::string>> forward_ops() { return forward_ops_; }
   bool debug() const { return debug_; }
+  // The region's row in the step ledger recording it: its rebuilds are reported there.
+  void set_ledger_row(std::shared_ptr<LedgerRow> row) { ledger_row_ = std::move(row); }
   const std::shared_ptr<RegionContexts>& contexts() const { return contexts_; }
 
   // Backward side: the tensor Holder `index` stands for, recomputing the region first if this
@@ -125,6 +128,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   SavedTensorReplay* replay_ = nullptr;  // contexts_, when they replay
   bool contains_region_ = false;
   std::optional<ModuleStateSnapshot> module_state_;  // in place: no allocation of its own
+  std::shared_ptr<LedgerRow> ledger_row_;            // null unless a StepLedger records it
   // Debug mode only (allocated by the constructor when debug is on).
   std::shared_ptr<std::vector<std::string>> forward_ops_;
   std::shared_ptr<std::vector<std::string>> recompute_ops_;

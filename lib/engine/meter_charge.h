@@ -32,6 +32,11 @@ class MeterCharge {
   int64_t bytes_ = 0;
   at::Tensor tensor_;  // charged by storage instead of bytes_, when defined
   std::vector<std::shared_ptr<void>> meters_;
+  std::shared_ptr<void> ledger_;  // the StepLedger row's charge (engine/step_ledger.h), if any
 };
+
+class SavedTensorPolicy;
+// Whether `policy` is a SavedTensorMeter's (it keeps tensors as autograd would).
+bool is_meter_policy(const SavedTensorPolicy& policy);
 
 }  // namespace recompose::detail

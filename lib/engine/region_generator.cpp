@@ -13,6 +13,7 @@
 #include "engine/region_plugin.h"
 #include "engine/region_switches.h"
 #include "engine/rng_state.h"
+#include "engine/step_ledger.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/region_run.h>
@@ -133,10 +134,20 @@ RegionCoroutine region_protocol(const CheckpointOptions& options,
   if (options.preserve_module_state() && (owner || !options.state_modules().empty())) {
     frame->snapshot_module_state(options.state_modules(), owner);
   }
+  // The step ledger's row (null when none records this region); the meters' charges of the
+  // inputs and the body go to it.
+  std::shared_ptr<LedgerRow> ledger_row;
+  std::optional<LedgerForwardScope> ledger_scope;
+  if (any_ledger_alive()) {
+    ledger_row = ledger_begin_region(options, owner.get());
+    ledger_scope.emplace(ledger_row);
+    frame->set_ledger_row(ledger_row);
+  }
   {
     // The plug-ins' saved-tensor policies for the inputs (swap_inputs).
     LifoList<std::unique_ptr<SavedTensorPolicyScope>> input_scopes;
     for (const auto& plugin : region_plugins()) input_scopes.push(plugin->input_policy(options));
+    if (ledger_row) ledger_inputs_saved(*ledger_row, ledger_classify_inputs(), inputs);
     frame->set_inputs(save_region_inputs(inputs));
   }
   frame->set_contexts(make_contexts(options));
@@ -156,6 +167,7 @@ RegionCoroutine region_protocol(const CheckpointOptions& options,
 
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
+  if (ledger_row) ledger_forward_ended(*ledger_row);
   if (preserve_rng) {
     if (auto device = device_initialised_since(frame->forward_state()); !device.empty())
       frame->set_rng_problem(device);

@@ -3,6 +3,7 @@
 #include "engine/internal_ops.h"
 #include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
+#include "engine/step_ledger.h"
 #include "engine/tensor_accounting.h"
 
 #include <recompose/checkpoint_error.h>
@@ -123,7 +124,12 @@ struct SavedTensorMeter::Scope {
 
 namespace detail {
 
+bool is_meter_policy(const SavedTensorPolicy& policy) {
+  return dynamic_cast<const MeterPolicy*>(&policy) != nullptr;
+}
+
 void MeterCharge::charge_meters() {
+  if (any_ledger_alive()) ledger_ = ledger_charge(tensor_, bytes_);
   // Every meter open on this thread, also behind barriers (their policies are on the stack).
   for_each_policy([&](SavedTensorPolicy& policy) {
     if (auto* meter = dynamic_cast<MeterPolicy*>(&policy)) {
@@ -159,6 +165,7 @@ MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
     tensor_ = std::move(other.tensor_);
     bytes_ = std::exchange(other.bytes_, 0);
     meters_ = std::move(other.meters_);
+    ledger_ = std::move(other.ledger_);
   }
   return *this;
 }
@@ -173,6 +180,7 @@ void MeterCharge::refund() noexcept {
     }
   }
   meters_.clear();
+  ledger_.reset();
   bytes_ = 0;
   tensor_ = at::Tensor();
 }

@@ -1,5 +1,7 @@
 #include "replay_stats.h"
 
+#include "engine/step_ledger.h"
+
 #include <recompose/selective_checkpoint.h>
 
 #include <atomic>
@@ -18,6 +20,11 @@ SelectiveReplayStats g_stats;  // under g_mutex
 namespace detail {
 
 void count_replay(const ReplayOutcome& outcome, int64_t replay_ns) {
+  if (any_ledger_alive() && ledger_rebuilding()) {
+    ledger_replayed(LedgerReplay{outcome.replayed, outcome.fallback_reason, outcome.ops_run,
+                                 outcome.ops_skipped, outcome.ops_substituted,
+                                 outcome.draws_written, outcome.writes_carried, replay_ns});
+  }
   std::lock_guard lock(g_mutex);
   if (outcome.replayed) {
     ++g_stats.replayed;

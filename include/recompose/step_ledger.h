@@ -1,0 +1,105 @@
+// StepLedger: what one training step did with its checkpointed regions, region by region.
+//
+// While a ledger is alive on a thread, every checkpointed region whose forward begins on that
+// thread (apply_checkpoint, checkpoint(fn), checkpoint_sequential's segments; nested regions
+// too) gets a row, in forward order, and backward fills in how it rebuilt the region:
+//
+//   recompose::StepLedger ledger(*model);  // the root names the modules ("blocks.3")
+//   auto loss = model->forward(x).sum();
+//   loss.backward();
+//   std::cout << ledger;                   // a table with a totals line; ledger.json() for tools
+//
+// Each row says
+//   name         the module's qualified name in the ledger's root and its type ("blocks.0
+//                (BlockImpl)"); without a root, or for a module outside it, its type; a
+//                checkpoint(fn) region "checkpoint #k" (k-th such region of the ledger), or
+//                "checkpoint(a, b)" when it names its modules in state_modules (a segment of
+//                checkpoint_sequential lists its modules);
+//   mode         "full", "selective" (a policy), "custom contexts" (context_fn), with
+//                " + swap inputs" when swap_inputs is on;
+//   bytes held   the device bytes the region left held for backward when its forward ended,
+//                each storage once in the whole ledger (the first region holding it has it), as
+//                SavedTensorMeter counts: its inputs (when saved as autograd saves them; a nested
+//                region's inputs are its parent's to recompute, and inputs an outer swap or
+//                offload policy takes count as that policy charges the meters), the outputs a
+//                selective policy keeps and its kept draws. Parameters are not counted;
+//   rebuilt      what backward did: "replayed" (selective replay: ops run, skipped, substituted,
+//                draws written back, writes carried), "ran the forward again" (with the reason,
+//                for a selective region that fell back), or "not rebuilt yet" (backward has not
+//                reached it, or the ledger was read or destroyed before); the host time of the
+//                rebuilds, and how many (retain_graph: a second backward rebuilds again).
+// Bytes moved by swap and offload are not in the ledger yet (see offload_report and SwapStats).
+//
+// Cost: with no ledger alive, each hook is one relaxed atomic load; results are bitwise the same
+// with and without a ledger (it reads, never changes, what the step does).
+//
+// Rules: one ledger per thread at a time (a second throws CheckpointError). Destroy it on the
+// thread that made it; a ledger destroyed elsewhere stops recording all the same, and nothing
+// dangles. Rows outlive the ledger inside the autograd graph; what backward does after the
+// ledger is gone is not recorded. Reading a ledger (regions(), str(), json()) while backward
+// runs on another thread is safe.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace recompose {
+
+// One row of a StepLedger: one checkpointed region invocation.
+struct LedgerRegion {
+  int depth = 0;       // 0 for a region begun outside any other, 1 inside one, ...
+  std::string name;    // see StepLedger
+  std::string mode;    // "full", "selective", "custom contexts" (+ " + swap inputs")
+  std::string inputs;  // "held", "enclosing region" (recomputed by it), "outer policy"
+  int64_t bytes_held = 0;
+  int64_t rebuilds = 0;         // recomputations (one per backward that needed the region)
+  int64_t replays = 0;          // of which answered by the selective replay
+  int64_t reruns = 0;           // of which ran the forward again
+  std::string fallback_reason;  // why the last rerun of a selective region did not replay
+  int64_t ops_run = 0;          // by the replays
+  int64_t ops_skipped = 0;
+  int64_t ops_substituted = 0;
+  int64_t draws_written = 0;
+  int64_t writes_carried = 0;
+  int64_t host_ns = 0;  // host time of the rebuilds (replays, forwards run again)
+  // "replayed", "ran the forward again", "replayed and ran the forward again" or
+  // "not rebuilt yet".
+  std::string rebuilt() const;
+};
+
+class StepLedger {
+ public:
+  // Starts recording the regions of this thread. With `root`, regions of modules in its tree are
+  // named by their qualified names (named_modules, taken now). Throws CheckpointError if a
+  // ledger is alive on this thread already.
+  StepLedger();
+  explicit StepLedger(const torch::nn::Module& root);
+  ~StepLedger();
+  StepLedger(const StepLedger&) = delete;
+  StepLedger& operator=(const StepLedger&) = delete;
+
+  // The rows so far, in forward order.
+  std::vector<LedgerRegion> regions() const;
+  // Sum of the rows' bytes_held (each storage once).
+  int64_t bytes_held() const;
+  // The table (one line per region, then a totals line).
+  std::string str() const;
+  // The same as a JSON object: {"regions": [{...}, ...], "totals": {...}}.
+  std::string json() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+std::ostream& operator<<(std::ostream& out, const StepLedger& ledger);
+
+}  // namespace recompose

@@ -1,0 +1,108 @@
+// The hook points of recompose::StepLedger (include/recompose/step_ledger.h): what the region
+// protocol, the frame, the meter's charges and the selective replay tell the ledger alive on the
+// forward thread. Off (no ledger alive anywhere), each hook is one relaxed atomic load.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace recompose {
+struct CheckpointOptions;
+}
+
+namespace recompose::detail {
+
+struct LedgerState;
+struct LedgerRow;
+
+// Ledgers alive in the process: the hooks' fast check.
+extern std::atomic<int> g_ledgers_alive;
+inline bool any_ledger_alive() { return g_ledgers_alive.load(std::memory_order_relaxed) != 0; }
+
+// How a region's inputs were kept for backward, as the saved-tensor stack answered when the
+// region saved them.
+enum class LedgerInputs {
+  Held,       // no policy or a SavedTensorMeter: kept on the device as autograd keeps them
+  Enclosing,  // a region around this one saved them: it recomputes them (counted nowhere)
+  Outer,      // another policy (swap, offload): counted only as that policy charges the meters
+};
+
+// What one recomputation of a selective region reported (selective's ReplayOutcome).
+struct LedgerReplay {
+  bool replayed = false;
+  std::string fallback_reason;
+  int64_t ops_run = 0;
+  int64_t ops_skipped = 0;
+  int64_t ops_substituted = 0;
+  int64_t draws_written = 0;
+  int64_t writes_carried = 0;
+  int64_t replay_ns = 0;
+};
+
+// A region beginning in a forward on this thread: its row in the ledger alive here (or null, when
+// none is, or the region begins inside a recomputation: rows are the step's forward regions).
+// Call only when any_ledger_alive().
+std::shared_ptr<LedgerRow> ledger_begin_region(const CheckpointOptions& options,
+                                               const torch::nn::Module* owner);
+
+// How the saved-tensor stack of this thread would save a region's inputs now.
+LedgerInputs ledger_classify_inputs();
+
+// The row whose forward runs on this thread: the meter's charges go to it while alive. A null
+// row hides the outer one (a region the ledger does not record, such as one begun in a
+// recomputation).
+class LedgerForwardScope {
+ public:
+  explicit LedgerForwardScope(std::shared_ptr<LedgerRow> row);
+  ~LedgerForwardScope();
+  LedgerForwardScope(const LedgerForwardScope&) = delete;
+  LedgerForwardScope& operator=(const LedgerForwardScope&) = delete;
+
+ private:
+  LedgerRow* outer_;
+  std::shared_ptr<LedgerRow> row_;
+};
+
+// The region saved its inputs under `how`; `inputs` are charged to the row when Held.
+void ledger_inputs_saved(LedgerRow& row, LedgerInputs how, const std::vector<at::Tensor>& inputs);
+// The region's forward ended: what its row holds now is what it held for backward.
+void ledger_forward_ended(LedgerRow& row);
+
+// A charge of the meters (MeterCharge) made on this thread: charged to the row whose forward runs
+// here, if any; `token` refunds it (null if no row took it). A tensor is counted by storage.
+std::shared_ptr<void> ledger_charge(const at::Tensor& tensor, int64_t bytes);
+
+// Around one recomputation of a row's region (Frame::recompute): the replay (ledger_replayed)
+// or, failing that, the forward run again, and its host time.
+class LedgerRebuildScope {
+ public:
+  explicit LedgerRebuildScope(LedgerRow* row);
+  ~LedgerRebuildScope();
+  // The region ran its forward again (a full region, or a selective one that fell back).
+  void reran() { reran_ = true; }
+  LedgerRebuildScope(const LedgerRebuildScope&) = delete;
+  LedgerRebuildScope& operator=(const LedgerRebuildScope&) = delete;
+
+ private:
+  LedgerRow* row_;
+  LedgerRow* outer_;
+  bool reran_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// The selective replay's outcome, for the row being rebuilt on this thread (if any).
+void ledger_replayed(const LedgerReplay& replay);
+// Whether a row is being rebuilt on this thread (the replay's hook checks before it copies).
+bool ledger_rebuilding();
+
+}  // namespace recompose::detail

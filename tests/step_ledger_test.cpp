@@ -1,0 +1,306 @@
+// StepLedger (include/recompose/step_ledger.h): every figure of a row checked against an
+// independent count: a SavedTensorMeter around the same region invocation (bytes held), the
+// selective replay's process-wide counters (replays, ops, fallbacks), and how many regions the
+// step ran. Results are bitwise those of the same step without a ledger.
+#include "support/grad_check.h"
+#include "support/test_modules.h"
+
+#include <recompose/apply_checkpoint.h>
+#include <recompose/checkpoint.h>
+#include <recompose/checkpoint_error.h>
+#include <recompose/saved_tensor_meter.h>
+#include <recompose/step_ledger.h>
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+#include <recompose/selective_checkpoint.h>
+#endif
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if __has_include(<nlohmann/json.hpp>)
+#include <nlohmann/json.hpp>
+#define LEDGER_TEST_JSON 1
+#endif
+
+namespace {
+
+using recompose::CheckpointOptions;
+using recompose::LedgerRegion;
+using recompose::SavedTensorMeter;
+using recompose::StepLedger;
+
+// Three tiny blocks in a list: "blocks.0" ... "blocks.2" in the root.
+struct LedgerNetImpl : torch::nn::Module {
+  LedgerNetImpl() {
+    for (int i = 0; i < 3; ++i) blocks->push_back(rt::TinyBlock(8));
+    register_module("blocks", blocks);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : *blocks) x = b->as<rt::TinyBlockImpl>()->forward(x);
+    return x;
+  }
+  torch::nn::ModuleList blocks;
+};
+TORCH_MODULE(LedgerNet);
+
+LedgerNet make_net(const CheckpointOptions& options) {
+  torch::manual_seed(7);
+  LedgerNet net;
+  for (auto& b : *net->blocks) recompose::apply_checkpoint(*b, options);
+  return net;
+}
+
+// What a SavedTensorMeter counts for each block's region, invocation by invocation (no ledger).
+std::vector<int64_t> meter_per_block(LedgerNet& net, torch::Tensor x) {
+  std::vector<int64_t> out;
+  std::vector<torch::Tensor> keep;  // the graph, alive while the next block is measured
+  for (auto& b : *net->blocks) {
+    SavedTensorMeter meter;
+    x = b->as<rt::TinyBlockImpl>()->forward(x);
+    out.push_back(meter.bytes_held());
+    keep.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("step ledger") {
+  TEST_CASE("full regions: names in the root, bytes as a meter counts them, rebuilt by a rerun") {
+    LedgerNet net = make_net(CheckpointOptions());
+    const auto x = torch::randn({4, 8});
+    const std::vector<int64_t> expected = meter_per_block(net, x);
+    SavedTensorMeter step_meter;  // the whole step, counted independently
+    StepLedger ledger(*net);
+    auto loss = net->forward(x).sum();
+    const int64_t meter_after_forward = step_meter.bytes_held();
+    auto before = ledger.regions();
+    REQUIRE(before.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(before[i].name == "blocks." + std::to_string(i) + " (rt::TinyBlockImpl)");
+      CHECK(before[i].mode == "full");
+      CHECK(before[i].inputs == "held");
+      CHECK(before[i].depth == 0);
+      CHECK(before[i].bytes_held == expected[i]);
+      CHECK(before[i].rebuilt() == "not rebuilt yet");
+    }
+    CHECK(expected[0] == 4 * 8 * 4);  // the input x, and nothing else
+    CHECK(ledger.bytes_held() == meter_after_forward);
+    CHECK(ledger.str().find("not rebuilt yet") != std::string::npos);
+    loss.backward();
+    for (const auto& r : ledger.regions()) {
+      CHECK(r.rebuilt() == "ran the forward again");
+      CHECK(r.rebuilds == 1);
+      CHECK(r.reruns == 1);
+      CHECK(r.replays == 0);
+      CHECK(r.host_ns > 0);
+    }
+    for (auto& b : *net->blocks) CHECK(b->as<rt::TinyBlockImpl>()->body_runs == 3);
+  }
+
+  TEST_CASE("nested regions and checkpoint(fn) are rows of their own") {
+    torch::manual_seed(3);
+    rt::Nested nested;
+    recompose::apply_checkpoint(nested);
+    recompose::apply_checkpoint(nested->a);
+    recompose::apply_checkpoint(nested->b);
+    const auto x = torch::randn({2, 4});
+    SavedTensorMeter meter;
+    StepLedger ledger(*nested);
+    auto y = nested->forward(x);
+    auto z = recompose::checkpoint([](const torch::Tensor& t) { return t.sin(); }, y);
+    const auto rows = ledger.regions();
+    REQUIRE(rows.size() == 4);
+    CHECK(rows[0].name == "rt::NestedImpl");  // the root itself: its type
+    CHECK(rows[1].name == "a (rt::TinyBlockImpl)");
+    CHECK(rows[2].name == "b (rt::TinyBlockImpl)");
+    CHECK(rows[3].name == "checkpoint #1");
+    CHECK(rows[1].depth == 1);
+    CHECK(rows[2].depth == 1);
+    // The inner regions' inputs are the outer region's to recompute: they hold nothing.
+    CHECK(rows[1].inputs == "enclosing region");
+    CHECK(rows[1].bytes_held == 0);
+    CHECK(rows[2].bytes_held == 0);
+    CHECK(rows[0].bytes_held == x.nbytes());
+    CHECK(rows[3].bytes_held == y.nbytes());
+    CHECK(ledger.bytes_held() == meter.bytes_held());
+    z.sum().backward();
+    for (const auto& r : ledger.regions()) CHECK(r.rebuilt() == "ran the forward again");
+  }
+
+  TEST_CASE("checkpoint_sequential: each checkpointed segment is a row naming its modules") {
+    torch::manual_seed(5);
+    torch::nn::Sequential seq(torch::nn::Linear(4, 4), torch::nn::Tanh(), torch::nn::Linear(4, 4),
+                              torch::nn::Tanh(), torch::nn::Linear(4, 4), torch::nn::Tanh());
+    const auto x = torch::randn({3, 4});
+    SavedTensorMeter meter;
+    StepLedger ledger(*seq);
+    auto y = recompose::checkpoint_sequential(seq, 3, x);
+    const auto rows = ledger.regions();
+    REQUIRE(rows.size() == 2);  // every segment but the last
+    CHECK(rows[0].name == "checkpoint(0, 1)");
+    CHECK(rows[1].name == "checkpoint(2, 3)");
+    // The last segment runs plainly: what it saves is the meter's, not a region's.
+    int64_t last_segment = 0;
+    {
+      SavedTensorMeter plain;
+      auto h = seq[4]->as<torch::nn::LinearImpl>()->forward(x);
+      h = torch::tanh(h);
+      last_segment = plain.bytes_held();
+    }
+    CHECK(ledger.bytes_held() == meter.bytes_held() - last_segment);
+    CHECK(rows[0].bytes_held == x.nbytes());
+    y.sum().backward();
+    for (const auto& r : ledger.regions()) CHECK(r.rebuilds == 1);
+  }
+
+  TEST_CASE("a ledger destroyed before backward: rows not rebuilt yet, backward unharmed") {
+    LedgerNet net = make_net(CheckpointOptions());
+    const auto x = torch::randn({4, 8});
+    torch::Tensor loss;
+    std::string text;
+    {
+      StepLedger ledger(*net);
+      loss = net->forward(x).sum();
+      text = ledger.str();
+    }
+    CHECK(text.find("3 not rebuilt yet") != std::string::npos);
+    loss.backward();  // the frames hold rows of a ledger that is gone
+    for (auto& p : net->parameters()) CHECK(p.grad().defined());
+  }
+
+  TEST_CASE("a ledger destroyed on another thread stops recording; one ledger per thread") {
+    auto ledger = std::make_unique<StepLedger>();
+    CHECK_THROWS_AS(StepLedger(), recompose::CheckpointError);
+    std::thread([&] { ledger.reset(); }).join();
+    LedgerNet net = make_net(CheckpointOptions());
+    net->forward(torch::randn({4, 8})).sum().backward();  // nothing records, nothing dangles
+    StepLedger again;                                     // this thread may have one again
+    net->forward(torch::randn({4, 8})).sum().backward();
+    CHECK(again.regions().size() == 3);
+  }
+
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+  TEST_CASE("selective regions: kept outputs held, the replay's figures as its counters say") {
+    const auto options = CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"}));
+    LedgerNet net = make_net(options);
+    const auto x = torch::randn({4, 8});
+    const std::vector<int64_t> expected = meter_per_block(net, x);
+    recompose::reset_selective_replay_stats();
+    SavedTensorMeter step_meter;
+    StepLedger ledger(*net);
+    auto loss = net->forward(x).sum();
+    CHECK(ledger.bytes_held() == step_meter.bytes_held());
+    auto rows = ledger.regions();
+    REQUIRE(rows.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(rows[i].mode == "selective");
+      CHECK(rows[i].bytes_held == expected[i]);
+    }
+    // Each region keeps addmm's output beside its input.
+    CHECK(rows[0].bytes_held == x.nbytes() + 4 * 8 * 4);
+    loss.backward();
+    const auto stats = recompose::selective_replay_stats();
+    rows = ledger.regions();
+    int64_t replays = 0, ops_run = 0, ops_skipped = 0, substituted = 0, draws = 0;
+    for (const auto& r : rows) {
+      CHECK(r.rebuilt() == "replayed");
+      replays += r.replays;
+      ops_run += r.ops_run;
+      ops_skipped += r.ops_skipped;
+      substituted += r.ops_substituted;
+      draws += r.draws_written;
+    }
+    CHECK(replays == stats.replayed);
+    CHECK(replays == 3);
+    CHECK(ops_run == stats.ops_run);
+    CHECK(ops_skipped == stats.ops_skipped);
+    CHECK(substituted == stats.ops_substituted);
+    CHECK(draws == stats.draws_written);
+    CHECK(stats.fallbacks == 0);
+  }
+
+  TEST_CASE("a selective region that falls back ran the forward again, with the reason") {
+    struct ReplayOff {
+      ReplayOff() { recompose::set_selective_replay_enabled(false); }
+      ~ReplayOff() { recompose::set_selective_replay_enabled(true); }
+    } off;
+    const auto options = CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"}));
+    LedgerNet net = make_net(options);
+    const auto x = torch::randn({4, 8});
+    recompose::reset_selective_replay_stats();
+    StepLedger ledger(*net);
+    net->forward(x).sum().backward();
+    const auto stats = recompose::selective_replay_stats();
+    CHECK(stats.fallbacks == 3);
+    for (const auto& r : ledger.regions()) {
+      CHECK(r.bytes_held > x.nbytes());  // kept outputs all the same
+      CHECK(r.rebuilt() == "ran the forward again");
+      CHECK(r.fallback_reason == stats.last_fallback_reason);
+      CHECK(r.fallback_reason.find("set_selective_replay_enabled(false)") != std::string::npos);
+    }
+    CHECK(ledger.str().find("why it ran the forward again: selective replay is off") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("training with and without a ledger: bitwise the same losses and gradients") {
+    auto run = [](bool with_ledger) {
+      LedgerNet net = make_net(CheckpointOptions());
+      recompose::remove_checkpoint(*(*net->blocks)[1]);
+      recompose::apply_checkpoint(
+          *(*net->blocks)[1],
+          CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"})));
+      torch::manual_seed(11);
+      const auto x = torch::randn({4, 8});
+      std::unique_ptr<StepLedger> ledger;
+      if (with_ledger) ledger = std::make_unique<StepLedger>(*net);
+      std::vector<torch::Tensor> out;
+      for (int step = 0; step < 2; ++step) {
+        auto loss = net->forward(x).pow(2).sum();
+        loss.backward();
+        out.push_back(loss.detach().clone());
+        for (auto& p : net->parameters()) {
+          out.push_back(p.grad().clone());
+          p.mutable_grad() = torch::Tensor();
+        }
+      }
+      return out;
+    };
+    CHECK(rt::bitwise_equal(run(false), run(true)));
+  }
+#endif
+
+  TEST_CASE("JSON export: the rows and totals of the table") {
+    LedgerNet net = make_net(CheckpointOptions());
+#ifndef RECOMPOSE_TEST_NO_SELECTIVE
+    // The guide's example (docs/guide/ledger.md): the middle block selective.
+    recompose::remove_checkpoint(*(*net->blocks)[1]);
+    recompose::apply_checkpoint(
+        *(*net->blocks)[1],
+        CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"})));
+#endif
+    StepLedger ledger(*net);
+    net->forward(torch::randn({4, 8})).sum().backward();
+    const std::string json = ledger.json();
+#ifdef LEDGER_TEST_JSON
+    const auto parsed = nlohmann::json::parse(json);
+    REQUIRE(parsed["regions"].size() == 3);
+    CHECK(parsed["regions"][0]["name"] == "blocks.0 (rt::TinyBlockImpl)");
+    CHECK(parsed["regions"][2]["rebuilt"] == "ran the forward again");
+    CHECK(parsed["totals"]["bytes_held"].get<int64_t>() == ledger.bytes_held());
+    CHECK(parsed["totals"]["rebuilds"].get<int64_t>() == 3);
+#else
+    CHECK(json.find("\"bytes_held\": " + std::to_string(ledger.bytes_held())) != std::string::npos);
+#endif
+    std::ostringstream text;
+    text << ledger;
+    MESSAGE("\n" << text.str());
+    CHECK(text.str().find("total: ") != std::string::npos);
+  }
+}
