@@ -65,6 +65,7 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   train_options.phase_times = options.phase_times;
   train_options.no_meter = options.no_meter;
   train_options.profile_steps = options.profile_steps;
+  train_options.ledger = options.ledger;
   train_options.profile_dir = options.out;
   train_options.save_initial_state = options.save_initial_state;
 

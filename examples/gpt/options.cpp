@@ -112,6 +112,8 @@ Options parse_options(int argc, char** argv) {
       o.phase_times = true;
     } else if (flag == "--profile") {
       o.profile_steps = parse_number<int64_t>(flag, value(), 1);
+    } else if (flag == "--ledger") {
+      o.ledger = true;
     } else if (flag == "--no-meter") {
       o.no_meter = true;
     } else if (flag == "--steps") {
@@ -204,6 +206,8 @@ std::string usage(const char* program) {
        "in\n"
        "                       OUT, and per phase (forward, backward, selective replays) the\n"
        "                       top-level ops' host time, device time, synchronisations\n"
+    << "  --ledger             every step under a recompose::StepLedger; the last step's ledger\n"
+       "                       printed after training and written to OUT/ledger.json\n"
     << "  --no-meter           do not count the bytes held for backward (SavedTensorMeter's "
        "hooks)\n"
     << "  --steps N            training steps (default " << d.steps << ")\n"

@@ -28,6 +28,7 @@ struct Options {
   bool bf16 = false;          // --bf16: CUDA autocast to bfloat16 for the forward
   bool phase_times = false;   // --phase-times: forward and backward timed apart
   int64_t profile_steps = 0;  // --profile N: the last N steps under the Kineto profiler
+  bool ledger = false;        // --ledger: every step under a StepLedger; the last one printed
   bool no_meter = false;      // --no-meter: bytes held for backward not counted  // auto: CUDA when
                               // available, else CPU
   int64_t steps = 300;

@@ -11,6 +11,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <recompose/saved_tensor_meter.h>
+#include <recompose/step_ledger.h>
 #include <recompose/swap.h>
 
 #include <algorithm>
@@ -18,6 +19,8 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -280,15 +283,31 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   ProgressBar progress(options.label, options.steps);
   const int64_t first_profiled = options.steps - std::min(options.profile_steps, options.steps) + 1;
   std::optional<OpProfile> profile;
+  std::string last_ledger, last_ledger_json;
   for (int64_t step = 1; step <= options.steps; ++step) {
     if (options.profile_steps > 0 && step == first_profiled) {
       synchronize(options.device);
       profile.emplace(options.device.is_cuda());
     }
+    std::optional<recompose::StepLedger> ledger;
+    if (options.ledger) ledger.emplace(*trainer.model());
     result.steps.push_back(trainer.step(step));
+    if (ledger && step == options.steps) {
+      last_ledger = ledger->str();
+      last_ledger_json = ledger->json();
+    }
+    ledger.reset();
     progress.update(step, status_line(result.steps.back(), result.tokens_per_step));
   }
   progress.finish();
+  if (!last_ledger.empty()) {
+    std::printf("ledger of step %lld:\n%s", static_cast<long long>(options.steps),
+                last_ledger.c_str());
+    if (!options.profile_dir.empty()) {
+      std::filesystem::create_directories(options.profile_dir);
+      std::ofstream(options.profile_dir / "ledger.json") << last_ledger_json << "\n";
+    }
+  }
   if (profile) {
     synchronize(options.device);
     const std::string policy(policy_name(options.policy));

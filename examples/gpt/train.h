@@ -34,6 +34,9 @@ struct TrainOptions {
   // profile_dir, the summary to stdout.
   int64_t profile_steps = 0;
   std::filesystem::path profile_dir;
+  // Every step under a recompose::StepLedger; the last step's is printed, and written as JSON to
+  // profile_dir/ledger.json.
+  bool ledger = false;
   std::string label = "train";               // shown before the progress bar
   std::filesystem::path save_initial_state;  // written before the first step when not empty
   // Policy::Planned: the plan applied to the blocks (recompose::apply_plan).
