@@ -8,12 +8,16 @@
 #include <recompose/apply_checkpoint.h>
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
+#include <recompose/checkpoint_state.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/step_ledger.h>
 #ifndef RECOMPOSE_TEST_NO_SELECTIVE
 #include <recompose/selective_checkpoint.h>
 #endif
 
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -69,6 +73,69 @@ std::vector<int64_t> meter_per_block(LedgerNet& net, torch::Tensor x) {
   return out;
 }
 
+// A CPU allocator that raises c10::OutOfMemoryError, as the CUDA caching allocator does, for any
+// request of at least `min_bytes` while armed; the rest goes to the allocator it wraps.
+class FailingCpuAllocator final : public c10::Allocator {
+ public:
+  FailingCpuAllocator(c10::Allocator* inner, size_t min_bytes)
+      : inner_(inner), min_bytes_(min_bytes) {}
+  c10::DataPtr allocate(size_t n) override {
+    TORCH_CHECK_WITH(OutOfMemoryError, !(armed && n >= min_bytes_),
+                     "test allocator: out of memory, asked for ", n, " bytes");
+    return inner_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return inner_->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    inner_->copy_data(dest, src, count);
+  }
+  bool armed = false;
+
+ private:
+  c10::Allocator* inner_;
+  size_t min_bytes_;
+};
+
+// Installs `allocator` as the CPU allocator while alive (priority 1, as the GPT example's counter).
+struct CpuAllocatorScope {
+  explicit CpuAllocatorScope(c10::Allocator* allocator) : previous(c10::GetCPUAllocator()) {
+    c10::SetCPUAllocator(allocator, /*priority=*/1);
+  }
+  ~CpuAllocatorScope() { c10::SetCPUAllocator(previous, /*priority=*/1); }
+  c10::Allocator* previous;
+};
+
+// A tiny block that asks for a 1 MiB scratch tensor in its forward or in its recomputation.
+struct HungryBlockImpl : torch::nn::Module {
+  HungryBlockImpl(bool in_forward, bool in_recompute)
+      : in_forward(in_forward), in_recompute(in_recompute) {
+    fc = register_module("fc", torch::nn::Linear(8, 8));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    const bool hungry = recompose::is_recomputing() ? in_recompute : in_forward;
+    if (hungry) x = x + torch::zeros({1 << 18}).sum();  // 1 MiB
+    return torch::tanh(fc->forward(x));
+  }
+  bool in_forward, in_recompute;
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(HungryBlock);
+
+struct HungryNetImpl : torch::nn::Module {
+  // Block `forward_hungry` asks for scratch memory in its forward, `recompute_hungry` in its
+  // recomputation (-1: none).
+  HungryNetImpl(int forward_hungry, int recompute_hungry) {
+    for (int i = 0; i < 3; ++i)
+      blocks->push_back(HungryBlock(i == forward_hungry, i == recompute_hungry));
+    register_module("blocks", blocks);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : *blocks) x = b->as<HungryBlockImpl>()->forward(x);
+    return x;
+  }
+  torch::nn::ModuleList blocks;
+};
+TORCH_MODULE(HungryNet);
 }  // namespace
 
 TEST_SUITE("step ledger") {
@@ -275,6 +342,68 @@ TEST_SUITE("step ledger") {
     CHECK(rt::bitwise_equal(run(false), run(true)));
   }
 #endif
+
+  TEST_CASE("an out-of-memory error in a region is explained by the ledger, its type unchanged") {
+    FailingCpuAllocator failing(c10::GetCPUAllocator(), /*min_bytes=*/1 << 20);
+    CpuAllocatorScope installed(&failing);
+    REQUIRE(c10::GetCPUAllocator() == &failing);
+    auto run = [&](HungryNet& net, const CheckpointOptions& options) {
+      for (auto& b : *net->blocks) recompose::apply_checkpoint(*b, options);
+      StepLedger ledger(*net);
+      std::string message;
+      try {
+        torch::Tensor x = torch::randn({4, 8}, torch::requires_grad());
+        torch::Tensor loss = net(x).sum();
+        loss.backward();
+      } catch (const c10::OutOfMemoryError& e) {  // still the allocator's type
+        message = e.what();
+      }
+      return message;
+    };
+    SUBCASE("in the forward of the second block, selective") {
+      torch::manual_seed(3);
+      HungryNet net(/*forward_hungry=*/1, /*recompute_hungry=*/-1);
+      failing.armed = true;
+      const std::string message =
+          run(net, CheckpointOptions().policy(recompose::SelectivePolicy({"aten::addmm"})));
+      failing.armed = false;
+      CAPTURE(message);
+      CHECK(message.find("test allocator: out of memory") != std::string::npos);
+      CHECK(message.find("recompose step ledger at this out-of-memory error: in the forward of "
+                         "region 2: blocks.1 (") != std::string::npos);
+      // A [4, 8] float tensor is 128 B. blocks.0 holds its kept addmm output (its input is a leaf
+      // that requires grad: not counted, as SavedTensorMeter does not), blocks.1 its input.
+      CHECK(message.find("held for backward by the regions now: 256 B; the most: blocks.0 (") !=
+            std::string::npos);
+      CHECK(message.find("128 B of op outputs kept by selective regions") != std::string::npos);
+      CHECK(message.find("; 128 B of region inputs") != std::string::npos);
+      CHECK(message.find("recompose step ledger at") == message.rfind("recompose step ledger at"));
+    }
+    SUBCASE("in backward, rebuilding the last block") {
+      torch::manual_seed(3);
+      HungryNet net(/*forward_hungry=*/-1, /*recompute_hungry=*/2);
+      failing.armed = true;
+      const std::string message = run(net, CheckpointOptions());
+      failing.armed = false;
+      CAPTURE(message);
+      CHECK(message.find("in backward, rebuilding region 3 of 3: blocks.2 (") != std::string::npos);
+      CHECK(message.find("(full)") != std::string::npos);
+      // The inputs of blocks.1 and blocks.2 (blocks.0's is a leaf that requires grad).
+      CHECK(message.find("held for backward by the regions now: 256 B") != std::string::npos);
+      CHECK(message.find("could hold less: 256 B of region inputs") != std::string::npos);
+    }
+    SUBCASE("raised outside any region: the ledger says so when asked") {
+      torch::manual_seed(3);
+      HungryNet net(-1, -1);
+      for (auto& b : *net->blocks) recompose::apply_checkpoint(*b);
+      StepLedger ledger(*net);
+      torch::Tensor loss = net(torch::randn({4, 8}, torch::requires_grad())).sum();
+      const std::string view = ledger.explain_out_of_memory();
+      CHECK(view.find("outside any checkpointed region, 3 regions recorded so far") !=
+            std::string::npos);
+      loss.backward();
+    }
+  }
 
   TEST_CASE("JSON export: the rows and totals of the table") {
     LedgerNet net = make_net(CheckpointOptions());

@@ -33,6 +33,10 @@
 // Cost: with no ledger alive, each hook is one relaxed atomic load; results are bitwise the same
 // with and without a ledger (it reads, never changes, what the step does).
 //
+// Out of memory: a c10::OutOfMemoryError raised in a recorded region's forward or rebuild leaves
+// it with the ledger's view at that moment appended to its message (explain_out_of_memory()),
+// once; its type and the allocator's own message are unchanged.
+//
 // Rules: one ledger per thread at a time (a second throws CheckpointError). Destroy it on the
 // thread that made it; a ledger destroyed elsewhere stops recording all the same, and nothing
 // dangles. Rows outlive the ledger inside the autograd graph; what backward does after the
@@ -93,6 +97,13 @@ class StepLedger {
   std::string str() const;
   // The same as a JSON object: {"regions": [{...}, ...], "totals": {...}}.
   std::string json() const;
+  // The ledger's view for an out-of-memory error raised now on this thread: where in the step
+  // (the forward of which region, backward's rebuild of which, or outside any region), what the
+  // regions hold for backward (the largest first), and what they could hold less. recompose
+  // appends it to a c10::OutOfMemoryError that leaves a region's forward or rebuild while a
+  // ledger records the region; for one raised elsewhere in the step (the loss, the optimizer):
+  //   catch (c10::OutOfMemoryError& e) { e.add_context(ledger.explain_out_of_memory()); throw; }
+  std::string explain_out_of_memory() const;
 
   struct State;
 

@@ -169,9 +169,22 @@ void Frame::recompute(int64_t graph_task) {
   // Unpacking the inputs may recompute the enclosing regions first.
   // See Note [ Nestable Checkpoint ], rules 1 and 2.
   std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
+  if (!ledger_row_) {
+    rebuild(graph_task, inputs, nullptr);
+    return;
+  }
   // After the inputs: the enclosing regions' rebuilds are theirs.
-  std::optional<LedgerRebuildScope> ledger;
-  if (ledger_row_) ledger.emplace(ledger_row_.get());
+  LedgerRebuildScope ledger(ledger_row_.get());
+  try {
+    rebuild(graph_task, inputs, &ledger);
+  } catch (...) {
+    ledger_explain_oom(std::current_exception(), *ledger_row_, /*in_backward=*/true);
+    throw;
+  }
+}
+
+void Frame::rebuild(int64_t graph_task, const std::vector<at::Tensor>& inputs,
+                    LedgerRebuildScope* ledger) {
   if (replay_saved(graph_task, inputs)) return;
   if (ledger) ledger->reran();
   if (recompute_ops_) recompute_ops_->clear();

@@ -88,6 +88,9 @@ class Frame : public std::enable_shared_from_this<Frame> {
   void recompute(int64_t graph_task);
   // Rebuilds the saved tensors through replay_, if it can; false to run the forward again.
   bool replay_saved(int64_t graph_task, const std::vector<at::Tensor>& inputs);
+  // recompute() once the inputs are unpacked: the replay, or the forward run again.
+  void rebuild(int64_t graph_task, const std::vector<at::Tensor>& inputs,
+               LedgerRebuildScope* ledger);
   void check_recomputed_tensors_match(int64_t graph_task);
   [[noreturn]] void fail(const std::string& message);
 

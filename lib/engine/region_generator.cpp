@@ -167,7 +167,10 @@ RegionCoroutine region_protocol(const CheckpointOptions& options,
 
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
-  if (ledger_row) ledger_forward_ended(*ledger_row);
+  if (ledger_row) {
+    if (body_error) ledger_explain_oom(body_error, *ledger_row, /*in_backward=*/false);
+    ledger_forward_ended(*ledger_row);
+  }
   if (preserve_rng) {
     if (auto device = device_initialised_since(frame->forward_state()); !device.empty())
       frame->set_rng_problem(device);

@@ -149,6 +149,7 @@ void ledger_inputs_saved(LedgerRow& row, LedgerInputs how, const std::vector<at:
     add_use(ledger, row, t.storage().unsafeGetStorageImpl(),
             static_cast<int64_t>(t.storage().nbytes()));
   }
+  row.input_bytes = row.live;  // nothing else is charged to the row before its inputs
 }
 
 LedgerInputs ledger_classify_inputs() {
@@ -161,6 +162,11 @@ LedgerInputs ledger_classify_inputs() {
   if (dynamic_cast<const RegionForwardPolicy*>(innermost) != nullptr)
     return LedgerInputs::Enclosing;
   return LedgerInputs::Outer;
+}
+
+LedgerRow* ledger_row_running_here(bool& in_backward) {
+  in_backward = t_rebuild_row != nullptr;
+  return in_backward ? t_rebuild_row : t_forward_row;
 }
 
 void ledger_forward_ended(LedgerRow& row) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,14 @@ class LedgerRebuildScope {
   bool reran_ = false;
   std::chrono::steady_clock::time_point start_;
 };
+
+// An error left a row's forward or its rebuild in backward (`in_backward`): a
+// c10::OutOfMemoryError gets the ledger's view at that moment appended to its message, once for
+// all the regions it passes through (ledger_oom.cpp). Other errors are left as they are.
+void ledger_explain_oom(const std::exception_ptr& error, LedgerRow& row, bool in_backward);
+// The row being rebuilt on this thread (in_backward true), else the row whose forward runs here,
+// else null.
+LedgerRow* ledger_row_running_here(bool& in_backward);
 
 // The selective replay's outcome, for the row being rebuilt on this thread (if any).
 void ledger_replayed(const LedgerReplay& replay);

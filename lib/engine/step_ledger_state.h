@@ -22,8 +22,9 @@ namespace recompose::detail {
 // charges it took.
 struct LedgerRow : std::enable_shared_from_this<LedgerRow> {
   std::shared_ptr<LedgerState> ledger;
-  LedgerRegion region;  // under ledger->mutex
-  int64_t live = 0;     // bytes charged to the row now, under ledger->mutex
+  LedgerRegion region;      // under ledger->mutex
+  int64_t live = 0;         // bytes charged to the row now, under ledger->mutex
+  int64_t input_bytes = 0;  // of them, its inputs (held as autograd holds them)
 };
 
 struct LedgerState {
