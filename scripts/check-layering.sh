@@ -20,7 +20,7 @@ def layer_of(path):
     if p.startswith('lib/engine/') or p in ('include/recompose/checkpoint_options.h', 'include/recompose/region_contexts.h',
             'include/recompose/region_run.h', 'include/recompose/checkpoint_state.h',
             'include/recompose/saved_tensor_meter.h', 'include/recompose/graph_exec_group.h',
-            'include/recompose/step_ledger.h'): return (2, 'engine')
+            'include/recompose/step_ledger.h', 'include/recompose/cpu_memory_counting.h'): return (2, 'engine')
     if p.startswith('lib/plugin/'): return (3, 'plugin')
     if p.startswith('lib/selective/') or p in ('include/recompose/selective_checkpoint.h', 'include/recompose/policy_report.h'): return (4, 'selective')
     if p.startswith('lib/swap/') or p in ('include/recompose/swap.h', 'include/recompose/apply_offload.h',

@@ -1,7 +1,8 @@
-// Peak memory of a training step, on CPU and CUDA alike. CUDA has the caching allocator's
-// counters. CPU has none, so the example installs a thin counting wrapper around LibTorch's CPU
-// allocator: it sees every allocation of a step (activations, gradients, temporaries), where
-// recompose::SavedTensorMeter sees only what is held for backward.
+// Peak memory of a training step, on CPU and CUDA alike: recompose's readers
+// (recompose/device_memory.h), the CUDA caching allocator's counters on a GPU and, on CPU, the
+// counts of recompose::CpuMemoryCounting, which main() keeps on for the whole run: it sees every
+// allocation of a step (activations, gradients, temporaries), where recompose::SavedTensorMeter
+// sees only what is held for backward.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,13 +11,9 @@
 
 namespace gpt {
 
-// Routes CPU tensor allocations through the counter. Call once, before building the model;
-// tensors allocated earlier are simply not counted.
-void install_cpu_memory_counter();
-
 // Starts a new peak measurement on `device`.
 void reset_peak_memory(const torch::Device& device);
-// Peak bytes of tensor memory allocated on `device` since the last reset.
+// Peak bytes of tensor memory allocated on `device` since the last reset (0 where not measured).
 int64_t peak_memory(const torch::Device& device);
 // Bytes of tensor memory allocated on `device` now.
 int64_t current_memory(const torch::Device& device);

@@ -18,6 +18,7 @@
 #include "train.h"
 
 #include <recompose/apply_offload.h>
+#include <recompose/cpu_memory_counting.h>
 #include <recompose/planner.h>
 
 #include <torch/torch.h>
@@ -42,7 +43,9 @@ torch::Device pick_device(const std::string& requested) {
 int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
   const torch::Device device = pick_device(options.device);
   if (options.threads > 0) torch::set_num_threads(static_cast<int>(options.threads));
-  gpt::install_cpu_memory_counter();  // before any tensor of the run is allocated
+  // CPU peaks for the reports, the planner's profile and the ledger's timeline: on before any
+  // tensor of the run is allocated.
+  const recompose::CpuMemoryCounting cpu_counting;
   gpt::CharDataset data(options.data, options.context);
   gpt::Config config;
   config.vocab_size = data.vocab_size();

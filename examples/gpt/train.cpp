@@ -243,6 +243,7 @@ StepRecord Trainer::step(int64_t step) {
     if (options_.phase_times) record.forward_seconds = since_start();
     {
       RECORD_USER_SCOPE("gpt::backward");
+      recompose::ledger_mark("backward");  // the timeline's turn (--ledger)
       loss.backward();
     }
     if (options_.phase_times) record.backward_seconds = since_start() - record.forward_seconds;
@@ -283,7 +284,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   ProgressBar progress(options.label, options.steps);
   const int64_t first_profiled = options.steps - std::min(options.profile_steps, options.steps) + 1;
   std::optional<OpProfile> profile;
-  std::string last_ledger, last_ledger_json;
+  std::string last_ledger, last_ledger_json, last_ledger_svg;
   for (int64_t step = 1; step <= options.steps; ++step) {
     if (options.profile_steps > 0 && step == first_profiled) {
       synchronize(options.device);
@@ -295,6 +296,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
     if (ledger && step == options.steps) {
       last_ledger = ledger->str();
       last_ledger_json = ledger->json();
+      last_ledger_svg = ledger->svg();
     }
     ledger.reset();
     progress.update(step, status_line(result.steps.back(), result.tokens_per_step));
@@ -306,6 +308,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
     if (!options.profile_dir.empty()) {
       std::filesystem::create_directories(options.profile_dir);
       std::ofstream(options.profile_dir / "ledger.json") << last_ledger_json << "\n";
+      std::ofstream(options.profile_dir / "ledger-timeline.svg") << last_ledger_svg;
     }
   }
   if (profile) {

@@ -35,7 +35,7 @@ struct TrainOptions {
   int64_t profile_steps = 0;
   std::filesystem::path profile_dir;
   // Every step under a recompose::StepLedger; the last step's is printed, and written as JSON to
-  // profile_dir/ledger.json.
+  // profile_dir/ledger.json and its memory timeline to profile_dir/ledger-timeline.svg.
   bool ledger = false;
   std::string label = "train";               // shown before the progress bar
   std::filesystem::path save_initial_state;  // written before the first step when not empty

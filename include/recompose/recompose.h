@@ -7,6 +7,7 @@
 #include <recompose/checkpoint_error.h>
 #include <recompose/checkpoint_options.h>
 #include <recompose/checkpoint_state.h>
+#include <recompose/cpu_memory_counting.h>
 #include <recompose/device_memory.h>
 #include <recompose/graph_exec_group.h>
 #include <recompose/hooks/forward_annotation.h>

@@ -30,6 +30,20 @@
 //                rebuilds, and how many (retain_graph: a second backward rebuilds again).
 // Bytes moved by swap and offload are not in the ledger yet (see offload_report and SwapStats).
 //
+// The memory timeline (timeline(), and a section under the table; write_svg draws it): the memory
+// in use on the ledger's device (the root's first parameter's; CPU without a root) sampled at the
+// ledger's start, at each region's forward begin and end, at each rebuild's begin and end, at each
+// mark (mark(), ledger_mark()) and when the timeline is read. On a CUDA device the caching
+// allocator's allocated bytes; on CPU the counting allocator's while recompose::CpuMemoryCounting
+// is on (include/recompose/cpu_memory_counting.h); otherwise "not measured" (the marks, without
+// bytes). Each sample also reads the allocator's peak since its last reset: the step's peak is the
+// last one (call reset_peak_device_memory before the step), reached between the last sample whose
+// peak reading was lower and the next; the largest holders there are the rows holding the most
+// bytes (as bytes held counts them: inputs stay charged until the ledger ends) at whichever of
+// those two samples had more in use. The forward/backward turn is the first mark named
+// "backward", else the first rebuild's begin (which comes after backward has begun: mark it for
+// the exact point).
+//
 // Cost: with no ledger alive, each hook is one relaxed atomic load; results are bitwise the same
 // with and without a ledger (it reads, never changes, what the step does).
 //
@@ -78,6 +92,37 @@ struct LedgerRegion {
   std::string rebuilt() const;
 };
 
+// One sample of the memory timeline.
+struct LedgerMark {
+  // "start" (the ledger made), "forward begin", "forward end", "rebuild begin", "rebuild end",
+  // "mark" (StepLedger::mark, ledger_mark) or "read" (when the timeline was read).
+  std::string kind;
+  std::string label;   // the region's name, or the mark's
+  int region = -1;     // index in regions(); -1 for start, mark and read
+  int64_t bytes = -1;  // in use on the ledger's device; -1 not measured
+  int64_t peak = -1;   // the allocator's peak since its last reset; -1 not measured
+};
+
+// A region holding bytes at the step's peak.
+struct LedgerHolder {
+  int region = -1;  // index in regions()
+  std::string name;
+  int64_t bytes = 0;
+};
+
+struct LedgerTimeline {
+  std::string device;  // "cpu", "cuda:0"
+  std::string source;  // "CUDA caching allocator", "CPU counting allocator"; "" not measured
+  std::vector<LedgerMark> marks;
+  int turn = -1;            // index in marks where backward starts; -1 not reached
+  int64_t peak_bytes = -1;  // the step's peak; -1 not measured
+  // The peak was reached after marks[peak_mark - 1] and by marks[peak_mark]; 0: at or before the
+  // first mark (before the ledger: reset the peak before the step). -1 not measured.
+  int peak_mark = -1;
+  std::vector<LedgerHolder> holders;  // at the peak, most bytes first (at most 5)
+  bool measured() const { return !source.empty(); }
+};
+
 class StepLedger {
  public:
   // Starts recording the regions of this thread. With `root`, regions of modules in its tree are
@@ -105,6 +150,15 @@ class StepLedger {
   //   catch (c10::OutOfMemoryError& e) { e.add_context(ledger.explain_out_of_memory()); throw; }
   std::string explain_out_of_memory() const;
 
+  // The memory timeline so far, with a "read" sample taken now (see above).
+  LedgerTimeline timeline() const;
+  // Adds a mark to the timeline ("backward" marks the turn).
+  void mark(const std::string& label);
+  // Writes the timeline as an SVG image: memory over the marks, region boundaries, the turn and
+  // the peak. Throws CheckpointError if the file cannot be written. svg() returns the text.
+  void write_svg(const std::string& path) const;
+  std::string svg() const;
+
   struct State;
 
  private:
@@ -112,5 +166,9 @@ class StepLedger {
 };
 
 std::ostream& operator<<(std::ostream& out, const StepLedger& ledger);
+
+// mark(label) on the ledger alive on this thread; nothing when none is (code that runs the step
+// but does not own the ledger: ledger_mark("backward") before loss.backward()).
+void ledger_mark(const std::string& label);
 
 }  // namespace recompose

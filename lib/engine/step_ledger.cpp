@@ -124,7 +124,9 @@ std::shared_ptr<LedgerRow> ledger_begin_region(const CheckpointOptions& options,
   row->region.mode = region_mode(options);
   std::lock_guard lock(ledger->mutex);
   row->region.name = region_name(*ledger, options, owner);
+  row->index = static_cast<int>(ledger->rows.size());
   ledger->rows.push_back(row);
+  ledger_sample(*ledger, "forward begin", row.get());
   return row;
 }
 
@@ -172,6 +174,7 @@ LedgerRow* ledger_row_running_here(bool& in_backward) {
 void ledger_forward_ended(LedgerRow& row) {
   std::lock_guard lock(row.ledger->mutex);
   row.region.bytes_held = row.live;
+  ledger_sample(*row.ledger, "forward end", &row);
 }
 
 std::shared_ptr<void> ledger_charge(const at::Tensor& tensor, int64_t bytes) {
@@ -192,6 +195,8 @@ std::shared_ptr<void> ledger_charge(const at::Tensor& tensor, int64_t bytes) {
 LedgerRebuildScope::LedgerRebuildScope(LedgerRow* row)
     : row_(row), outer_(t_rebuild_row), start_(std::chrono::steady_clock::now()) {
   t_rebuild_row = row_;
+  std::lock_guard lock(row_->ledger->mutex);
+  ledger_sample(*row_->ledger, "rebuild begin", row_);
 }
 
 LedgerRebuildScope::~LedgerRebuildScope() {
@@ -204,6 +209,7 @@ LedgerRebuildScope::~LedgerRebuildScope() {
   ++r.rebuilds;
   if (reran_) ++r.reruns;
   r.host_ns += ns;
+  ledger_sample(*row_->ledger, "rebuild end", row_);
 }
 
 bool ledger_rebuilding() { return t_rebuild_row != nullptr; }
@@ -236,11 +242,27 @@ StepLedger::StepLedger() {
   state_ = std::make_shared<State>();
   detail::t_ledger = state_;
   detail::g_ledgers_alive.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(state_->mutex);
+  detail::ledger_sample(*state_, "start", nullptr, "start");
 }
 
 StepLedger::StepLedger(const torch::nn::Module& root) : StepLedger() {
   for (const auto& item : root.named_modules("", /*include_self=*/true))
     state_->names.emplace(item.value().get(), item.key());
+  // The timeline samples the root's device (its first parameter's or buffer's): the start again.
+  for (const auto& p : root.parameters()) {
+    state_->device = p.device();
+    break;
+  }
+  if (state_->device.is_cpu()) {
+    for (const auto& b : root.buffers()) {
+      state_->device = b.device();
+      break;
+    }
+  }
+  std::lock_guard lock(state_->mutex);
+  state_->samples.clear();
+  detail::ledger_sample(*state_, "start", nullptr, "start");
 }
 
 StepLedger::~StepLedger() {
@@ -252,6 +274,7 @@ StepLedger::~StepLedger() {
     std::lock_guard lock(state_->mutex);
     state_->rows.clear();
     state_->storages.clear();
+    state_->samples.clear();
   }
   detail::g_ledgers_alive.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -268,6 +291,14 @@ int64_t StepLedger::bytes_held() const {
   int64_t total = 0;
   for (const auto& r : regions()) total += r.bytes_held;
   return total;
+}
+
+void ledger_mark(const std::string& label) {
+  if (!detail::any_ledger_alive()) return;
+  detail::LedgerState* ledger = detail::open_ledger();
+  if (ledger == nullptr) return;
+  std::lock_guard lock(ledger->mutex);
+  detail::ledger_sample(*ledger, "mark", nullptr, label);
 }
 
 }  // namespace recompose

@@ -1,7 +1,9 @@
 // StepLedger as text (a table with a totals line) and as JSON. Written by hand: the engine has
 // no JSON dependency (nlohmann/json is the planner's), and the ledger's values are flat.
 #include "engine/format_bytes.h"
+#include "engine/json_string.h"
 #include "engine/step_ledger_state.h"
+#include "engine/step_ledger_timeline_format.h"
 
 #include <recompose/step_ledger.h>
 
@@ -17,35 +19,6 @@ std::string ledger_ms(int64_t ns) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.3f ms", static_cast<double>(ns) / 1e6);
   return buffer;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-          out += buffer;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 struct LedgerTotals {
@@ -115,6 +88,7 @@ std::string StepLedger::str() const {
       << " not rebuilt yet; replays ran " << t.ops_run << " ops, skipped " << t.ops_skipped
       << ", substituted " << t.ops_substituted << ", wrote back " << t.draws_written
       << " draws; rebuilds took " << ledger_ms(t.host_ns) << "\n";
+  out << detail::timeline_text(timeline());
   return out.str();
 }
 
@@ -122,6 +96,7 @@ std::string StepLedger::json() const {
   const std::vector<LedgerRegion> regions = this->regions();
   std::ostringstream out;
   out << "{\"regions\": [";
+  using detail::json_string;
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const LedgerRegion& r = regions[i];
     out << (i == 0 ? "" : ", ") << "{\"name\": " << json_string(r.name)
@@ -142,7 +117,8 @@ std::string StepLedger::json() const {
       << ", \"ops_run\": " << t.ops_run << ", \"ops_skipped\": " << t.ops_skipped
       << ", \"ops_substituted\": " << t.ops_substituted
       << ", \"draws_written\": " << t.draws_written << ", \"writes_carried\": " << t.writes_carried
-      << ", \"host_ns\": " << t.host_ns << "}}";
+      << ", \"host_ns\": " << t.host_ns << "}, \"timeline\": " << detail::timeline_json(timeline())
+      << "}";
   return out.str();
 }
 

@@ -6,6 +6,7 @@
 
 #include <recompose/step_ledger.h>
 
+#include <c10/core/Device.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace recompose::detail {
@@ -25,6 +27,14 @@ struct LedgerRow : std::enable_shared_from_this<LedgerRow> {
   LedgerRegion region;      // under ledger->mutex
   int64_t live = 0;         // bytes charged to the row now, under ledger->mutex
   int64_t input_bytes = 0;  // of them, its inputs (held as autograd holds them)
+  int index = -1;           // in ledger->rows
+};
+
+// One point of the memory timeline (step_ledger_timeline.cpp): a LedgerMark and what each row
+// held then (rows holding nothing left out), for the largest holders at the peak.
+struct LedgerSample {
+  LedgerMark mark;
+  std::vector<std::pair<int, int64_t>> live;  // (row index, bytes)
 };
 
 struct LedgerState {
@@ -41,7 +51,14 @@ struct LedgerState {
   std::unordered_map<const torch::nn::Module*, std::string> names;  // qualified, in the root
   int64_t unnamed = 0;                                              // checkpoint(fn) regions so far
   std::atomic<bool> open{true};
+  c10::Device device{c10::kCPU};      // whose memory the timeline samples
+  std::vector<LedgerSample> samples;  // the timeline, in order
 };
+
+// Appends a sample of the ledger's device memory to its timeline: `row` (null for none) gives the
+// label, else `label`. Under ledger.mutex; nothing once the ledger is destroyed.
+void ledger_sample(LedgerState& ledger, const char* kind, const LedgerRow* row,
+                   const std::string& label = {});
 
 }  // namespace recompose::detail
 
