@@ -30,7 +30,8 @@ namespace {
 const torch::Device kCpu(torch::kCPU);
 
 struct WideTanhImpl : torch::nn::Module {
-  WideTanhImpl(int64_t in, int64_t out) : linear(register_module("linear", torch::nn::Linear(in, out))) {}
+  WideTanhImpl(int64_t in, int64_t out)
+      : linear(register_module("linear", torch::nn::Linear(in, out))) {}
   torch::Tensor forward(torch::Tensor x) {
     RECOMPOSE_FORWARD(x);
     return torch::tanh(linear(x));
@@ -92,7 +93,7 @@ TEST_SUITE("memory timeline") {
       const int64_t base = recompose::current_device_memory(kCpu);
       CHECK(recompose::peak_device_memory(kCpu) == base);
       {
-        recompose::CpuMemoryCounting nested;  // scopes nest: still the same counts
+        recompose::CpuMemoryCounting nested;              // scopes nest: still the same counts
         auto a = torch::empty({1 << 18}, torch::kFloat);  // 1 MiB
         CHECK(recompose::current_device_memory(kCpu) == base + (1 << 20));
         auto b = torch::empty({1 << 17}, torch::kFloat);  // 0.5 MiB

@@ -35,9 +35,9 @@
 // do not carry the data pointer as their context, as c10's default CPU allocator's do).
 // Allocations of another shape are passed through uncounted.
 //
-// The planner's profiler (profile_memory) reads peak_device_memory: on CPU with counting on, the
-// resident bytes of a profile come from the counted peak (without it, from the model's parameters,
-// gradients and buffers, as before).
+// The planner's profiler (profile_memory) does not read it: on CPU the counted peak of the profiled
+// step would include the profiler's own copy of the model, kept in host memory; a CPU profile's
+// resident bytes are the model's parameters, gradients and buffers, counting on or off.
 #pragma once
 
 #include <cstdint>

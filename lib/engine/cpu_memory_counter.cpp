@@ -23,7 +23,7 @@ class CountingCPUAllocator final : public c10::Allocator {
     c10::DataPtr ptr = inner->allocate(n);
     void* data = ptr.get();
     if (data == nullptr || ptr.get_context() != data || ptr.get_deleter() != inner->raw_deleter())
-      return ptr;  // not the shape we wrap: passed through uncounted
+      return ptr;           // not the shape we wrap: passed through uncounted
     ptr.release_context();  // ownership moves to the DataPtr returned below
     {
       std::lock_guard lock(mutex_);

@@ -37,7 +37,7 @@ std::string timeline_text(const LedgerTimeline& t) {
     if (m.kind == "rebuild begin") s.rebuild[0] = m.bytes;
     if (m.kind == "rebuild end") s.rebuild[1] = m.bytes;
   }
-  auto pair = [](const int64_t (&v)[2]) {
+  auto pair = [](const int64_t(&v)[2]) {
     if (v[0] < 0) return std::string("-");
     return format_bytes(v[0]) + " -> " + (v[1] < 0 ? std::string("?") : format_bytes(v[1]));
   };
@@ -64,8 +64,8 @@ std::string timeline_text(const LedgerTimeline& t) {
   out << "\n  largest holders there:";
   if (t.holders.empty()) out << " none";
   for (std::size_t i = 0; i < t.holders.size(); ++i) {
-    out << (i == 0 ? " " : ", ") << t.holders[i].name << " (#" << t.holders[i].region + 1
-        << ") " << format_bytes(t.holders[i].bytes);
+    out << (i == 0 ? " " : ", ") << t.holders[i].name << " (#" << t.holders[i].region + 1 << ") "
+        << format_bytes(t.holders[i].bytes);
   }
   out << "\n";
   return out.str();

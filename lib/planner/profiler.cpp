@@ -371,8 +371,10 @@ void run_plain(const std::function<void()>& step, const std::vector<detail::Plan
   }
   rec->timeline.resolve();
   profile.bytes_held = meter.peak_bytes_held();
-  // What the device held beside the activations at the step's peak (a peak budget's base).
-  const int64_t peak = peak_device_memory(device);  // -1 off CUDA
+  // What the device held beside the activations at the step's peak (a peak budget's base). On
+  // CPU, even with CpuMemoryCounting on, the counted peak would include the profiler's own copy
+  // of the model (ModelStateGuard keeps it in host memory): the model's tensors instead.
+  const int64_t peak = device.is_cpu() ? -1 : peak_device_memory(device);
   profile.resident_bytes =
       peak >= 0 ? std::max<int64_t>(0, peak - profile.bytes_held) : model_tensor_bytes(model);
   rec->meter = nullptr;
