@@ -9,6 +9,7 @@
 #include <recompose/checkpoint.h>
 #include <recompose/checkpoint_error.h>
 #include <recompose/checkpoint_state.h>
+#include <recompose/policy_report.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/step_ledger.h>
 #ifndef RECOMPOSE_TEST_NO_SELECTIVE
@@ -403,6 +404,27 @@ TEST_SUITE("step ledger") {
             std::string::npos);
       loss.backward();
     }
+  }
+
+  TEST_CASE(
+      "a save list's names that no op of a region matched are on its row, as inspect_policy finds "
+      "them") {
+    // TinyBlock's Linear runs aten::addmm on a 2-d input, never aten::mm or aten::bmm.
+    const recompose::SelectivePolicy policy({"aten::addmm", "aten::mm", "aten::bmm.default"});
+    torch::manual_seed(7);
+    rt::TinyBlock block(8);
+    const torch::Tensor x = torch::randn({4, 8});
+    const recompose::PolicyReport report = recompose::inspect_policy(policy, block, x);
+    recompose::apply_checkpoint(block, CheckpointOptions().policy(policy));
+    StepLedger ledger(*block);
+    block(x.clone().requires_grad_(true)).sum().backward();
+    const auto rows = ledger.regions();
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].unmatched_policy_names ==
+          std::vector<std::string>{"aten::mm", "aten::bmm.default"});
+    CHECK(rows[0].unmatched_policy_names == report.unmatched_names);  // the same rule
+    CHECK(ledger.str().find("names in its policy that no op matched (they kept nothing here): "
+                            "aten::mm aten::bmm.default") != std::string::npos);
   }
 
   TEST_CASE("JSON export: the rows and totals of the table") {

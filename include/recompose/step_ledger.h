@@ -87,6 +87,10 @@ struct LedgerRegion {
   int64_t draws_written = 0;
   int64_t writes_carried = 0;
   int64_t host_ns = 0;  // host time of the rebuilds (replays, forwards run again)
+  // A selective region with a save list (SelectivePolicy of op names): the names that no op of
+  // its forward matched (they kept nothing here; a composite op such as aten::linear is refused
+  // when the policy is made).
+  std::vector<std::string> unmatched_policy_names;
   // "replayed", "ran the forward again", "replayed and ran the forward again" or
   // "not rebuilt yet".
   std::string rebuilt() const;

@@ -214,6 +214,13 @@ LedgerRebuildScope::~LedgerRebuildScope() {
 
 bool ledger_rebuilding() { return t_rebuild_row != nullptr; }
 
+void ledger_policy_unmatched(std::vector<std::string> names) {
+  LedgerRow* row = t_forward_row;
+  if (row == nullptr) return;
+  std::lock_guard lock(row->ledger->mutex);
+  row->region.unmatched_policy_names = std::move(names);
+}
+
 void ledger_replayed(const LedgerReplay& replay) {
   LedgerRow* row = t_rebuild_row;
   if (row == nullptr) return;

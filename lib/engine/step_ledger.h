@@ -109,6 +109,10 @@ void ledger_explain_oom(const std::exception_ptr& error, LedgerRow& row, bool in
 // else null.
 LedgerRow* ledger_row_running_here(bool& in_backward);
 
+// A selective region's forward ends on this thread: the names of its save list that no op
+// matched, for the row whose forward runs here (if any).
+void ledger_policy_unmatched(std::vector<std::string> names);
+
 // The selective replay's outcome, for the row being rebuilt on this thread (if any).
 void ledger_replayed(const LedgerReplay& replay);
 // Whether a row is being rebuilt on this thread (the replay's hook checks before it copies).

@@ -81,6 +81,11 @@ std::string StepLedger::str() const {
         << (r.rebuilds == 0 ? "-" : ledger_ms(r.host_ns)) << "\n";
     if (!r.fallback_reason.empty() && r.reruns != 0)
       out << "    why it ran the forward again: " << r.fallback_reason << "\n";
+    if (!r.unmatched_policy_names.empty()) {
+      out << "    names in its policy that no op matched (they kept nothing here):";
+      for (const std::string& name : r.unmatched_policy_names) out << " " << name;
+      out << "\n";
+    }
   }
   const LedgerTotals t(regions);
   out << "total: " << detail::format_bytes(t.bytes_held) << " held for backward; " << t.replays
@@ -108,7 +113,11 @@ std::string StepLedger::json() const {
         << ", \"ops_run\": " << r.ops_run << ", \"ops_skipped\": " << r.ops_skipped
         << ", \"ops_substituted\": " << r.ops_substituted
         << ", \"draws_written\": " << r.draws_written
-        << ", \"writes_carried\": " << r.writes_carried << ", \"host_ns\": " << r.host_ns << "}";
+        << ", \"writes_carried\": " << r.writes_carried << ", \"host_ns\": " << r.host_ns
+        << ", \"unmatched_policy_names\": [";
+    for (std::size_t k = 0; k < r.unmatched_policy_names.size(); ++k)
+      out << (k == 0 ? "" : ", ") << json_string(r.unmatched_policy_names[k]);
+    out << "]}";
   }
   const LedgerTotals t(regions);
   out << "], \"totals\": {\"regions\": " << regions.size() << ", \"bytes_held\": " << t.bytes_held

@@ -1,5 +1,6 @@
 #include "op_names.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace recompose::detail {
@@ -54,6 +55,19 @@ OpRef resolve_op_name(std::string_view text) {
                                 "\": no operator of that name is registered with the dispatcher");
   }
   return ref;
+}
+
+std::vector<std::string> unmatched_op_names(const std::vector<std::string>& names,
+                                            const std::vector<std::string>& seen) {
+  std::vector<std::string> unmatched;
+  for (const std::string& name : names) {
+    const bool with_overload = name.find('.') != std::string::npos;
+    const bool matched = std::any_of(seen.begin(), seen.end(), [&](const std::string& op) {
+      return with_overload ? op == name : op.substr(0, op.rfind('.')) == name;
+    });
+    if (!matched) unmatched.push_back(name);
+  }
+  return unmatched;
 }
 
 std::optional<c10::OperatorHandle> find_overload(std::string_view text) {

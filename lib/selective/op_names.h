@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace recompose::detail {
 
@@ -22,5 +23,11 @@ OpRef resolve_op_name(std::string_view text);
 // The op named by `text` exactly ("ns::name" is the overload without a name, as
 // "ns::name.default"), or nullopt if it is not registered. Never throws for a missing op.
 std::optional<c10::OperatorHandle> find_overload(std::string_view text);
+
+// The names of a save list (as users write them) that match none of `seen`, ops as
+// overload_name() prints them ("aten::max.dim", "aten::mm.default"): a name with an overload
+// names that overload, one without names every overload.
+std::vector<std::string> unmatched_op_names(const std::vector<std::string>& names,
+                                            const std::vector<std::string>& seen);
 
 }  // namespace recompose::detail

@@ -6,6 +6,7 @@
 #include "engine/format_bytes.h"
 #include "engine/model_state_guard.h"
 #include "engine/tensor_accounting.h"
+#include "op_names.h"
 #include "op_traits.h"
 #include "policy_warnings.h"
 
@@ -74,18 +75,11 @@ using detail::format_bytes;
 // overload names every overload.
 std::vector<std::string> unmatched_names(const SelectivePolicy& policy,
                                          const std::vector<PolicyReportOp>& ops) {
-  std::vector<std::string> unmatched;
-  for (const std::string& name : policy.op_names()) {
-    const bool with_overload = name.find('.') != std::string::npos;
-    bool matched = false;
-    for (const PolicyReportOp& o : ops) {
-      if (!o.shown_to_policy) continue;
-      matched = with_overload ? o.op == name : o.op.substr(0, o.op.rfind('.')) == name;
-      if (matched) break;
-    }
-    if (!matched) unmatched.push_back(name);
+  std::vector<std::string> shown;
+  for (const PolicyReportOp& o : ops) {
+    if (o.shown_to_policy) shown.push_back(o.op);
   }
-  return unmatched;
+  return detail::unmatched_op_names(policy.op_names(), shown);
 }
 
 const char* decision_name(const PolicyReportOp& op) {

@@ -33,6 +33,10 @@ struct PolicyTally {
   size_t op_signature = 0;        // a hash of the op names asked about, in order (the region's)
   std::string first_kept_op;      // empty: the forward kept nothing
   int64_t kept_device_bytes = 0;  // of the kept outputs at capture (CacheEntry::bytes)
+  // While a StepLedger records the region and the policy is a save list: the ops asked about, as
+  // overload_name() prints them, for the names of the list that matched none.
+  bool collect_names = false;
+  std::vector<std::string> asked_names;
 
   void asked(const std::string& op) {
     if (decisions++ == 0) first_decided_op = op;

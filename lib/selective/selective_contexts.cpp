@@ -10,6 +10,8 @@
 #include "dispatch_interceptor.h"
 #include "engine/enclosing_region.h"
 #include "engine/saved_tensor_replay.h"
+#include "engine/step_ledger.h"
+#include "op_names.h"
 #include "replay_stats.h"
 #include "sac_state.h"
 
@@ -43,6 +45,10 @@ struct Entered {
     } else {
       state->version_carried_writes();
       warn_about_policy(*state);
+      if (state->tally.collect_names) {
+        detail::ledger_policy_unmatched(
+            detail::unmatched_op_names(state->policy.op_names(), state->tally.asked_names));
+      }
     }
   }
   std::shared_ptr<SacState> state;
@@ -148,6 +154,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     }
     state_->keeps_nothing_inside_full = detail::enclosing_region_reruns_its_forward();
     state_->trace.record_for_replay(selective_replay_enabled());
+    state_->tally.collect_names = detail::any_ledger_alive() && !state_->policy.op_names().empty();
     return std::make_shared<Entered>(state_, Entered::Kind::Forward);
   }
 
