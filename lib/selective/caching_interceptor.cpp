@@ -3,7 +3,6 @@
 #include "dispatch_interceptor.h"
 #include "draw_mask.h"
 #include "engine/internal_ops.h"
-#include "engine/tensor_accounting.h"
 #include "generator_effect.h"
 #include "sac_state.h"
 
@@ -105,7 +104,7 @@ class CachingInterceptor final : public OpInterceptor {
     if (s_.keeps_nothing_inside_full && keeps_output(decision))
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
     s_.tally.asked(schema.name());
-    if (s_.tally.collect_names) s_.tally.asked_names.push_back(overload_name(op));
+    if (s_.tally.collect_names) s_.tally.asked_ops.insert(op);
     calls.nodes.push_back(node);
     if (!keeps_output(decision)) {
       s_.trace.end(*stack, nullptr,

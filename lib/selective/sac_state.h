@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -33,10 +34,10 @@ struct PolicyTally {
   size_t op_signature = 0;        // a hash of the op names asked about, in order (the region's)
   std::string first_kept_op;      // empty: the forward kept nothing
   int64_t kept_device_bytes = 0;  // of the kept outputs at capture (CacheEntry::bytes)
-  // While a StepLedger records the region and the policy is a save list: the ops asked about, as
-  // overload_name() prints them, for the names of the list that matched none.
+  // While a StepLedger records the region and the policy is a save list: the ops asked about
+  // (each once; named only at the forward's end), for the names of the list that matched none.
   bool collect_names = false;
-  std::vector<std::string> asked_names;
+  std::unordered_set<c10::OperatorHandle> asked_ops;
 
   void asked(const std::string& op) {
     if (decisions++ == 0) first_decided_op = op;

@@ -11,6 +11,7 @@
 #include "engine/enclosing_region.h"
 #include "engine/saved_tensor_replay.h"
 #include "engine/step_ledger.h"
+#include "engine/tensor_accounting.h"
 #include "op_names.h"
 #include "replay_stats.h"
 #include "sac_state.h"
@@ -46,8 +47,11 @@ struct Entered {
       state->version_carried_writes();
       warn_about_policy(*state);
       if (state->tally.collect_names) {
+        std::vector<std::string> asked;
+        for (const c10::OperatorHandle& op : state->tally.asked_ops)
+          asked.push_back(detail::overload_name(op));
         detail::ledger_policy_unmatched(
-            detail::unmatched_op_names(state->policy.op_names(), state->tally.asked_names));
+            detail::unmatched_op_names(state->policy.op_names(), asked));
       }
     }
   }
