@@ -443,16 +443,22 @@ Judge judge_of(const MemoryProfile& profile, const SolveOptions& options) {
           profile.device.starts_with("cpu") ? 0.0 : options.allocator_headroom()};
 }
 
+// A plan for `limit` with no module yet: what every candidate says of the profile it came from.
+Plan plan_for(const MemoryProfile& profile, int64_t limit) {
+  Plan plan;
+  plan.budget_bytes = limit;
+  plan.none_bytes = profile.bytes_held;
+  plan.none_step_seconds = profile.step_seconds;
+  plan.backward_measured = profile.backward_measured();
+  return plan;
+}
+
 // The plan of one frontier point, its simulated peak and step included.
 Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, const Final& chosen,
              int64_t limit, const Judge& judge) {
   const Family& fam = fams[chosen.family];
-  Plan plan;
-  plan.budget_bytes = limit;
+  Plan plan = plan_for(profile, limit);
   plan.bytes = chosen.bytes;
-  plan.none_bytes = profile.bytes_held;
-  plan.none_step_seconds = profile.step_seconds;
-  plan.backward_measured = profile.backward_measured();
   plan.step_seconds = profile.step_seconds + chosen.seconds;
   plan.modules.resize(fam.modules.size());
   size_t at = chosen.node;
@@ -469,12 +475,8 @@ Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, cons
 // Every module under transformer_policy's list, nothing swapped: the fixed policy a user would
 // try first, a candidate whatever the frontier's thinning and the peak walk left.
 Plan transformer_everywhere(const MemoryProfile& profile, int64_t limit, const Judge& judge) {
-  Plan plan;
-  plan.budget_bytes = limit;
+  Plan plan = plan_for(profile, limit);
   plan.bytes = profile.other_bytes;
-  plan.none_bytes = profile.bytes_held;
-  plan.none_step_seconds = profile.step_seconds;
-  plan.backward_measured = profile.backward_measured();
   plan.step_seconds = profile.step_seconds;
   for (const ModuleProfile& m : profile.modules) {
     ModulePlan mp;
