@@ -101,6 +101,18 @@ int64_t index_of(const ModuleProfile& m, const std::string& name) {
       std::find_if(m.ops.begin(), m.ops.end(), [&](const OpProfile& o) { return o.op == name; }));
 }
 
+// A 3-d Linear (mm, then _unsafe_view of its output, then the bias added in place through that
+// view) and dropout (bernoulli_ drawing into empty_like's output).
+struct AliasWriteBlockImpl : torch::nn::Module {
+  AliasWriteBlockImpl() { fc = register_module("fc", torch::nn::Linear(8, 8)); }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return torch::tanh(torch::dropout(fc(x), 0.25, /*train=*/true));
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(AliasWriteBlock);
+
 }  // namespace
 
 TEST_SUITE("planner") {
@@ -239,5 +251,40 @@ TEST_SUITE("planner") {
       for (const auto& o : m.ops)
         CHECK((o.reads.empty() && !o.saved_for_backward && !o.carries_write));
     }
+  }
+
+  TEST_CASE(
+      "planner: a write through an alias, a random write: the profile says what keeping each "
+      "costs, as the forward keeps it") {
+    AliasWriteBlock block;
+    auto x = torch::randn({2, 4, 8}, torch::requires_grad());
+    auto step = [&] { block(x).sum().backward(); };
+    const MemoryProfile p = recompose::profile_memory(*block, step);
+    REQUIRE(p.modules.size() == 1);
+    const ModuleProfile& m = p.modules[0];
+    const OpProfile& mm = find_op(m, "aten::mm.default");
+    const OpProfile& unsafe_view = find_op(m, "aten::_unsafe_view.default");
+    const OpProfile& empty = find_op(m, "aten::empty_like.default");
+    // The bias lands in mm's storage: mm's kept output carries it; _unsafe_view's (an alias, not
+    // the storage's maker) would keep a copy of the value before it.
+    CHECK(mm.mutated);
+    CHECK(mm.carries_write);
+    CHECK(unsafe_view.mutated);
+    CHECK(!unsafe_view.carries_write);
+    // A random write is never carried.
+    CHECK(empty.mutated);
+    CHECK(!empty.carries_write);
+    // What the forward does with each kept alone: the write carried only by mm's kept output.
+    auto carried_keeping = [&](const char* name) {
+      block->zero_grad();
+      recompose::apply_checkpoint(
+          *block, recompose::CheckpointOptions().policy(recompose::SelectivePolicy({name})));
+      recompose::reset_selective_replay_stats();
+      step();
+      recompose::remove_checkpoint(*block);
+      return recompose::selective_replay_stats().writes_carried;
+    };
+    CHECK(carried_keeping("aten::mm.default") == 1);
+    CHECK(carried_keeping("aten::_unsafe_view.default") == 0);
   }
 }  // TEST_SUITE

@@ -109,6 +109,17 @@ void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
                     return seconds(loop);
                   },
                   {}});
+  rows.push_back({"forward, pass-through, replay off",
+                  [&] {
+                    // What a region pays when nothing records for a replay (the switch is read
+                    // when the forward is entered).
+                    recompose::set_selective_replay_enabled(false);
+                    auto contexts = recompose::create_selective_checkpoint_contexts(pass_through);
+                    auto token = contexts->enter_forward();
+                    recompose::set_selective_replay_enabled(true);
+                    return seconds(loop);
+                  },
+                  {}});
   rows.push_back({"forward, save-everything policy",
                   [&] {
                     auto contexts = recompose::create_selective_checkpoint_contexts(save_all);

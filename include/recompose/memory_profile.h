@@ -57,11 +57,13 @@ struct OpProfile {
   bool random = false;       // draws random numbers (nondeterministic_seeded, or takes a Generator)
   bool inplace = false;      // writes into an argument (never true for an op a policy sees)
   bool view = false;         // returns a view of an argument (never true for an op a policy sees)
-  bool mutated = false;      // its output was modified in place later in the forward
-  // Of a mutated op: nothing read its output (no op a policy sees, no tensor autograd saved)
-  // before the first write into it. Keeping it then costs no copy: the kept output carries the
-  // write (docs/architecture.md, "Writes carried by kept outputs"), so it may be kept. An output
-  // read and then written would need a copy of the value before the write: never kept.
+  bool mutated = false;      // its output's storage was modified in place later in the forward
+  // Of a mutated op, were it the only op kept: its kept output would carry every write into it
+  // (docs/architecture.md, "Writes carried by kept outputs"): it made the storage written (not
+  // an alias of another op's output, as _unsafe_view's of mm's), draws no random numbers, each
+  // write is in place into one argument and draws none, and nothing made a value from the
+  // output or saved it for backward before each write. Keeping it then costs no copy, so it may
+  // be kept; otherwise keeping it would need a copy of the value before the write: never kept.
   bool carries_write = false;
   // What the selective replay's dependency walk needs (recorded when
   // ModuleProfile::dependencies_recorded; a replay runs a dropped op only when backward needs its

@@ -179,11 +179,12 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
     }
     if (m.contains("dependencies_recorded"))
       json::read(m, "dependencies_recorded", mp.dependencies_recorded);
-    for (const auto& op : mp.ops) {
-      for (const int64_t r : op.reads) {
-        if (r >= static_cast<int64_t>(mp.ops.size())) {
+    for (size_t k = 0; k < mp.ops.size(); ++k) {
+      for (const int64_t r : mp.ops[k].reads) {
+        if (r >= static_cast<int64_t>(k)) {  // the replay cost walks producers before readers
           throw std::invalid_argument("recompose: MemoryProfile::from_json: module '" + mp.name +
-                                      "': an op reads op " + std::to_string(r) + " of " +
+                                      "': op " + std::to_string(k) + " reads op " +
+                                      std::to_string(r) + ", which is not an earlier op of " +
                                       std::to_string(mp.ops.size()));
         }
       }

@@ -6,9 +6,9 @@
 #include "engine/model_state_guard.h"
 #include "engine/tensor_accounting.h"
 #include "planner_targets.h"
-#include "saved_tensor_tap.h"
 #include "selective/op_traits.h"
 #include "selective/policy_warnings.h"
+#include "selective/summarizing_contexts.h"
 #include "step_timeline.h"
 
 #include <recompose/apply_checkpoint.h>
@@ -53,20 +53,6 @@ struct Frame {
   std::vector<at::Tensor> unheld_inputs;
 };
 
-struct Watched {  // a kept output, to see whether the forward later writes into it
-  size_t module, op;
-  at::Tensor tensor;
-  uint32_t version;
-};
-
-// An output of an op of the module call being intercepted, by storage (views share it): the op
-// that made it, and its tensor's version then (a read at that version precedes any write into it).
-struct Produced {
-  size_t op;
-  at::Tensor tensor;
-  uint32_t version;
-};
-
 void add_once(std::vector<int64_t>& list, int64_t value) {
   if (std::find(list.begin(), list.end(), value) == list.end())
     list.insert(std::upper_bound(list.begin(), list.end(), value), value);
@@ -98,12 +84,11 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   detail::StepTimeline::Mark last = 0;  // end of the previous thing timed in a module's forward
   std::vector<ModuleProfile> modules;
   std::vector<std::map<std::pair<std::string, int64_t>, size_t>> op_index;
-  std::vector<Watched> watched;
-  // Run 2: the outputs of the intercepted module call so far, and per module and op whether
-  // anything read its output before the first in-place write into it (then keeping it needs a
-  // copy: the write is not carried).
-  std::unordered_map<const c10::StorageImpl*, Produced> produced;
-  std::vector<std::vector<bool>> read_before_write;
+  // Run 2, per module: its forward calls, the summaries of their regions' forwards received, and
+  // per op whether a later op wrote into its output without its kept output carrying the write
+  // (then keeping it needs a copy).
+  std::vector<int64_t> calls_intercepted, calls_summarized;
+  std::vector<std::vector<bool>> written_uncarried;
   // Run 1: an input storage a module's forward saved -> that module. A later module taking the
   // same storage as input does not count it (ModuleProfile::shared_input_bytes).
   std::unordered_map<const c10::StorageImpl*, size_t> input_owner;
@@ -141,7 +126,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
           detail::distinct_storage_bytes(inputs, /*skip_parameter_like=*/true);
       f.bytes_at_start = meter->bytes_held();
     }
-    if (run == 2 && !f.recomputing) produced.clear();
+    if (run == 2 && !f.recomputing) calls_intercepted[m] += 1;
     frames.push_back(f);
     frames.back().start = last = timeline.mark();
   }
@@ -167,36 +152,39 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
     } else {
       timeline.add(f.start, end,
                    [this, m]() -> double& { return modules[m].selective_forward_seconds; });
-      for (const Watched& w : watched) {
-        if (w.module == m && w.tensor._version() != w.version) p.ops[w.op].mutated = true;
-      }
-      std::erase_if(watched, [m](const Watched& w) { return w.module == m; });
-      produced.clear();
     }
   }
 
-  // The op of the current call that made `t`'s storage, if any; `read`: a value-producing op or
-  // autograd reads it here (before any write into it, if its version is still the one it was made
-  // with).
-  const Produced* producer_of(const at::Tensor& t, bool read) {
-    if (!t.defined() || !t.has_storage()) return nullptr;
-    auto it = produced.find(t.storage().unsafeGetStorageImpl());
-    if (it == produced.end()) return nullptr;
-    const Produced& p = it->second;
-    if (read && static_cast<uint32_t>(p.tensor._version()) == p.version)
-      read_before_write[frames.back().module][p.op] = true;
-    return &p;
+  // Run 2: what one forward call of module m did, from its region's trace (the ops were added by
+  // record(), keyed by (op, call index)). A module called several times merges its calls by that
+  // key; where a later call runs its ops in another order (under autocast the first call alone
+  // casts the weights, later ones hit the cache), a producer can stand after the reader in the
+  // merged list: that read is left out, so that `reads` index earlier ops only (the replay cost
+  // walks them in order).
+  void absorb(size_t m, const detail::ForwardSummary& summary) {
+    if (is_recomputing()) return;  // a region inside a recomputation: its forward was recorded
+    calls_summarized[m] += 1;
+    std::vector<int64_t> index_of(summary.ops.size(), -1);
+    for (size_t e = 0; e < summary.ops.size(); ++e) {
+      const detail::SummaryOp& op = summary.ops[e];
+      if (op.kind != detail::SummaryOp::Kind::Decided) continue;
+      auto it = op_index[m].find({detail::overload_name(op.op), op.call_index});
+      if (it == op_index[m].end()) continue;
+      const auto index = static_cast<int64_t>(it->second);
+      index_of[e] = index;
+      OpProfile& o = modules[m].ops[it->second];
+      for (const uint32_t r : op.reads) {
+        if (index_of[r] >= 0 && index_of[r] < index) add_once(o.reads, index_of[r]);
+      }
+      o.saved_for_backward = o.saved_for_backward || op.saved_for_backward;
+      if (op.written_after) {
+        o.mutated = true;
+        if (!op.carries_writes) written_uncarried[m][it->second] = true;
+      }
+    }
   }
 
-  // Autograd saved `t` in module `m`'s forward.
-  void saved(size_t m, const at::Tensor& t) {
-    if (frames.empty() || frames.back().module != m || frames.back().recomputing) return;
-    if (const Produced* p = producer_of(t, /*read=*/true))
-      modules[m].ops[p->op].saved_for_backward = true;
-  }
-
-  CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-                          const torch::jit::Stack& args) {
+  CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op) {
     // Outside the profiled modules, or a region running its forward again inside a recomputation
     // of an enclosing one (checkpoint_sequential's segments): nothing to record, its ops are the
     // forward call's, recorded then.
@@ -214,36 +202,15 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       o.inplace = traits.writes_argument;
       o.view = traits.returns_unwritten_alias;
       modules[m].ops.push_back(std::move(o));
-      read_before_write[m].push_back(false);
+      written_uncarried[m].push_back(false);
     }
     OpProfile& o = modules[m].ops[it->second];
     const size_t index = it->second;
     timeline.add(last, now,
                  [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
     o.output_bytes += detail::distinct_storage_bytes(ctx.outputs, /*skip_parameter_like=*/false);
-    // What it reads of earlier ops' outputs: after an in-place write, the writer's value, which
-    // the replay makes from the producer's (the writer is no op a policy sees). A module called
-    // several times merges its calls by (op, call index); where a later call runs its ops in
-    // another order (under autocast the first call alone casts the weights, later ones hit the
-    // cache), a producer can stand after the reader in the merged list: that read is left out, so
-    // that `reads` index earlier ops only (the replay cost walks them in order).
-    detail::for_each_tensor(args, [&](const at::Tensor& t) {
-      if (const Produced* p = producer_of(t, /*read=*/true); p && p->op < index)
-        add_once(o.reads, static_cast<int64_t>(p->op));
-    });
-    for (const auto& v : ctx.outputs) {
-      if (v.isTensor() && v.toTensor().defined()) {
-        // LibTorch's version counter is 32 bits wide; _version() widens it.
-        watched.push_back(
-            {m, it->second, v.toTensor(), static_cast<uint32_t>(v.toTensor()._version())});
-      }
-    }
-    detail::for_each_tensor(ctx.outputs, [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) {
-        produced.try_emplace(t.storage().unsafeGetStorageImpl(),
-                             Produced{index, t, static_cast<uint32_t>(t._version())});
-      }
-    });
+    // What it reads, whether autograd saves it and whether a later op writes into it: from the
+    // region's trace when the call's forward ends (absorb).
     last = timeline.mark();  // the policy's own bookkeeping is not the op's time
     return CheckpointPolicy::MUST_SAVE;
   }
@@ -313,7 +280,9 @@ std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>
   auto rec = std::make_shared<Recorder>(device);
   rec->modules.resize(targets.size());
   rec->op_index.resize(targets.size());
-  rec->read_before_write.resize(targets.size());
+  rec->calls_intercepted.resize(targets.size());
+  rec->calls_summarized.resize(targets.size());
+  rec->written_uncarried.resize(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     rec->modules[i].name = targets[i].name;
     rec->modules[i].type = targets[i].module->name();
@@ -406,16 +375,15 @@ void run_intercepted(const std::function<void()>& step,
                      const std::shared_ptr<Recorder>& rec) {
   Instrumentation inst;
   rec->run = 2;
-  SelectivePolicy keep_all(
-      [rec](const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op,
-            const torch::jit::Stack& args) { return rec->record(ctx, op, args); });
+  SelectivePolicy keep_all([rec](const SelectiveCheckpointContext& ctx,
+                                 const c10::OperatorHandle& op,
+                                 const torch::jit::Stack&) { return rec->record(ctx, op); });
   for (size_t i = 0; i < targets.size(); ++i) {
     // allow_cache_entry_mutation: an op whose output the forward later modifies is marked, not an
-    // error. The tap tells the recorder what autograd saves in the region.
+    // error. The region's trace tells the recorder what each forward call did (absorb).
     auto contexts = [keep_all, rec, i]() -> std::shared_ptr<RegionContexts> {
-      return std::make_shared<detail::SavedTensorTap>(
-          create_selective_checkpoint_contexts(keep_all, true),
-          [rec, i](const at::Tensor& t) { rec->saved(i, t); });
+      return detail::create_summarizing_contexts(
+          keep_all, true, [rec, i](detail::ForwardSummary&& s) { rec->absorb(i, s); });
     };
     apply_checkpoint(*targets[i].module, CheckpointOptions().context_fn(contexts));
     inst.checkpointed.push_back(targets[i].module.get());
@@ -437,13 +405,12 @@ void run_intercepted(const std::function<void()>& step,
   for (size_t i = 0; i < targets.size(); ++i) {
     ModuleProfile& m = rec->modules[i];
     m.replayed = replays[i] > 0 && fallbacks[i] == 0;
-    m.dependencies_recorded = true;
+    // Every forward call summarised (a summary is missing only when making it ran out of memory).
+    m.dependencies_recorded = rec->calls_summarized[i] == rec->calls_intercepted[i];
     for (size_t k = 0; k < m.ops.size(); ++k)
-      m.ops[k].carries_write = m.ops[k].mutated && !rec->read_before_write[i][k];
+      m.ops[k].carries_write = m.ops[k].mutated && !rec->written_uncarried[i][k];
   }
   rec->timeline.resolve();
-  rec->watched.clear();
-  rec->produced.clear();
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "replay_cost.h"
 
+#include "selective/run_set_walk.h"
+
 #include <algorithm>
 #include <cstddef>
+#include <string>
 
 namespace recompose::detail {
 
@@ -15,21 +18,19 @@ std::vector<bool> ReplayCost::runs(const std::vector<bool>& answered) const {
     for (size_t k = 0; k < ops.size(); ++k) run[k] = !answered[k];
     return run;
   }
-  // From the dropped ops whose outputs autograd saved, back through what they read; an answered
-  // op ends the walk (its cache entry stands in for everything before it).
-  std::vector<size_t> pending;
-  for (size_t k = 0; k < ops.size(); ++k) {
-    if (ops[k].saved_for_backward && !answered[k]) run[k] = true, pending.push_back(k);
-  }
-  while (!pending.empty()) {
-    const size_t k = pending.back();
-    pending.pop_back();
-    for (const int64_t r : ops[k].reads) {
-      const auto from = static_cast<size_t>(r);
-      if (from < ops.size() && !answered[from] && !run[from])
-        run[from] = true, pending.push_back(from);
-    }
-  }
+  // The replay's own walk, over the ops' recorded reads (each an earlier op of the module).
+  std::vector<char> walked(ops.size(), 0);
+  for (size_t k = 0; k < ops.size(); ++k) walked[k] = ops[k].saved_for_backward ? 1 : 0;
+  walk_run_set(
+      walked, [](size_t) { return std::string(); }, [&](size_t k) { return bool(answered[k]); },
+      [&](size_t k, auto&& mark) {
+        for (const int64_t r : ops[k].reads) {
+          if (r >= 0 && static_cast<size_t>(r) < k) mark(static_cast<size_t>(r));
+        }
+        return std::string();
+      });
+  // An answered op in the walk hands its kept output: it does not run.
+  for (size_t k = 0; k < ops.size(); ++k) run[k] = walked[k] && !answered[k];
   return run;
 }
 

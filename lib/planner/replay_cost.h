@@ -2,9 +2,10 @@
 // interception and the replay's own work): the ops its recomputation runs. A selective replay
 // (docs/architecture.md, "Selective replay") runs only the dropped ops whose outputs backward
 // needs: the producers of the tensors autograd saved, and transitively the dropped ops those read,
-// stopping at outputs answered from the cache (kept, or offloaded and reloaded). A module that
-// runs its forward again (no replay), or a profile without the ops' dependencies, runs every op
-// not answered.
+// stopping at outputs answered from the cache (kept, or offloaded and reloaded): the replay's own
+// walk (selective/run_set_walk.h) over the reads its forward trace exported to the profile. A
+// module that runs its forward again (no replay), or a profile without the ops' dependencies,
+// runs every op not answered.
 #pragma once
 
 #include <recompose/memory_profile.h>

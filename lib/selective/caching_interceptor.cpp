@@ -40,6 +40,7 @@ class CachingInterceptor final : public OpInterceptor {
       run_write(op, traits, stack, calls);
     } else {
       run_below(op, stack);  // a view: the trace names tensors by storage and layout
+      s_.trace.view_call(op, static_cast<int64_t>(calls.nodes.size()), *stack);
       calls.nodes.push_back(OpCalls::kNoNode);
     }
   }

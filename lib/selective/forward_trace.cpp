@@ -180,10 +180,15 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
   pending_ = false;
   Node& node = nodes_.back();
   const auto n = static_cast<uint32_t>(nodes_.size() - 1);
+  if (summarizing_) node.output_bytes = output_bytes(stack, node.op.schema().returns().size());
   for_each_output(stack, node.op.schema().returns().size(), [&](uint32_t k, const at::Tensor& t) {
     if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided) return;
-    if (index_.contains(t.storage().unsafeGetStorageImpl()))
+    if (auto known = index_.find(t.storage().unsafeGetStorageImpl()); known != index_.end()) {
+      if (summarizing_ &&
+          std::find(node.aliased.begin(), node.aliased.end(), known->second) == node.aliased.end())
+        node.aliased.push_back(known->second);
       return;  // a view of, or an alias to, a known storage
+    }
     const uint32_t id = add_storage(t, Storage::Source::Op);
     storages_[id].op = n;
     storages_[id].output = k;
@@ -217,6 +222,7 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
   for (std::size_t i = stack.size() - node.op.schema().returns().size(); i < stack.size(); ++i) {
     makes_values = makes_values || !(stack[i].isTensor() || stack[i].isTensorList());
   }
+  node.makes_values = makes_values;
   if (makes_values) {
     for (const TensorUse& u : node.uses) {
       if (u.storage < TensorUse::kUnsupported) storages_[u.storage].read = true;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "draw_mask.h"
+#include "forward_summary.h"
 #include "generator_effect.h"
 #include "kept_output.h"
 #include "op_traits.h"
@@ -80,6 +81,23 @@ class ForwardTrace {
   // run again reads (kept outputs, calls per op, carried writes) is kept either way.
   void record_for_replay(bool on) { for_replay_ = on; }
   bool recorded_for_replay() const { return for_replay_; }
+
+  // Whether the trace also records what only its summary reads (set before the forward; default
+  // off): the views' calls, in order, and each op's output bytes.
+  void record_summary(bool on) { summarizing_ = on; }
+  bool recording_summary() const { return summarizing_; }
+  // A call of a view op (OpCalls::kNoNode), numbered `call_index` among its op's calls, its
+  // outputs on top of `stack`; recorded only for the summary.
+  void view_call(const c10::OperatorHandle& op, int64_t call_index,
+                 const torch::jit::Stack& stack) {
+    if (summarizing_) {
+      views_.push_back(ViewCall{static_cast<uint32_t>(nodes_.size()), op, call_index,
+                                output_bytes(stack, op.schema().returns().size())});
+    }
+  }
+  // The forward op by op (forward_summary.h), from what the trace recorded; complete only when
+  // record_summary(true) was set before the forward (views and output bytes are missing else).
+  ForwardSummary summary() const;
 
   // The region's inputs (before the body runs).
   void add_inputs(const std::vector<at::Tensor>& inputs);
@@ -203,7 +221,20 @@ class ForwardTrace {
     bool unsupported = false;    // an argument the replay cannot rebuild (tensors in a tuple...)
     bool hidden_writes = false;  // writes into arguments its schema does not declare
     bool complete = false;       // end() ran
+    bool makes_values = false;   // returns a value of its own (Note in end())
+    // For the summary only: the storages of its outputs, each once, with their bytes (created
+    // ones and aliases of known ones).
+    c10::SmallVector<uint32_t, 1> aliased;  // known storages its outputs alias
+    int64_t output_bytes = 0;
   };
+  struct ViewCall {
+    uint32_t position;  // nodes recorded before it
+    c10::OperatorHandle op;
+    int64_t call_index;
+    int64_t output_bytes;
+  };
+  // The storages of the last n values on `stack`, each once.
+  static int64_t output_bytes(const torch::jit::Stack& stack, std::size_t n);
   struct Saved {
     std::size_t index;
     uint32_t position;  // recorded ops before it was saved
@@ -221,6 +252,10 @@ class ForwardTrace {
   std::string note_reads(const std::vector<bool>& needed, ReplayPlan& plan) const;
   // The region inputs and outside tensors the plan reads, as they are now.
   std::string check_sources(const ReplayPlan& plan, const std::vector<at::Tensor>& inputs) const;
+  // summary()'s parts (forward_summary.cpp).
+  void add_summary_reads(const TensorUse& use, const std::vector<uint32_t>& entry_of,
+                         const std::vector<SummaryOp>& ops, std::vector<uint32_t>& out) const;
+  std::vector<char> storages_carrying_writes() const;
 
   TensorUse use_of(const at::Tensor& t);
   uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight
@@ -231,9 +266,11 @@ class ForwardTrace {
   std::vector<Node> nodes_;
   std::vector<Saved> saved_;
   std::unordered_map<c10::OperatorHandle, OpCalls> calls_;
+  std::vector<ViewCall> views_;  // only while summarizing_
   int64_t saved_bytes_from_ops_ = 0;
   int64_t writes_carried_ = 0;
   bool for_replay_ = true;
+  bool summarizing_ = false;
   bool pending_ = false;   // begin() without end()
   bool poisoned_ = false;  // an op threw between begin() and end()
 };

@@ -1,14 +1,12 @@
-// inspect_policy: a region's forward run once plainly (every op recorded as the selective
-// machinery would classify it, and the bytes autograd holds) and once as a checkpointed region
-// with the policy (what the policy decided, and the bytes the region holds), the module's buffers
-// and the RNG state put back after each run.
-#include "dispatch_interceptor.h"
+// inspect_policy: a region's forward run once plainly (the bytes autograd holds) and once as a
+// checkpointed region with the policy (what the policy decided, the bytes the region holds, and
+// every op as the region's forward trace recorded it: its summary), the module's buffers and the
+// RNG state put back after each run.
 #include "engine/format_bytes.h"
 #include "engine/model_state_guard.h"
-#include "engine/tensor_accounting.h"
 #include "op_names.h"
-#include "op_traits.h"
 #include "policy_warnings.h"
+#include "summarizing_contexts.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/policy_report.h>
@@ -23,52 +21,46 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <unordered_map>
 
 namespace recompose {
 namespace {
 
-// Records every op of a plain forward as the selective machinery classifies it
-// (caching_interceptor.cpp's CachingInterceptor): ignored ops left out, the others counted per
-// overload, hidden from the policy when they alias or are autocast's parameter casts.
-class OpRecorder final : public detail::OpInterceptor {
- public:
-  void intercept(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    const detail::OpTraits& traits = detail::OpTraits::of(op);
-    if (traits.ignored) {
-      detail::run_below(op, stack);
-      return;
-    }
-    PolicyReportOp rec;
-    rec.op = detail::overload_name(op);
-    rec.call_index = calls_[op]++;
-    if (detail::autocast_cacheable_cast(traits, op, *stack)) {
-      rec.why_hidden = "autocast parameter cast";
-    } else if (traits.returns_alias) {
-      rec.why_hidden = "view, in-place or out= op";
-    } else {
-      rec.shown_to_policy = true;
-    }
-    detail::run_below(op, stack);
-    const size_t n_out = op.schema().returns().size();
-    if (stack->size() >= n_out) {
-      rec.output_bytes = detail::distinct_storage_bytes(
-          c10::ArrayRef<c10::IValue>(stack->data() + (stack->size() - n_out), n_out),
-          /*skip_parameter_like=*/false);
-    }
-    ops.push_back(std::move(rec));
-  }
-
-  std::vector<PolicyReportOp> ops;
-
- private:
-  std::unordered_map<c10::OperatorHandle, int64_t> calls_;
-};
-
 using detail::format_bytes;
+
+// The report's rows: the region's ops as its forward trace classified them (the policy saw the
+// ops that return new tensors), with the policy's decision for each it saw.
+std::vector<PolicyReportOp> report_ops(
+    const detail::ForwardSummary& summary,
+    const std::map<std::pair<std::string, int64_t>, CheckpointPolicy>& decisions) {
+  std::vector<PolicyReportOp> rows;
+  rows.reserve(summary.ops.size());
+  for (const detail::SummaryOp& e : summary.ops) {
+    PolicyReportOp& row = rows.emplace_back();
+    row.op = detail::overload_name(e.op);
+    row.call_index = e.call_index;
+    row.output_bytes = e.output_bytes;
+    switch (e.kind) {
+      case detail::SummaryOp::Kind::Decided: {
+        row.shown_to_policy = true;
+        auto it = decisions.find({row.op, row.call_index});
+        if (it != decisions.end()) row.decision = it->second;
+        break;
+      }
+      case detail::SummaryOp::Kind::AutocastCast:
+        row.why_hidden = "autocast parameter cast";
+        break;
+      case detail::SummaryOp::Kind::Write:
+      case detail::SummaryOp::Kind::View:
+        row.why_hidden = "view, in-place or out= op";
+        break;
+    }
+  }
+  return rows;
+}
 
 // The names of the policy's save list that no op shown to it matched. An op is reported as
 // "name.overload" ("aten::max.default" for the overload without a name); a name without an
@@ -189,19 +181,16 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
   detail::ModelStateGuard state(state_modules,
                                 detail::kModes | detail::kBuffers | detail::kGenerators);
 
-  // 1. Plainly: every op, and what autograd holds without checkpointing.
-  OpRecorder recorder;
+  // 1. Plainly: what autograd holds without checkpointing.
   {
     SavedTensorMeter meter;
-    {
-      detail::InterceptorScope scope(recorder);
-      forward();
-    }
+    forward();
     report.bytes_held_without_checkpointing = meter.peak_bytes_held();
   }
   state.restore();
 
-  // 2. As a region with the policy: the decisions, and what the region holds.
+  // 2. As a region with the policy: what the policy decided, what the region holds, and every
+  // op as the region's forward trace classified it (its summary).
   std::map<std::pair<std::string, int64_t>, CheckpointPolicy> decisions;
   SelectivePolicy recording([&](const SelectiveCheckpointContext& ctx,
                                 const c10::OperatorHandle& op, const torch::jit::Stack& args) {
@@ -209,11 +198,16 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     decisions[{detail::overload_name(op), ctx.call_index}] = d;
     return d;
   });
+  std::optional<detail::ForwardSummary> summary;
   {
     detail::PolicyWarningsOff warnings_off;  // this report says the same with its own words
     SavedTensorMeter meter;
     auto options = CheckpointOptions().state_modules(state_modules);
-    options.policy(recording);
+    options.context_fn([&recording, &summary] {
+      return detail::create_summarizing_contexts(
+          recording, /*allow_cache_entry_mutation=*/false,
+          [&summary](detail::ForwardSummary&& s) { summary = std::move(s); });
+    });
     auto region = detail::RegionRun::begin(
         options, {}, [forward](const std::vector<at::Tensor>&) { forward(); });
     try {
@@ -226,12 +220,14 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     report.bytes_held_with_policy = meter.peak_bytes_held();
   }
   state.restore();
+  if (!summary) {
+    throw CheckpointError(
+        "recompose::inspect_policy: the region's forward could not be "
+        "summarised (out of host memory?); nothing to report");
+  }
 
-  for (auto& o : recorder.ops) {
-    if (o.shown_to_policy) {
-      auto it = decisions.find({o.op, o.call_index});
-      if (it != decisions.end()) o.decision = it->second;
-    }
+  report.ops = report_ops(*summary, decisions);
+  for (const PolicyReportOp& o : report.ops) {
     if (o.kept()) {
       ++report.ops_kept;
       report.bytes_kept += o.output_bytes;
@@ -242,7 +238,6 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
       ++report.ops_recomputed;
     }
   }
-  report.ops = std::move(recorder.ops);
   report.unmatched_names = unmatched_names(policy, report.ops);
   warn_once(report);
   return report;

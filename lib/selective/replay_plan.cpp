@@ -3,6 +3,7 @@
 
 #include "replay_plan.h"
 #include "forward_trace.h"
+#include "run_set_walk.h"
 
 #include <recompose/checkpoint_error.h>
 
@@ -83,22 +84,20 @@ std::string ForwardTrace::why_not_runnable(const Node& node, bool rng_preserved)
 
 std::string ForwardTrace::mark_run_set(bool rng_preserved, const std::vector<bool>& needed,
                                        std::vector<char>& run) const {
-  // Producers precede consumers: one backward pass over the ops.
   run.assign(nodes_.size(), 0);
   for (const Saved& s : saved_) {
     if (s.index >= needed.size() || !needed[s.index]) continue;
     if (std::string why = mark_producer(s.use, run); !why.empty()) return why;
   }
-  for (std::size_t n = nodes_.size(); n-- > 0;) {
-    if (!run[n]) continue;
-    const Node& node = nodes_[n];
-    if (std::string why = why_not_runnable(node, rng_preserved); !why.empty()) return why;
-    if (node.kept) continue;  // answered by its cache entry
-    for (const TensorUse& u : uses_read(node)) {
-      if (std::string why = mark_producer(u, run); !why.empty()) return why;
-    }
-  }
-  return {};
+  return walk_run_set(
+      run, [&](std::size_t n) { return why_not_runnable(nodes_[n], rng_preserved); },
+      [&](std::size_t n) { return nodes_[n].kept != nullptr; },
+      [&](std::size_t n, auto&&) -> std::string {
+        for (const TensorUse& u : uses_read(nodes_[n])) {
+          if (std::string why = mark_producer(u, run); !why.empty()) return why;
+        }
+        return {};
+      });
 }
 
 std::string ForwardTrace::note_reads(const std::vector<bool>& needed, ReplayPlan& plan) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "dispatch_interceptor.h"
+#include "forward_summary.h"
 #include "forward_trace.h"
 #include "kept_output.h"
 #include "op_traits.h"
@@ -66,6 +67,7 @@ struct SacState {
   ForwardTrace trace;     // the one record of the forward: its ops, kept outputs and calls per op
   bool replayed = false;  // a replay answered a recomputation (and released the kept outputs)
   PolicyTally tally;      // what the forward asked the policy and kept
+  SummarySink summary_sink;  // summarizing contexts only (summarizing_contexts.h)
   // Kept outputs an in-place op of the forward just wrote into, carried by their entries: their
   // versions are recorded anew at the next op or at the end of the forward, once autograd's
   // ADInplaceOrView layer (above the interceptor) has counted the write.

@@ -15,6 +15,7 @@
 #include "op_names.h"
 #include "replay_stats.h"
 #include "sac_state.h"
+#include "summarizing_contexts.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/selective_checkpoint.h>
@@ -46,6 +47,7 @@ struct Entered {
     } else {
       state->version_carried_writes();
       warn_about_policy(*state);
+      if (state->summary_sink) hand_summary(*state);
       if (state->tally.collect_names) {
         std::vector<std::string> asked;
         for (const c10::OperatorHandle& op : state->tally.asked_ops)
@@ -53,6 +55,14 @@ struct Entered {
         detail::ledger_policy_unmatched(
             detail::unmatched_op_names(state->policy.op_names(), asked));
       }
+    }
+  }
+  // A destructor must not throw: a summary that cannot be made (out of host memory) is not
+  // handed, which its tool reports (summarizing_contexts.h).
+  static void hand_summary(SacState& s) noexcept {
+    try {
+      s.summary_sink(s.trace.summary());
+    } catch (...) {
     }
   }
   std::shared_ptr<SacState> state;
@@ -158,6 +168,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     }
     state_->keeps_nothing_inside_full = detail::enclosing_region_reruns_its_forward();
     state_->trace.record_for_replay(selective_replay_enabled());
+    state_->trace.record_summary(static_cast<bool>(state_->summary_sink));
     state_->tally.collect_names = detail::any_ledger_alive() && !state_->policy.op_names().empty();
     return std::make_shared<Entered>(state_, Entered::Kind::Forward);
   }
@@ -193,4 +204,15 @@ std::shared_ptr<RegionContexts> create_selective_checkpoint_contexts(
   return std::make_shared<SelectiveContexts>(std::move(state));
 }
 
+namespace detail {
+
+std::shared_ptr<RegionContexts> create_summarizing_contexts(const SelectivePolicy& policy,
+                                                            bool allow_cache_entry_mutation,
+                                                            SummarySink sink) {
+  auto state = std::make_shared<SacState>(policy, allow_cache_entry_mutation);
+  state->summary_sink = std::move(sink);
+  return std::make_shared<SelectiveContexts>(std::move(state));
+}
+
+}  // namespace detail
 }  // namespace recompose

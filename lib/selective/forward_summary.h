@@ -1,0 +1,51 @@
+// ForwardSummary: a selective region's forward, op by op, as its ForwardTrace recorded it. The
+// tools that explain or price a policy (inspect_policy, the planner's profiler) read it instead
+// of recording the forward a second time; ForwardTrace::summary() makes it when the forward ends,
+// for contexts made with a SummarySink (selective_summary.h).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace recompose::detail {
+
+struct SummaryOp {
+  enum class Kind : uint8_t {
+    Decided,       // returns new tensors: shown to the policy
+    Write,         // in place or out=: writes into an argument, hidden from the policy
+    View,          // returns an alias of an argument, hidden from the policy
+    AutocastCast,  // autocast's cached cast of a parameter, hidden from the policy
+  };
+  SummaryOp(const c10::OperatorHandle& o, Kind k) : op(o), kind(k) {}
+  c10::OperatorHandle op;
+  Kind kind;
+  // The calls of its op before it (SelectiveCheckpointContext::call_index); an autocast cast is
+  // none of its op's calls: the index the op's next call gets.
+  int64_t call_index = 0;
+  bool kept = false;         // its outputs were kept (the policy saved or swapped them)
+  bool swapped = false;      // kept in host memory (MUST_SWAP)
+  int64_t output_bytes = 0;  // bytes of the storages it created
+  // Of a Decided op: the Decided ops (indices into ForwardSummary::ops, ascending, each once)
+  // that created the storages it reads (a view reads its base's creator, a read after an
+  // in-place write still names the creator; through an autocast cast, what it cast).
+  std::vector<uint32_t> reads;
+  bool saved_for_backward = false;  // autograd saved a tensor of a storage it created
+  // A later op of the region wrote into a storage of its outputs (created by it, or aliased).
+  bool written_after = false;
+  // Written after, and its kept output, were it the only one kept, would carry every such write
+  // (it created those storages, draws nothing, and nothing read them before each write): keeping
+  // it costs no copy. See ForwardTrace::carry_write.
+  bool carries_writes = false;
+};
+
+struct ForwardSummary {
+  std::vector<SummaryOp> ops;  // in the order they ran (ignored ops left out)
+};
+
+// Receives a region's summary when its forward ends (on the forward's thread).
+using SummarySink = std::function<void(ForwardSummary&&)>;
+
+}  // namespace recompose::detail

@@ -1,0 +1,33 @@
+// The walk that decides which ops a selective replay runs (Note [ The replay's contract ],
+// replay_plan.cpp), shared by the replay's plan (ForwardTrace::plan_replay) and the planner's
+// price of a selective configuration (planner/replay_cost.h): the planner prices the walk the
+// replay makes, not a copy of it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace recompose::detail {
+
+// On entry, run[n] marks the ops whose outputs backward needs directly (the producers of the
+// saved tensors it needs); on exit, also every op those need: going back from the last op, each
+// op marked is first checked (`check(n)`: why the region cannot be replayed, or ""); an op
+// answered from its cache entry (`answered(n)`, a kept output) ends the walk there, any other
+// marks the producers of what it reads (`mark_producers(n, mark)`, calling mark(p) for each, and
+// returning why the region cannot be replayed, or ""). Producers precede their readers, so one
+// pass suffices. Returns the first reason met, or "".
+template <class Check, class Answered, class MarkProducers>
+std::string walk_run_set(std::vector<char>& run, Check&& check, Answered&& answered,
+                         MarkProducers&& mark_producers) {
+  auto mark = [&run](std::size_t producer) { run[producer] = 1; };
+  for (std::size_t n = run.size(); n-- > 0;) {
+    if (!run[n]) continue;
+    if (std::string why = check(n); !why.empty()) return why;
+    if (answered(n)) continue;
+    if (std::string why = mark_producers(n, mark); !why.empty()) return why;
+  }
+  return {};
+}
+
+}  // namespace recompose::detail

@@ -1,0 +1,23 @@
+// Selective contexts that also hand the region's ForwardSummary to a sink when its forward ends:
+// how inspect_policy and the planner's profiler learn what a forward did without recording it
+// again (selective_contexts.cpp).
+#pragma once
+
+#include "forward_summary.h"
+
+#include <recompose/region_contexts.h>
+#include <recompose/selective_checkpoint.h>
+
+#include <memory>
+
+namespace recompose::detail {
+
+// create_selective_checkpoint_contexts(policy, allow_cache_entry_mutation), whose forward also
+// records what only the summary reads, and calls `sink` with the summary when it ends (on the
+// forward's thread; not for a forward run again in backward). If making the summary fails (out
+// of host memory), the sink is not called: a tool that got no summary must say so.
+std::shared_ptr<RegionContexts> create_summarizing_contexts(const SelectivePolicy& policy,
+                                                            bool allow_cache_entry_mutation,
+                                                            SummarySink sink);
+
+}  // namespace recompose::detail
