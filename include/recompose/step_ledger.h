@@ -31,6 +31,8 @@
 //                for a selective region that fell back), or "not rebuilt yet" (backward has not
 //                reached it, or the ledger was read or destroyed before); the host time of the
 //                rebuilds, and how many (retain_graph: a second backward rebuilds again);
+//   plan         for a module apply_plan configured: what the plan chose for it and the plan's
+//                estimate of the bytes it holds, beside bytes held (the measurement);
 //   moved        what swap and offload copied for the row's saved tensors (MUST_SWAP outputs,
 //                swap_inputs inputs, apply_offload's tensors), whenever the copies ran: tensors
 //                and bytes to host and back, the achieved GB/s of those copies (host time from
@@ -151,6 +153,11 @@ struct LedgerRegion {
   std::vector<std::string> unmatched_policy_names;
   // False for a call of a module with apply_offload only (mode "offload"): nothing to rebuild.
   bool checkpointed = true;
+  // A module configured by apply_plan: what the plan chose for it ("full", "selective (keeps 2
+  // op outputs, swaps 0)", "offload", "full-swap-inputs") and the plan's estimate of the bytes it
+  // holds for backward (ModulePlan::bytes), beside the measured bytes_held. "" and -1 otherwise.
+  std::string plan_entry;
+  int64_t plan_bytes = -1;
 
   // What swap and offload moved for the row's saved tensors (see LedgerSwap).
   LedgerSwap swap;

@@ -11,6 +11,7 @@
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/checkpoint_options.h>
+#include <recompose/hooks/composable_api.h>
 #include <recompose/step_ledger.h>
 
 #include <torch/nn/module.h>
@@ -58,6 +59,15 @@ std::string region_name(LedgerState& ledger, const CheckpointOptions& options,
     name += it != ledger.names.end() && !it->second.empty() ? it->second : m->name();
   }
   return name + ")";
+}
+
+// What an applied plan chose for `module`, on its row (nothing without a plan).
+void note_plan(LedgerRow& row, const torch::nn::Module& module) {
+  static const hooks::ComposableApi<PlanEntryState> plan_api(kPlanApi, "recompose::apply_plan");
+  if (auto plan = plan_api.state(module)) {
+    row.region.plan_entry = plan->entry;
+    row.region.plan_bytes = plan->estimate_bytes;
+  }
 }
 
 std::string region_mode(const CheckpointOptions& options) {
@@ -132,6 +142,7 @@ std::shared_ptr<LedgerRow> ledger_begin_region(const CheckpointOptions& options,
   row->ledger = t_ledger;
   row->region.depth = t_forward_row != nullptr ? t_forward_row->region.depth + 1 : 0;
   row->region.mode = region_mode(options);
+  if (owner != nullptr) note_plan(*row, *owner);
   std::lock_guard lock(ledger->mutex);
   row->region.name = region_name(*ledger, options, owner);
   row->index = static_cast<int>(ledger->rows.size());
@@ -234,6 +245,7 @@ std::shared_ptr<LedgerRow> ledger_begin_offload(const torch::nn::Module& module)
   row->region.mode = "offload";
   row->region.inputs = "-";
   row->region.checkpointed = false;
+  note_plan(*row, module);
   std::lock_guard lock(ledger->mutex);
   row->region.name = module_label(*ledger, module);
   row->index = static_cast<int>(ledger->rows.size());

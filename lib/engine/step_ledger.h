@@ -117,6 +117,18 @@ void ledger_policy_unmatched(std::vector<std::string> names);
 // The selective replay's outcome, for the row being rebuilt on this thread (if any).
 void ledger_replayed(const LedgerReplay& replay);
 
+// ---- Plans ----
+
+// A module's entry in the plan applied to it: the state of the composable API "recompose.plan",
+// which lib/planner's apply_plan attaches to each module it configures. The module's ledger rows
+// show it beside what they measured.
+inline constexpr const char* kPlanApi = "recompose.plan";
+struct PlanEntryState {
+  std::string entry;           // what the plan chose: "full", "selective (keeps 2 op outputs)"...
+  int64_t estimate_bytes = 0;  // the plan's estimate of the bytes it holds for backward
+  bool offload = false;        // applied with apply_offload (else apply_checkpoint)
+};
+
 // ---- Swap and offload (lib/swap reports here; the engine knows nothing of swap) ----
 
 // A call of a module with apply_offload begins in a forward on this thread: its row (null when no

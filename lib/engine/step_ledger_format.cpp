@@ -187,6 +187,10 @@ std::string StepLedger::str() const {
         << cell(r.inputs, 18) << cell(detail::format_bytes(r.bytes_held), 12) << cell(rebuilt, 24)
         << cell(ops, 22) << cell(r.replays == 0 ? "-" : std::to_string(r.draws_written), 7)
         << (r.rebuilds == 0 ? "-" : ledger_ms(r.host_ns)) << "\n";
+    if (!r.plan_entry.empty()) {
+      out << "    plan: " << r.plan_entry << "; estimated " << detail::format_bytes(r.plan_bytes)
+          << " held for backward, measured " << detail::format_bytes(r.bytes_held) << "\n";
+    }
     swap_lines(out, r);
     if (!r.fallback_reason.empty() && r.reruns != 0)
       out << "    why it ran the forward again: " << r.fallback_reason << "\n";
@@ -234,6 +238,7 @@ std::string StepLedger::json() const {
     for (std::size_t k = 0; k < r.unmatched_policy_names.size(); ++k)
       out << (k == 0 ? "" : ", ") << json_string(r.unmatched_policy_names[k]);
     out << "], \"checkpointed\": " << (r.checkpointed ? "true" : "false")
+        << ", \"plan_entry\": " << json_string(r.plan_entry) << ", \"plan_bytes\": " << r.plan_bytes
         << ", \"swap\": " << swap_json(r.swap) << ", \"kept\": [";
     for (std::size_t k = 0; k < r.kept.size(); ++k) {
       out << (k == 0 ? "" : ", ") << "{\"reason\": " << json_string(r.kept[k].reason)
