@@ -362,6 +362,27 @@ TEST_CASE("peak budget: min_plan_peak_bytes is the least peak solve_plan accepts
   }
 }
 
+TEST_CASE("peak budget: below the least peak, the refusal names the module that sets it") {
+  // Planted: blocks.2 saves five times what the others do, so rebuilding it in backward is the
+  // highest point of every plan; a peak budget just below the least is refused, naming it.
+  auto p = simulated_profile();
+  auto& big = p.modules[2];
+  for (auto& op : big.ops) op.output_bytes *= 5;
+  big.saved_bytes *= 5;
+  p.bytes_held += 4 * 8 * MB;
+  const int64_t least = recompose::min_plan_peak_bytes(p, with_link());
+  CHECK_THROWS_WITH_AS(recompose::solve_plan(p, Budget::peak_bytes(least - 1), with_link()),
+                       doctest::Contains("peak falls in the backward of module 'blocks.2' (Block)"),
+                       std::invalid_argument);
+  // The same profile with the big block moved to blocks.0: the message follows it.
+  std::swap(p.modules[0].ops, p.modules[2].ops);
+  std::swap(p.modules[0].saved_bytes, p.modules[2].saved_bytes);
+  const int64_t least0 = recompose::min_plan_peak_bytes(p, with_link());
+  CHECK_THROWS_WITH_AS(recompose::solve_plan(p, Budget::peak_bytes(least0 - 1), with_link()),
+                       doctest::Contains("peak falls in the backward of module 'blocks.0' (Block)"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("peak budget: the simulated peak stays at or under every budget of a sweep") {
   const auto p = simulated_profile();
   const int64_t none_peak = p.resident_bytes + p.bytes_held;

@@ -2,7 +2,8 @@
 //
 // While a ledger is alive on a thread, every checkpointed region whose forward begins on that
 // thread (apply_checkpoint, checkpoint(fn), checkpoint_sequential's segments; nested regions
-// too) gets a row, in forward order, and backward fills in how it rebuilt the region:
+// too) and every call of a module with apply_offload gets a row, in forward order, and backward
+// fills in how it rebuilt the region and what swap brought back:
 //
 //   recompose::StepLedger ledger(*model);  // the root names the modules ("blocks.3")
 //   auto loss = model->forward(x).sum();
@@ -16,7 +17,9 @@
 //                "checkpoint(a, b)" when it names its modules in state_modules (a segment of
 //                checkpoint_sequential lists its modules);
 //   mode         "full", "selective" (a policy), "custom contexts" (context_fn), with
-//                " + swap inputs" when swap_inputs is on;
+//                " + swap inputs" when swap_inputs is on and " + offload" when the module also
+//                has apply_offload (one row for both); "offload" for a module with
+//                apply_offload only (not checkpointed: nothing to rebuild);
 //   bytes held   the device bytes the region left held for backward when its forward ended,
 //                each storage once in the whole ledger (the first region holding it has it), as
 //                SavedTensorMeter counts: its inputs (when saved as autograd saves them; a nested
@@ -27,8 +30,25 @@
 //                draws written back, writes carried), "ran the forward again" (with the reason,
 //                for a selective region that fell back), or "not rebuilt yet" (backward has not
 //                reached it, or the ledger was read or destroyed before); the host time of the
-//                rebuilds, and how many (retain_graph: a second backward rebuilds again).
-// Bytes moved by swap and offload are not in the ledger yet (see offload_report and SwapStats).
+//                rebuilds, and how many (retain_graph: a second backward rebuilds again);
+//   plan         for a module apply_plan configured: what the plan chose for it and the plan's
+//                estimate of the bytes it holds, beside bytes held (the measurement);
+//   moved        what swap and offload copied for the row's saved tensors (MUST_SWAP outputs,
+//                swap_inputs inputs, apply_offload's tensors), whenever the copies ran: tensors
+//                and bytes to host and back, the achieved GB/s of those copies (host time from
+//                launch to landing seen: exact on CPU, a lower bound on a device), reloads
+//                prefetched, loaded when asked for or late (those stalled compute) and the
+//                host's wait; the same events SwapStats counts for the whole manager;
+//   kept         the saved tensors swap or offload left on the device, per reason (counts and
+//                bytes): "below min_bytes", "parameter", "part of a larger storage", "not
+//                supported", "rejected by the filter", "policy", "over the copy window", "asked
+//                for before it left". A SavedTensorMeter says 0.07x of plain while nothing moved?
+//                The rows say "156 tensors kept: below min_bytes".
+//
+//   recompose::apply_offload(block, recompose::OffloadOptions().manager(manager));
+//   recompose::StepLedger ledger(*model);
+//   model->forward(x).sum().backward();
+//   ledger.regions()[0].swap.bytes_offloaded;  // what blocks.0's call sent to host memory
 //
 // The memory timeline (timeline(), and a section under the table; write_svg draws it): the memory
 // in use on the ledger's device (the root's first parameter's; CPU without a root) sampled at the
@@ -70,7 +90,47 @@ class Module;
 
 namespace recompose {
 
-// One row of a StepLedger: one checkpointed region invocation.
+// Saved tensors of a row that stayed on the device under swap or offload, for one reason.
+struct LedgerKept {
+  std::string reason;  // see LedgerRegion::kept
+  int64_t tensors = 0;
+  int64_t bytes = 0;
+};
+
+// What swap and offload moved for one row's saved tensors (MUST_SWAP outputs, swap_inputs
+// inputs, apply_offload's tensors), on whatever thread the copies ran: the same events SwapStats
+// counts for a whole manager, per row.
+struct LedgerSwap {
+  int64_t tensors_offloaded = 0;  // copies to host launched
+  int64_t bytes_offloaded = 0;
+  int64_t tensors_reloaded = 0;  // copies back to the device launched
+  int64_t bytes_reloaded = 0;
+  int64_t prefetched = 0;    // reloads launched before backward asked for the tensor
+  int64_t sync_loads = 0;    // reloads launched when backward asked for it: compute waited
+  int64_t late_reloads = 0;  // reloads not landed when backward asked: compute waited
+  // Host time spent in synchronous copies (CPU tensors, pageable memory) and waits for them:
+  // copies to host, and copies back (with SwapOptions::measure_waits, waits for late reloads).
+  int64_t offload_wait_ns = 0;
+  int64_t reload_wait_ns = 0;
+  // Copies seen landed and the host time from each launch until recompose saw it landed: exact on
+  // CPU (synchronous copies); on a device an upper bound (seen at the next poll, or when backward
+  // asked), so the bandwidths below are lower bounds there.
+  int64_t bytes_to_host_landed = 0;
+  int64_t to_host_ns = 0;
+  int64_t bytes_to_device_landed = 0;
+  int64_t to_device_ns = 0;
+
+  // Achieved bandwidths of the copies seen landed, in GB/s (1e9 bytes); 0 when none landed.
+  double to_host_gb_per_s() const;
+  double to_device_gb_per_s() const;
+  // Whether a reload made compute wait: launched when asked for, or not landed by then.
+  bool reload_stalled() const { return sync_loads + late_reloads > 0; }
+  bool any() const { return tensors_offloaded + tensors_reloaded != 0; }
+  LedgerSwap& operator+=(const LedgerSwap& other);
+};
+
+// One row of a StepLedger: one checkpointed region invocation, or one call of a module with
+// apply_offload only.
 struct LedgerRegion {
   int depth = 0;       // 0 for a region begun outside any other, 1 inside one, ...
   std::string name;    // see StepLedger
@@ -91,9 +151,30 @@ struct LedgerRegion {
   // its forward matched (they kept nothing here; a composite op such as aten::linear is refused
   // when the policy is made).
   std::vector<std::string> unmatched_policy_names;
-  // "replayed", "ran the forward again", "replayed and ran the forward again" or
-  // "not rebuilt yet".
+  // False for a call of a module with apply_offload only (mode "offload"): nothing to rebuild.
+  bool checkpointed = true;
+  // A module configured by apply_plan: what the plan chose for it ("full", "selective (keeps 2
+  // op outputs, swaps 0)", "offload", "full-swap-inputs") and the plan's estimate of the bytes it
+  // holds for backward (ModulePlan::bytes), beside the measured bytes_held. "" and -1 otherwise.
+  std::string plan_entry;
+  int64_t plan_bytes = -1;
+
+  // What swap and offload moved for the row's saved tensors (see LedgerSwap).
+  LedgerSwap swap;
+  // Saved tensors that stayed on the device under swap or offload, per reason, in the order
+  // first seen: "below min_bytes" (SwapOptions::min_bytes), "parameter", "part of a larger
+  // storage", "not supported", "rejected by the filter" (SwapManager::eligible's rules),
+  // "policy" (apply_offload's ActivationPolicy::SAVE), "over the copy window" (never-stall),
+  // "asked for before it left" (apply_offload's last call, keep_last_on_device). Those on the
+  // device are in bytes_held (parameters are not). Counted per saved tensor: two saves of one
+  // tensor are two here, one storage in bytes_held.
+  std::vector<LedgerKept> kept;
+
+  // "replayed", "ran the forward again", "replayed and ran the forward again",
+  // "not rebuilt yet", or "not checkpointed" (apply_offload only).
   std::string rebuilt() const;
+  int64_t tensors_kept() const;
+  int64_t bytes_kept() const;
 };
 
 // One sample of the memory timeline.

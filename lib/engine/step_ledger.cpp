@@ -11,10 +11,12 @@
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/checkpoint_options.h>
+#include <recompose/hooks/composable_api.h>
 #include <recompose/step_ledger.h>
 
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace recompose {
@@ -57,6 +59,15 @@ std::string region_name(LedgerState& ledger, const CheckpointOptions& options,
     name += it != ledger.names.end() && !it->second.empty() ? it->second : m->name();
   }
   return name + ")";
+}
+
+// What an applied plan chose for `module`, on its row (nothing without a plan).
+void note_plan(LedgerRow& row, const torch::nn::Module& module) {
+  static const hooks::ComposableApi<PlanEntryState> plan_api(kPlanApi, "recompose::apply_plan");
+  if (auto plan = plan_api.state(module)) {
+    row.region.plan_entry = plan->entry;
+    row.region.plan_bytes = plan->estimate_bytes;
+  }
 }
 
 std::string region_mode(const CheckpointOptions& options) {
@@ -118,10 +129,20 @@ std::shared_ptr<LedgerRow> ledger_begin_region(const CheckpointOptions& options,
                                                const torch::nn::Module* owner) {
   LedgerState* ledger = open_ledger();
   if (ledger == nullptr || CheckpointDepth::recompute() != 0) return nullptr;
+  if (owner != nullptr && t_forward_row != nullptr && t_forward_row->offload_module == owner &&
+      t_forward_row->ledger.get() == ledger) {
+    // The region of a module whose offloaded call began just now: one row for both.
+    std::lock_guard lock(ledger->mutex);
+    t_forward_row->offload_module = nullptr;
+    t_forward_row->region.checkpointed = true;
+    t_forward_row->region.mode = region_mode(options) + " + offload";
+    return t_forward_row->shared_from_this();
+  }
   auto row = std::make_shared<LedgerRow>();
   row->ledger = t_ledger;
   row->region.depth = t_forward_row != nullptr ? t_forward_row->region.depth + 1 : 0;
   row->region.mode = region_mode(options);
+  if (owner != nullptr) note_plan(*row, *owner);
   std::lock_guard lock(ledger->mutex);
   row->region.name = region_name(*ledger, options, owner);
   row->index = static_cast<int>(ledger->rows.size());
@@ -213,6 +234,54 @@ LedgerRebuildScope::~LedgerRebuildScope() {
 }
 
 bool ledger_rebuilding() { return t_rebuild_row != nullptr; }
+
+std::shared_ptr<LedgerRow> ledger_begin_offload(const torch::nn::Module& module) {
+  LedgerState* ledger = open_ledger();
+  if (ledger == nullptr || CheckpointDepth::recompute() != 0) return nullptr;
+  auto row = std::make_shared<LedgerRow>();
+  row->ledger = t_ledger;
+  row->offload_module = &module;
+  row->region.depth = t_forward_row != nullptr ? t_forward_row->region.depth + 1 : 0;
+  row->region.mode = "offload";
+  row->region.inputs = "-";
+  row->region.checkpointed = false;
+  note_plan(*row, module);
+  std::lock_guard lock(ledger->mutex);
+  row->region.name = module_label(*ledger, module);
+  row->index = static_cast<int>(ledger->rows.size());
+  ledger->rows.push_back(row);
+  ledger_sample(*ledger, "forward begin", row.get());
+  return row;
+}
+
+void ledger_offload_ended(LedgerRow& row) {
+  if (row.region.checkpointed) return;  // a region took it over: its end was recorded
+  row.offload_module = nullptr;
+  ledger_forward_ended(row);
+}
+
+std::shared_ptr<LedgerRow> ledger_swap_row() {
+  LedgerRow* row = t_forward_row;
+  if (row == nullptr || !row->ledger->open.load(std::memory_order_acquire)) return nullptr;
+  return row->shared_from_this();
+}
+
+void ledger_swapped(LedgerRow& row, const LedgerSwap& swap) {
+  if (!row.ledger->open.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(row.ledger->mutex);
+  row.region.swap += swap;
+}
+
+void ledger_kept(LedgerRow& row, const char* reason, int64_t bytes) {
+  if (!row.ledger->open.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(row.ledger->mutex);
+  auto& kept = row.region.kept;
+  auto it = std::find_if(kept.begin(), kept.end(),
+                         [&](const LedgerKept& k) { return k.reason == reason; });
+  if (it == kept.end()) it = kept.insert(kept.end(), LedgerKept{reason, 0, 0});
+  it->tensors += 1;
+  it->bytes += bytes;
+}
 
 void ledger_policy_unmatched(std::vector<std::string> names) {
   LedgerRow* row = t_forward_row;

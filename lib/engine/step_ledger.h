@@ -19,7 +19,8 @@ class Module;
 
 namespace recompose {
 struct CheckpointOptions;
-}
+struct LedgerSwap;  // recompose/step_ledger.h
+}  // namespace recompose
 
 namespace recompose::detail {
 
@@ -115,6 +116,39 @@ void ledger_policy_unmatched(std::vector<std::string> names);
 
 // The selective replay's outcome, for the row being rebuilt on this thread (if any).
 void ledger_replayed(const LedgerReplay& replay);
+
+// ---- Plans ----
+
+// A module's entry in the plan applied to it: the state of the composable API "recompose.plan",
+// which lib/planner's apply_plan attaches to each module it configures. The module's ledger rows
+// show it beside what they measured.
+inline constexpr const char* kPlanApi = "recompose.plan";
+struct PlanEntryState {
+  std::string entry;           // what the plan chose: "full", "selective (keeps 2 op outputs)"...
+  int64_t estimate_bytes = 0;  // the plan's estimate of the bytes it holds for backward
+  bool offload = false;        // applied with apply_offload (else apply_checkpoint)
+};
+
+// ---- Swap and offload (lib/swap reports here; the engine knows nothing of swap) ----
+
+// A call of a module with apply_offload begins in a forward on this thread: its row (null when no
+// ledger records it). A checkpointed region of the same module begun inside the call takes the
+// row over (one row per module). Call only when any_ledger_alive().
+std::shared_ptr<LedgerRow> ledger_begin_offload(const torch::nn::Module& module);
+// The call's forward ended: what its row holds now is what it held for backward (nothing when a
+// region took the row over: the region's end said it).
+void ledger_offload_ended(LedgerRow& row);
+
+// The row a tensor saved now on this thread belongs to: the row whose forward runs here (null if
+// none). Swap keeps it with the tensor and reports its copies there, on whatever thread they run.
+// Call only when any_ledger_alive().
+std::shared_ptr<LedgerRow> ledger_swap_row();
+
+// What swap did for a row (LedgerRegion::swap), added to it.
+void ledger_swapped(LedgerRow& row, const LedgerSwap& swap);
+// A saved tensor of the row stayed on the device under swap or offload, for `reason` (a string
+// literal: "below min_bytes", "parameter", "policy", "over the copy window", ...).
+void ledger_kept(LedgerRow& row, const char* reason, int64_t bytes);
 // Whether a row is being rebuilt on this thread (the replay's hook checks before it copies).
 bool ledger_rebuilding();
 

@@ -28,6 +28,9 @@ struct LedgerRow : std::enable_shared_from_this<LedgerRow> {
   int64_t live = 0;         // bytes charged to the row now, under ledger->mutex
   int64_t input_bytes = 0;  // of them, its inputs (held as autograd holds them)
   int index = -1;           // in ledger->rows
+  // A call of a module with apply_offload (ledger_begin_offload): its module, until a region of
+  // the same module takes the row over.
+  const torch::nn::Module* offload_module = nullptr;
 };
 
 // One point of the memory timeline (step_ledger_timeline.cpp): a LedgerMark and what each row

@@ -4,6 +4,8 @@
 // plan attached, and nothing a user attached by hand afterwards.
 #include "planner_targets.h"
 
+#include "engine/step_ledger.h"
+
 #include <recompose/apply_checkpoint.h>
 #include <recompose/apply_offload.h>
 #include <recompose/checkpoint_error.h>
@@ -74,20 +76,31 @@ bool needs_manager(const Plan& plan) {
 
 std::string label(const ModulePlan& m) { return "'" + m.name + "' (" + m.type + ")"; }
 
-// What apply_plan attached to one module, for remove_plan.
-struct AppliedChoice {
-  ModuleChoice choice;
-};
-const hooks::ComposableApi<AppliedChoice>& plan_api() {
-  static const hooks::ComposableApi<AppliedChoice> api("recompose.plan", "recompose::apply_plan");
+// What apply_plan attached to one module, for remove_plan; the step ledger shows it on the
+// module's rows (the engine's type: the ledger reads it there).
+const hooks::ComposableApi<detail::PlanEntryState>& plan_api() {
+  static const hooks::ComposableApi<detail::PlanEntryState> api(detail::kPlanApi,
+                                                                "recompose::apply_plan");
   return api;
+}
+
+detail::PlanEntryState plan_entry(const ModulePlan& m) {
+  detail::PlanEntryState state;
+  state.entry = std::string(module_choice_name(m.choice));
+  if (m.choice == ModuleChoice::Selective) {
+    state.entry += " (keeps " + std::to_string(m.save.size()) + " op outputs, swaps " +
+                   std::to_string(m.swap.size()) + ")";
+  }
+  state.estimate_bytes = m.bytes;
+  state.offload = m.choice == ModuleChoice::Offload;
+  return state;
 }
 
 // Takes off what apply_plan attached to `module` (nothing if the plan did not apply there).
 bool remove_applied(torch::nn::Module& module) {
   auto applied = plan_api().state(module);
   if (!applied) return false;
-  if (applied->choice == ModuleChoice::Offload) {
+  if (applied->offload) {
     remove_offload(module);
   } else {
     remove_checkpoint(module);
@@ -150,8 +163,8 @@ void apply_plan(torch::nn::Module& model, const Plan& plan, const ApplyPlanOptio
           break;
       }
       applied.push_back(t.module.get());  // all or nothing from here on, mark or not
-      plan_api().apply(*t.module, std::make_shared<AppliedChoice>(AppliedChoice{t.plan->choice}),
-                       [](hooks::ApiHooks&, const std::weak_ptr<AppliedChoice>&) {});
+      plan_api().apply(*t.module, std::make_shared<detail::PlanEntryState>(plan_entry(*t.plan)),
+                       [](hooks::ApiHooks&, const std::weak_ptr<detail::PlanEntryState>&) {});
     } catch (...) {
       for (auto* m : applied) {
         plan_api().remove(*m);

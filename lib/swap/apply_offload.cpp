@@ -3,6 +3,7 @@
 // call begins.
 #include "engine/checkpoint_depth.h"
 #include "engine/format_bytes.h"
+#include "engine/step_ledger.h"
 #include "swap/offload_batch.h"
 #include "swap/swap_access.h"
 #include "swap/swap_core.h"
@@ -60,6 +61,10 @@ const hooks::ComposableApi<OffloadState>& offload_api() {
 
 // What one call keeps from its pre-hook to its post-hook.
 struct CallOffload {
+  // The step ledger's row of the call (null when none records it); its forward is this call's
+  // while the scope lives.
+  std::shared_ptr<detail::LedgerRow> ledger_row;
+  std::optional<detail::LedgerForwardScope> ledger_scope;
   std::shared_ptr<detail::OffloadBatch> batch;
   std::unique_ptr<detail::SavedTensorPolicyScope> scope;
   bool keep_last_on_device = true;
@@ -111,6 +116,10 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
               detail::launch_closed_batches();  // the previous calls' tensors leave as this one
                                                 // starts
               auto c = std::make_shared<CallOffload>();
+              if (detail::any_ledger_alive()) {
+                c->ledger_row = detail::ledger_begin_offload(call.module());
+                if (c->ledger_row) c->ledger_scope.emplace(c->ledger_row);
+              }
               c->keep_last_on_device = st->options.keep_last_on_device();
               c->batch = std::make_shared<detail::OffloadBatch>(
                   detail::SwapAccess::core(*st->manager), st->counters, st->options.policy());
@@ -126,6 +135,14 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
               if (!c) return;
               call.slot(kOffloadApi).reset();
               c->scope.reset();
+              c->ledger_scope.reset();
+              // The row holds what stays after the launch below (keep_last_on_device(false)).
+              struct EndRow {
+                std::shared_ptr<detail::LedgerRow> row;
+                ~EndRow() {
+                  if (row) detail::ledger_offload_ended(*row);
+                }
+              } end_row{c->ledger_row};
               if (call.error())
                 return;  // the forward failed: its graph, and the tensors, are dropped
               if (auto st = weak.lock()) {

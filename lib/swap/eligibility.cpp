@@ -16,21 +16,25 @@ std::string unsupported_for_swap(const at::Tensor& tensor) {
 }
 
 bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options) {
-  if (!unsupported_for_swap(tensor).empty()) return false;
-  const auto nbytes = static_cast<int64_t>(tensor.nbytes());
-  if (nbytes == 0 || nbytes < options.min_bytes()) return false;
-  // Parameters and their views: the module keeps them anyway.
-  if (tensor.is_leaf() && tensor.requires_grad()) return false;
+  return kept_reason(tensor, options) == nullptr;
+}
+
+const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options) {
+  if (!unsupported_for_swap(tensor).empty()) return "not supported";
+  // Parameters and their views: the module keeps them anyway (whatever their size).
+  if (tensor.is_leaf() && tensor.requires_grad()) return "parameter";
   if (tensor.is_view()) {
     const auto& base = tensor._base();
-    if (base.is_leaf() && base.requires_grad()) return false;
+    if (base.is_leaf() && base.requires_grad()) return "parameter";
   }
+  const auto nbytes = static_cast<int64_t>(tensor.nbytes());
+  if (nbytes == 0 || nbytes < options.min_bytes()) return "below min_bytes";
   // Slices and broadcasts: the storage outlives the offload, so nothing would be freed.
-  if (!tensor.is_non_overlapping_and_dense()) return false;
-  if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes) return false;
-  if (tensor.is_conj() || tensor.is_neg()) return false;
-  if (options.filter() && !options.filter()(tensor)) return false;
-  return true;
+  if (!tensor.is_non_overlapping_and_dense()) return "part of a larger storage";
+  if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes) return "part of a larger storage";
+  if (tensor.is_conj() || tensor.is_neg()) return "not supported";
+  if (options.filter() && !options.filter()(tensor)) return "rejected by the filter";
+  return nullptr;
 }
 
 SwapOptions check_swap_options(SwapOptions options) {

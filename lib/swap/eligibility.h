@@ -18,6 +18,11 @@ std::string unsupported_for_swap(const at::Tensor& tensor);
 // filter.
 bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options);
 
+// Why `tensor` is not worth offloading under `options` (the step ledger's reasons: "below
+// min_bytes", "parameter", "part of a larger storage", "not supported", "rejected by the filter"),
+// or nullptr if it is. worth_offloading is this returning nullptr: one rule.
+const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options);
+
 // `options`, or std::invalid_argument naming the first option out of range (SwapManager::create).
 SwapOptions check_swap_options(SwapOptions options);
 

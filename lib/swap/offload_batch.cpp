@@ -2,6 +2,7 @@
 
 #include "engine/internal_ops.h"
 #include "engine/tensor_accounting.h"
+#include "swap/eligibility.h"
 #include "swap/swap_access.h"
 #include "swap/swap_core.h"
 
@@ -35,11 +36,13 @@ void OffloadCounters::reset() {
 }
 
 DeferredTensor::DeferredTensor(std::shared_ptr<SwapCore> core,
-                               std::shared_ptr<OffloadCounters> counters, at::Tensor tensor)
+                               std::shared_ptr<OffloadCounters> counters, at::Tensor tensor,
+                               std::shared_ptr<LedgerRow> ledger_row)
     : core_(std::move(core)),
       counters_(std::move(counters)),
       on_device_(std::move(tensor)),
-      charge_(static_cast<int64_t>(on_device_.nbytes())) {}
+      charge_(on_device_),  // by storage: two saves of one tensor are held once
+      ledger_row_(std::move(ledger_row)) {}
 
 DeferredTensor::~DeferredTensor() {
   if (swapped_) core_->drop_user(*swapped_, served_);
@@ -48,7 +51,7 @@ DeferredTensor::~DeferredTensor() {
 void DeferredTensor::launch() {
   std::lock_guard lock(mutex_);
   if (!on_device_.defined() || asked_ || stayed_) return;
-  swapped_ = core_->offload(on_device_);
+  swapped_ = core_->offload(on_device_, std::move(ledger_row_));
   counters_->tensors_offloaded += 1;
   counters_->bytes_offloaded += static_cast<int64_t>(on_device_.nbytes());
   on_device_.reset();  // device memory goes once the copy has landed (the core holds it till then)
@@ -65,6 +68,10 @@ at::Tensor DeferredTensor::get() {
     if (!stayed_) {
       counters_->tensors_left_on_device += 1;
       counters_->bytes_left_on_device += static_cast<int64_t>(on_device_.nbytes());
+      if (ledger_row_) {
+        ledger_kept(*ledger_row_, "asked for before it left",
+                    static_cast<int64_t>(on_device_.nbytes()));
+      }
     }
   }
   return on_device_;
@@ -83,6 +90,9 @@ void DeferredTensor::stay() {
   stayed_ = true;
   counters_->tensors_over_window += 1;
   counters_->bytes_over_window += static_cast<int64_t>(on_device_.nbytes());
+  if (ledger_row_) {
+    ledger_kept(*ledger_row_, "over the copy window", static_cast<int64_t>(on_device_.nbytes()));
+  }
 }
 
 std::shared_ptr<SwappedTensor> DeferredTensor::swapped() {
@@ -106,6 +116,8 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
     }
     const bool swap =
         eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
+    // The step ledger's row of the call (or of the region inside it) that saves the tensor.
+    std::shared_ptr<LedgerRow> ledger_row = any_ledger_alive() ? ledger_swap_row() : nullptr;
     at::Tensor detached;
     {
       InternalOpsGuard internal;  // recompose's detach, not the user's op
@@ -120,10 +132,14 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       batch_.core_->note_kept(tensor);
       batch_.counters_->tensors_kept += 1;
       batch_.counters_->bytes_kept += static_cast<int64_t>(tensor.nbytes());
+      if (ledger_row) {
+        ledger_kept(*ledger_row, eligible ? "policy" : kept_reason(tensor, batch_.core_->options()),
+                    static_cast<int64_t>(tensor.nbytes()));
+      }
       return;
     }
-    deferred_ =
-        std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_, std::move(detached));
+    deferred_ = std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_,
+                                                 std::move(detached), std::move(ledger_row));
     std::lock_guard lock(batch_.mutex_);
     batch_.tensors_.push_back(deferred_);
   }

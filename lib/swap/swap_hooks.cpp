@@ -2,6 +2,7 @@
 
 #include "engine/autograd_sequence_adapter.h"
 #include "engine/internal_ops.h"
+#include "swap/eligibility.h"
 #include "swap/swap_core.h"
 
 namespace recompose::detail {
@@ -24,6 +25,12 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
     InternalOpsGuard internal;  // recompose's detach, not the user's op
     kept_ = tensor.detach();
     core_->note_kept(tensor);
+    if (any_ledger_alive()) {
+      if (auto row = ledger_swap_row()) {
+        ledger_kept(*row, kept_reason(tensor, core_->options()),
+                    static_cast<int64_t>(tensor.nbytes()));
+      }
+    }
     return;
   }
   if (defer_ && may_be_written_by_saving_op(tensor)) {
@@ -35,6 +42,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
       deferred_->tensor = tensor.detach();
     }
     deferred_->next_node_at_save = next_autograd_sequence_nr();
+    if (any_ledger_alive()) deferred_->ledger_row = ledger_swap_row();
     defer_(deferred_);
     defer_ = nullptr;  // it refers to the policy, which may end before this saved tensor
     return;
@@ -63,7 +71,7 @@ void SwapPolicy::offload_deferred(bool all) {
     std::lock_guard lock(d->mutex);
     if (!all && d->next_node_at_save == now) break;  // its op may still be running
     if (d->tensor.defined() && !d->swapped) {
-      d->swapped = core_->offload(d->tensor);
+      d->swapped = core_->offload(d->tensor, std::move(d->ledger_row));
       d->tensor = at::Tensor();
     }
   }
