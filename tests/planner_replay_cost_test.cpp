@@ -113,6 +113,18 @@ struct AliasWriteBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(AliasWriteBlock);
 
+// mm's output written in place with sin's: a replay that runs mm runs the write, and needs sin.
+struct WriteReadsBlockImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    auto s = torch::sin(x);
+    auto y = torch::mm(x, x.t());
+    y.add_(s);
+    return torch::tanh(y);  // saves its output
+  }
+};
+TORCH_MODULE(WriteReadsBlock);
+
 }  // namespace
 
 TEST_SUITE("planner") {
@@ -286,5 +298,29 @@ TEST_SUITE("planner") {
     };
     CHECK(carried_keeping("aten::mm.default") == 1);
     CHECK(carried_keeping("aten::_unsafe_view.default") == 0);
+  }
+
+  TEST_CASE(
+      "planner: what a write into an op's output reads, the op reads (the replay runs both)") {
+    WriteReadsBlock block;
+    auto x = torch::randn({6, 6}, torch::requires_grad());
+    const MemoryProfile p = recompose::profile_memory(*block, [&] { block(x).sum().backward(); });
+    const ModuleProfile& m = p.modules.at(0);
+    const int64_t sin = index_of(m, "aten::sin.default");
+    const int64_t mm = index_of(m, "aten::mm.default");
+    const int64_t tanh = index_of(m, "aten::tanh.default");
+    CHECK(find_op(m, "aten::mm.default").reads == std::vector<int64_t>{sin});
+    CHECK(find_op(m, "aten::tanh.default").reads == std::vector<int64_t>{mm});
+    // Nothing kept: tanh's saved output needs tanh, mm and, through the write, sin.
+    const recompose::detail::ReplayCost cost(m);
+    REQUIRE(cost.walks());
+    const std::vector<bool> runs = cost.runs(std::vector<bool>(m.ops.size(), false));
+    CHECK(runs[static_cast<size_t>(sin)]);
+    CHECK(runs[static_cast<size_t>(mm)]);
+    CHECK(runs[static_cast<size_t>(tanh)]);
+    // mm kept (its output carries the write): sin is not needed.
+    std::vector<bool> keep_mm(m.ops.size(), false);
+    keep_mm[static_cast<size_t>(mm)] = true;
+    CHECK(!cost.runs(keep_mm)[static_cast<size_t>(sin)]);
   }
 }  // TEST_SUITE

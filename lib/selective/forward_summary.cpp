@@ -107,11 +107,26 @@ ForwardSummary ForwardTrace::summary() const {
     e.output_bytes = node.output_bytes;
     if (kind == SummaryOp::Kind::Decided) {
       for (const TensorUse& u : uses_read(node)) add_summary_reads(u, entry_of, ops, e.reads);
-      std::sort(e.reads.begin(), e.reads.end());
-      e.reads.erase(std::unique(e.reads.begin(), e.reads.end()), e.reads.end());
     }
   }
   add_views_before(nodes_.size());
+  // What the writes into an op's output read is the op's to read: a replay that runs the op
+  // runs those writes too (its readers read the written value); kept, the op answers for both.
+  for (uint32_t id = 0; id < storages_.size(); ++id) {
+    const Storage& s = storages_[id];
+    if (s.source != Storage::Source::Op || s.writers.empty()) continue;
+    SummaryOp& creator = ops[entry_of[s.op]];
+    if (creator.kind != SummaryOp::Kind::Decided) continue;
+    for (uint32_t w : s.writers) {
+      for (const TensorUse& u : uses_read(nodes_[w])) {
+        if (u.storage != id) add_summary_reads(u, entry_of, ops, creator.reads);
+      }
+    }
+  }
+  for (SummaryOp& e : ops) {
+    std::sort(e.reads.begin(), e.reads.end());
+    e.reads.erase(std::unique(e.reads.begin(), e.reads.end()), e.reads.end());
+  }
   // Writes after each op into the storages of its outputs, and whether its kept output would
   // carry them: only the creator's can (an alias's entry copies the value before the write).
   const std::vector<char> carrying = storages_carrying_writes();

@@ -30,7 +30,9 @@ struct SummaryOp {
   int64_t output_bytes = 0;  // bytes of the storages it created
   // Of a Decided op: the Decided ops (indices into ForwardSummary::ops, ascending, each once)
   // that created the storages it reads (a view reads its base's creator, a read after an
-  // in-place write still names the creator; through an autocast cast, what it cast).
+  // in-place write still names the creator; through an autocast cast, what it cast), and those
+  // that the later writes into its own outputs read (a replay running it runs them too). An op
+  // of another order may appear: a write can read what was made after the op.
   std::vector<uint32_t> reads;
   bool saved_for_backward = false;  // autograd saved a tensor of a storage it created
   // A later op of the region wrote into a storage of its outputs (created by it, or aliased).
