@@ -258,11 +258,11 @@ void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::R
     if (spec.optimizer_step) stateless.step();
   };
   const auto profile = recompose::profile_memory(model, step);
-  // The profile's invariant: an op reads earlier ops of its own module; it survives JSON.
+  // The profile's invariant: an op reads other ops of its own module; it survives JSON.
   for (const auto& m : profile.modules) {
     for (size_t i = 0; i < m.ops.size(); ++i) {
       for (const int64_t r : m.ops[i].reads) {
-        if (r < 0 || r >= static_cast<int64_t>(i))
+        if (r < 0 || r >= static_cast<int64_t>(m.ops.size()) || r == static_cast<int64_t>(i))
           throw std::runtime_error("profile: op " + std::to_string(i) + " of module '" + m.name +
                                    "' reads op " + std::to_string(r));
       }

@@ -140,6 +140,31 @@ void check_same(const SwapStats& rows, const SwapStats& stats) {
 }  // namespace
 
 TEST_SUITE("step ledger: swap and offload") {
+  TEST_CASE(
+      "a filter is asked once per saved tensor, and what it refused is kept for that reason") {
+    // A filter with state (it accepts every other tensor it is asked about): asking it again for
+    // the ledger's reason would change its answers, and could find no reason at all.
+    SwapNet net;
+    int64_t asked = 0;
+    auto manager = SwapManager::create(SwapOptions().min_bytes(0).filter(
+        [&asked](const at::Tensor&) { return asked++ % 2 == 0; }));
+    for (auto& b : *net->blocks) recompose::apply_offload(*b, OffloadOptions().manager(manager));
+    StepLedger ledger(*net);
+    auto loss = net->forward(input()).sum();
+    const auto rows = ledger.regions();
+    REQUIRE(rows.size() == 3);
+    int64_t refused = 0, parameters = 0;
+    for (const LedgerRegion& r : rows) {
+      if (const auto* k = kept_for(r, "rejected by the filter")) refused += k->tensors;
+      if (const auto* k = kept_for(r, "parameter")) parameters += k->tensors;
+    }
+    // Six saves per block, one a parameter (never shown to the filter): 15 asked, 7 refused.
+    CHECK(parameters == 3);
+    CHECK(asked == 15);
+    CHECK(refused == asked / 2);
+    loss.backward();
+  }
+
   TEST_CASE("apply_offload under min_bytes: a row per call, every tensor kept below min_bytes") {
     // The case: activations under the default 1 MiB threshold never move. The ledger says
     // so on each row, and counts them as held, as a meter of the plain step does.

@@ -125,6 +125,18 @@ struct WriteReadsBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(WriteReadsBlock);
 
+// The same with sin made after mm: mm's reads point forward.
+struct LateWriteReadsBlockImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    auto y = torch::mm(x, x.t());
+    auto s = torch::sin(x);
+    y.add_(s);
+    return torch::tanh(y);
+  }
+};
+TORCH_MODULE(LateWriteReadsBlock);
+
 }  // namespace
 
 TEST_SUITE("planner") {
@@ -322,5 +334,21 @@ TEST_SUITE("planner") {
     std::vector<bool> keep_mm(m.ops.size(), false);
     keep_mm[static_cast<size_t>(mm)] = true;
     CHECK(!cost.runs(keep_mm)[static_cast<size_t>(sin)]);
+  }
+
+  TEST_CASE("planner: a write's read of a later op: the walk goes back for it") {
+    LateWriteReadsBlock block;
+    auto x = torch::randn({6, 6}, torch::requires_grad());
+    const MemoryProfile p = recompose::profile_memory(*block, [&] { block(x).sum().backward(); });
+    const ModuleProfile& m = p.modules.at(0);
+    const int64_t sin = index_of(m, "aten::sin.default");
+    const int64_t mm = index_of(m, "aten::mm.default");
+    REQUIRE(sin > mm);
+    CHECK(find_op(m, "aten::mm.default").reads == std::vector<int64_t>{sin});
+    const MemoryProfile back = MemoryProfile::from_json(p.to_json());  // a forward read loads
+    CHECK(back.modules.at(0).ops.at(static_cast<size_t>(mm)).reads == std::vector<int64_t>{sin});
+    const recompose::detail::ReplayCost cost(m);
+    REQUIRE(cost.walks());
+    CHECK(cost.runs(std::vector<bool>(m.ops.size(), false))[static_cast<size_t>(sin)]);
   }
 }  // TEST_SUITE

@@ -67,10 +67,11 @@ struct OpProfile {
   bool carries_write = false;
   // What the selective replay's dependency walk needs (recorded when
   // ModuleProfile::dependencies_recorded; a replay runs a dropped op only when backward needs its
-  // output). `reads`: indices in ModuleProfile::ops of the earlier ops of the same forward call
-  // whose outputs this op reads (by storage: a view reads its base; a read after an in-place
-  // write reads the producer's output), and those that the in-place writes into its own output
-  // read (a replay running this op runs them too), ascending, each once.
+  // output). `reads`: indices in ModuleProfile::ops of the ops of the same forward call whose
+  // outputs this op reads (by storage: a view reads its base; a read after an in-place write
+  // reads the producer's output), and of those that the in-place writes into its own output read
+  // (a replay running this op runs them too; they may come after it), ascending, each once,
+  // never the op itself.
   std::vector<int64_t> reads = {};
   // Autograd saves a tensor of its output (any view or version of it) in the module's forward.
   bool saved_for_backward = false;

@@ -8,8 +8,10 @@
 //   report.bytes_kept;              // what the policy keeps
 //   report.bytes_held_without_checkpointing;
 //
-// inspect_policy runs the forward twice (without checkpointing, then as a checkpointed region
-// with the policy), with grad mode on and no backward, and leaves the module as it found it: the
+// inspect_policy runs the forward twice (without checkpointing, for the bytes autograd holds;
+// then as a checkpointed region with the policy, whose forward trace gives the ops as the
+// selective machinery classified them), with grad mode on and no backward, and leaves the
+// module as it found it: the
 // buffers of the modules named (BatchNorm's running statistics) and the RNG state are put back.
 // It warns (TORCH_WARN, once per region label) when the policy keeps nothing (it is then full
 // checkpointing plus the cost of interception) or keeps more bytes than no checkpointing holds.
@@ -79,7 +81,7 @@ std::ostream& operator<<(std::ostream& out, const PolicyReport& report);
 // `forward` throws (without moving the buffers' version counters); the region preserves
 // them as CheckpointOptions::state_modules does. `label` names the region in the report and
 // in the warnings. Throws what `forward` and the policy throw; std::invalid_argument if `forward`
-// is empty.
+// is empty; CheckpointError if the region's summary could not be made (out of host memory).
 PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<void()>& forward,
                             const std::vector<std::shared_ptr<torch::nn::Module>>& state_modules,
                             const std::string& label);

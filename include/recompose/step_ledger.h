@@ -35,8 +35,9 @@
 //                estimate of the bytes it holds, beside bytes held (the measurement);
 //   moved        what swap and offload copied for the row's saved tensors (MUST_SWAP outputs,
 //                swap_inputs inputs, apply_offload's tensors), whenever the copies ran: tensors
-//                and bytes to host and back, the achieved GB/s of those copies (host time from
-//                launch to landing seen: exact on CPU, a lower bound on a device), reloads
+//                and bytes to host and back, the GB/s of those copies (bytes over the summed
+//                host time from each launch to its landing seen: exact on CPU; on a device a
+//                lower bound, copies queued behind others counting their wait), reloads
 //                prefetched, loaded when asked for or late (those stalled compute) and the
 //                host's wait; the same events SwapStats counts for the whole manager;
 //   kept         the saved tensors swap or offload left on the device, per reason (counts and
@@ -112,9 +113,10 @@ struct LedgerSwap {
   // copies to host, and copies back (with SwapOptions::measure_waits, waits for late reloads).
   int64_t offload_wait_ns = 0;
   int64_t reload_wait_ns = 0;
-  // Copies seen landed and the host time from each launch until recompose saw it landed: exact on
-  // CPU (synchronous copies); on a device an upper bound (seen at the next poll, or when backward
-  // asked), so the bandwidths below are lower bounds there.
+  // Copies seen landed and the host time from each launch until recompose saw it landed, summed:
+  // exact on CPU (synchronous copies, one at a time); on a device an upper bound (seen at the
+  // next poll, or when backward asked; a copy queued behind others counts its wait), so the
+  // bandwidths below are lower bounds there, the lower the more copies were in flight together.
   int64_t bytes_to_host_landed = 0;
   int64_t to_host_ns = 0;
   int64_t bytes_to_device_landed = 0;

@@ -255,7 +255,13 @@ std::shared_ptr<LedgerRow> ledger_begin_offload(const torch::nn::Module& module)
 }
 
 void ledger_offload_ended(LedgerRow& row) {
-  if (row.region.checkpointed) return;  // a region took it over: its end was recorded
+  if (row.region.checkpointed) {
+    // A region took it over: its end was sampled before the offload's post-hook launched any
+    // copies (keep_last_on_device(false)); what it holds is counted again, with no new sample.
+    std::lock_guard lock(row.ledger->mutex);
+    row.region.bytes_held = row.live;
+    return;
+  }
   row.offload_module = nullptr;
   ledger_forward_ended(row);
 }
@@ -273,7 +279,7 @@ void ledger_swapped(LedgerRow& row, const LedgerSwap& swap) {
 }
 
 void ledger_kept(LedgerRow& row, const char* reason, int64_t bytes) {
-  if (!row.ledger->open.load(std::memory_order_acquire)) return;
+  if (!row.ledger->open.load(std::memory_order_acquire) || reason == nullptr) return;
   std::lock_guard lock(row.ledger->mutex);
   auto& kept = row.region.kept;
   auto it = std::find_if(kept.begin(), kept.end(),

@@ -124,7 +124,7 @@ void ledger_replayed(const LedgerReplay& replay);
 // show it beside what they measured.
 inline constexpr const char* kPlanApi = "recompose.plan";
 struct PlanEntryState {
-  std::string entry;           // what the plan chose: "full", "selective (keeps 2 op outputs)"...
+  std::string entry;  // what the plan chose: "full", "selective (keeps 2 op outputs, swaps 0)"...
   int64_t estimate_bytes = 0;  // the plan's estimate of the bytes it holds for backward
   bool offload = false;        // applied with apply_offload (else apply_checkpoint)
 };
@@ -135,8 +135,8 @@ struct PlanEntryState {
 // ledger records it). A checkpointed region of the same module begun inside the call takes the
 // row over (one row per module). Call only when any_ledger_alive().
 std::shared_ptr<LedgerRow> ledger_begin_offload(const torch::nn::Module& module);
-// The call's forward ended: what its row holds now is what it held for backward (nothing when a
-// region took the row over: the region's end said it).
+// The call's forward ended: what its row holds now is what it held for backward (a row a region
+// took over is counted again, its end sampled already by the region).
 void ledger_offload_ended(LedgerRow& row);
 
 // The row a tensor saved now on this thread belongs to: the row whose forward runs here (null if
@@ -148,7 +148,7 @@ std::shared_ptr<LedgerRow> ledger_swap_row();
 void ledger_swapped(LedgerRow& row, const LedgerSwap& swap);
 // A saved tensor of the row stayed on the device under swap or offload, for `reason` (a string
 // literal: "below min_bytes", "parameter", "policy", "over the copy window", ...).
-void ledger_kept(LedgerRow& row, const char* reason, int64_t bytes);
+void ledger_kept(LedgerRow& row, const char* reason, int64_t bytes);  // reason: not null
 // Whether a row is being rebuilt on this thread (the replay's hook checks before it copies).
 bool ledger_rebuilding();
 

@@ -181,10 +181,10 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
       json::read(m, "dependencies_recorded", mp.dependencies_recorded);
     for (size_t k = 0; k < mp.ops.size(); ++k) {
       for (const int64_t r : mp.ops[k].reads) {
-        if (r >= static_cast<int64_t>(k)) {  // the replay cost walks producers before readers
+        if (r >= static_cast<int64_t>(mp.ops.size()) || r == static_cast<int64_t>(k)) {
           throw std::invalid_argument("recompose: MemoryProfile::from_json: module '" + mp.name +
                                       "': op " + std::to_string(k) + " reads op " +
-                                      std::to_string(r) + ", which is not an earlier op of " +
+                                      std::to_string(r) + ", not another op of " +
                                       std::to_string(mp.ops.size()));
         }
       }

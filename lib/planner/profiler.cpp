@@ -84,10 +84,10 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   detail::StepTimeline::Mark last = 0;  // end of the previous thing timed in a module's forward
   std::vector<ModuleProfile> modules;
   std::vector<std::map<std::pair<std::string, int64_t>, size_t>> op_index;
-  // Run 2, per module: its forward calls, the summaries of their regions' forwards received, and
-  // per op whether a later op wrote into its output without its kept output carrying the write
-  // (then keeping it needs a copy).
-  std::vector<int64_t> calls_intercepted, calls_summarized;
+  // Run 2, per module: the summaries of its regions' forwards received, those that could not be
+  // made, and per op whether a later op wrote into its output without its kept output carrying
+  // the write (then keeping it needs a copy).
+  std::vector<int64_t> calls_summarized, summaries_failed;
   std::vector<std::vector<bool>> written_uncarried;
   // Run 1: an input storage a module's forward saved -> that module. A later module taking the
   // same storage as input does not count it (ModuleProfile::shared_input_bytes).
@@ -126,7 +126,6 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
           detail::distinct_storage_bytes(inputs, /*skip_parameter_like=*/true);
       f.bytes_at_start = meter->bytes_held();
     }
-    if (run == 2 && !f.recomputing) calls_intercepted[m] += 1;
     frames.push_back(f);
     frames.back().start = last = timeline.mark();
   }
@@ -156,30 +155,35 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   }
 
   // Run 2: what one forward call of module m did, from its region's trace (the ops were added by
-  // record(), keyed by (op, call index)). A module called several times merges its calls by that
-  // key; where a later call runs its ops in another order (under autocast the first call alone
-  // casts the weights, later ones hit the cache), a producer can stand after the reader in the
-  // merged list: that read is left out, so that `reads` index earlier ops only (the replay cost
-  // walks them in order).
+  // record(), keyed by (op, call index); a module called several times merges its calls by that
+  // key).
   void absorb(size_t m, const detail::ForwardSummary& summary) {
     if (is_recomputing()) return;  // a region inside a recomputation: its forward was recorded
+    if (summary.failed) {
+      summaries_failed[m] += 1;
+      return;
+    }
     calls_summarized[m] += 1;
+    // Each summary entry's op in the profile (-1: none), first: a read may name a later entry.
     std::vector<int64_t> index_of(summary.ops.size(), -1);
     for (size_t e = 0; e < summary.ops.size(); ++e) {
       const detail::SummaryOp& op = summary.ops[e];
       if (op.kind != detail::SummaryOp::Kind::Decided) continue;
       auto it = op_index[m].find({detail::overload_name(op.op), op.call_index});
-      if (it == op_index[m].end()) continue;
-      const auto index = static_cast<int64_t>(it->second);
-      index_of[e] = index;
-      OpProfile& o = modules[m].ops[it->second];
+      if (it != op_index[m].end()) index_of[e] = static_cast<int64_t>(it->second);
+    }
+    for (size_t e = 0; e < summary.ops.size(); ++e) {
+      const detail::SummaryOp& op = summary.ops[e];
+      const int64_t index = index_of[e];
+      if (index < 0) continue;
+      OpProfile& o = modules[m].ops[static_cast<size_t>(index)];
       for (const uint32_t r : op.reads) {
-        if (index_of[r] >= 0 && index_of[r] < index) add_once(o.reads, index_of[r]);
+        if (index_of[r] >= 0 && index_of[r] != index) add_once(o.reads, index_of[r]);
       }
       o.saved_for_backward = o.saved_for_backward || op.saved_for_backward;
       if (op.written_after) {
         o.mutated = true;
-        if (!op.carries_writes) written_uncarried[m][it->second] = true;
+        if (!op.carries_writes) written_uncarried[m][static_cast<size_t>(index)] = true;
       }
     }
   }
@@ -280,8 +284,8 @@ std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>
   auto rec = std::make_shared<Recorder>(device);
   rec->modules.resize(targets.size());
   rec->op_index.resize(targets.size());
-  rec->calls_intercepted.resize(targets.size());
   rec->calls_summarized.resize(targets.size());
+  rec->summaries_failed.resize(targets.size());
   rec->written_uncarried.resize(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     rec->modules[i].name = targets[i].name;
@@ -405,8 +409,10 @@ void run_intercepted(const std::function<void()>& step,
   for (size_t i = 0; i < targets.size(); ++i) {
     ModuleProfile& m = rec->modules[i];
     m.replayed = replays[i] > 0 && fallbacks[i] == 0;
-    // Every forward call summarised (a summary is missing only when making it ran out of memory).
-    m.dependencies_recorded = rec->calls_summarized[i] == rec->calls_intercepted[i];
+    // Every region's forward summarised (one that could not be made, out of host memory, leaves
+    // the module charged every op it does not keep); a call without a region (grad mode off)
+    // makes none.
+    m.dependencies_recorded = rec->calls_summarized[i] > 0 && rec->summaries_failed[i] == 0;
     for (size_t k = 0; k < m.ops.size(); ++k)
       m.ops[k].carries_write = m.ops[k].mutated && !rec->written_uncarried[i][k];
   }

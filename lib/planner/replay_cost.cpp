@@ -18,14 +18,14 @@ std::vector<bool> ReplayCost::runs(const std::vector<bool>& answered) const {
     for (size_t k = 0; k < ops.size(); ++k) run[k] = !answered[k];
     return run;
   }
-  // The replay's own walk, over the ops' recorded reads (each an earlier op of the module).
+  // The replay's own walk, over the ops' recorded reads.
   std::vector<char> walked(ops.size(), 0);
   for (size_t k = 0; k < ops.size(); ++k) walked[k] = ops[k].saved_for_backward ? 1 : 0;
   walk_run_set(
       walked, [](size_t) { return std::string(); }, [&](size_t k) { return bool(answered[k]); },
       [&](size_t k, auto&& mark) {
         for (const int64_t r : ops[k].reads) {
-          if (r >= 0 && static_cast<size_t>(r) < k) mark(static_cast<size_t>(r));
+          if (r >= 0 && static_cast<size_t>(r) < ops.size()) mark(static_cast<size_t>(r));
         }
         return std::string();
       });

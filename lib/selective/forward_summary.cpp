@@ -67,6 +67,43 @@ std::vector<char> ForwardTrace::storages_carrying_writes() const {
   return carries;
 }
 
+// What the writes into an op's output read is the op's to read: a replay that runs the op runs
+// those writes too (its readers read the written value); kept, the op answers for both.
+void ForwardTrace::add_write_reads(const std::vector<uint32_t>& entry_of,
+                                   std::vector<SummaryOp>& ops) const {
+  for (uint32_t id = 0; id < storages_.size(); ++id) {
+    const Storage& s = storages_[id];
+    if (s.source != Storage::Source::Op || s.writers.empty()) continue;
+    SummaryOp& creator = ops[entry_of[s.op]];
+    if (creator.kind != SummaryOp::Kind::Decided) continue;
+    for (uint32_t w : s.writers) {
+      for (const TensorUse& u : uses_read(nodes_[w])) {
+        if (u.storage != id) add_summary_reads(u, entry_of, ops, creator.reads);
+      }
+    }
+  }
+}
+
+// Writes after each op into the storages of its outputs, and whether its kept output would carry
+// them: only the creator's can (an alias's entry copies the value before the write).
+void ForwardTrace::note_writes_after(const std::vector<uint32_t>& entry_of,
+                                     std::vector<SummaryOp>& ops) const {
+  const std::vector<char> carrying = storages_carrying_writes();
+  for (std::size_t n = 0; n < nodes_.size(); ++n) {
+    SummaryOp& e = ops[entry_of[n]];
+    e.carries_writes = true;
+    auto note = [&](uint32_t id, bool created) {
+      const Storage& s = storages_[id];
+      if (s.writers.empty() || s.writers.back() <= n) return;  // no write after this op
+      e.written_after = true;
+      e.carries_writes = e.carries_writes && created && carrying[id];
+    };
+    for (const auto& created : nodes_[n].created) note(created.second, true);
+    for (uint32_t id : nodes_[n].aliased) note(id, false);
+    e.carries_writes = e.carries_writes && e.written_after;
+  }
+}
+
 ForwardSummary ForwardTrace::summary() const {
   // Each node's call index among its op's calls; a node in no op's calls is an autocast cast.
   std::vector<int64_t> call_of(nodes_.size(), -1);
@@ -110,39 +147,12 @@ ForwardSummary ForwardTrace::summary() const {
     }
   }
   add_views_before(nodes_.size());
-  // What the writes into an op's output read is the op's to read: a replay that runs the op
-  // runs those writes too (its readers read the written value); kept, the op answers for both.
-  for (uint32_t id = 0; id < storages_.size(); ++id) {
-    const Storage& s = storages_[id];
-    if (s.source != Storage::Source::Op || s.writers.empty()) continue;
-    SummaryOp& creator = ops[entry_of[s.op]];
-    if (creator.kind != SummaryOp::Kind::Decided) continue;
-    for (uint32_t w : s.writers) {
-      for (const TensorUse& u : uses_read(nodes_[w])) {
-        if (u.storage != id) add_summary_reads(u, entry_of, ops, creator.reads);
-      }
-    }
-  }
+  add_write_reads(entry_of, ops);
   for (SummaryOp& e : ops) {
     std::sort(e.reads.begin(), e.reads.end());
     e.reads.erase(std::unique(e.reads.begin(), e.reads.end()), e.reads.end());
   }
-  // Writes after each op into the storages of its outputs, and whether its kept output would
-  // carry them: only the creator's can (an alias's entry copies the value before the write).
-  const std::vector<char> carrying = storages_carrying_writes();
-  for (std::size_t n = 0; n < nodes_.size(); ++n) {
-    SummaryOp& e = ops[entry_of[n]];
-    e.carries_writes = true;
-    auto note = [&](uint32_t id, bool created) {
-      const Storage& s = storages_[id];
-      if (s.writers.empty() || s.writers.back() <= n) return;  // no write after this op
-      e.written_after = true;
-      e.carries_writes = e.carries_writes && created && carrying[id];
-    };
-    for (const auto& created : nodes_[n].created) note(created.second, true);
-    for (uint32_t id : nodes_[n].aliased) note(id, false);
-    e.carries_writes = e.carries_writes && e.written_after;
-  }
+  note_writes_after(entry_of, ops);
   for (const Saved& s : saved_) {
     if (s.use.storage < storages_.size() && storages_[s.use.storage].source == Storage::Source::Op)
       ops[entry_of[storages_[s.use.storage].op]].saved_for_backward = true;

@@ -1,7 +1,7 @@
 // ForwardSummary: a selective region's forward, op by op, as its ForwardTrace recorded it. The
 // tools that explain or price a policy (inspect_policy, the planner's profiler) read it instead
 // of recording the forward a second time; ForwardTrace::summary() makes it when the forward ends,
-// for contexts made with a SummarySink (selective_summary.h).
+// for contexts made with a SummarySink (summarizing_contexts.h).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -27,7 +27,7 @@ struct SummaryOp {
   int64_t call_index = 0;
   bool kept = false;         // its outputs were kept (the policy saved or swapped them)
   bool swapped = false;      // kept in host memory (MUST_SWAP)
-  int64_t output_bytes = 0;  // bytes of the storages it created
+  int64_t output_bytes = 0;  // bytes of the storages of its outputs, each once (aliases too)
   // Of a Decided op: the Decided ops (indices into ForwardSummary::ops, ascending, each once)
   // that created the storages it reads (a view reads its base's creator, a read after an
   // in-place write still names the creator; through an autocast cast, what it cast), and those
@@ -45,6 +45,8 @@ struct SummaryOp {
 
 struct ForwardSummary {
   std::vector<SummaryOp> ops;  // in the order they ran (ignored ops left out)
+  // The summary could not be made (out of host memory): `ops` is empty, and says nothing.
+  bool failed = false;
 };
 
 // Receives a region's summary when its forward ends (on the forward's thread).

@@ -256,6 +256,8 @@ class ForwardTrace {
   void add_summary_reads(const TensorUse& use, const std::vector<uint32_t>& entry_of,
                          const std::vector<SummaryOp>& ops, std::vector<uint32_t>& out) const;
   std::vector<char> storages_carrying_writes() const;
+  void add_write_reads(const std::vector<uint32_t>& entry_of, std::vector<SummaryOp>& ops) const;
+  void note_writes_after(const std::vector<uint32_t>& entry_of, std::vector<SummaryOp>& ops) const;
 
   TensorUse use_of(const at::Tensor& t);
   uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight

@@ -222,8 +222,13 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
   state.restore();
   if (!summary) {
     throw CheckpointError(
-        "recompose::inspect_policy: the region's forward could not be "
-        "summarised (out of host memory?); nothing to report");
+        "recompose::inspect_policy: the forward's region was never entered; nothing to "
+        "report");
+  }
+  if (summary->failed) {
+    throw CheckpointError(
+        "recompose::inspect_policy: the region's forward could not be summarised (out of host "
+        "memory); nothing to report");
   }
 
   report.ops = report_ops(*summary, decisions);

@@ -15,17 +15,27 @@ namespace recompose::detail {
 // op marked is first checked (`check(n)`: why the region cannot be replayed, or ""); an op
 // answered from its cache entry (`answered(n)`, a kept output) ends the walk there, any other
 // marks the producers of what it reads (`mark_producers(n, mark)`, calling mark(p) for each, and
-// returning why the region cannot be replayed, or ""). Producers precede their readers, so one
-// pass suffices. Returns the first reason met, or "".
+// returning why the region cannot be replayed, or ""). Producers precede their readers in a
+// trace, so one pass suffices there; a producer marked after its reader's position (a profile's
+// op reads what a later write into its output read) takes another pass. Each op is visited once.
+// Returns the first reason met, or "".
 template <class Check, class Answered, class MarkProducers>
 std::string walk_run_set(std::vector<char>& run, Check&& check, Answered&& answered,
                          MarkProducers&& mark_producers) {
-  auto mark = [&run](std::size_t producer) { run[producer] = 1; };
-  for (std::size_t n = run.size(); n-- > 0;) {
-    if (!run[n]) continue;
-    if (std::string why = check(n); !why.empty()) return why;
-    if (answered(n)) continue;
-    if (std::string why = mark_producers(n, mark); !why.empty()) return why;
+  std::vector<char> visited(run.size(), 0);
+  for (bool again = true; again;) {
+    again = false;
+    for (std::size_t n = run.size(); n-- > 0;) {
+      if (!run[n] || visited[n]) continue;
+      visited[n] = 1;
+      if (std::string why = check(n); !why.empty()) return why;
+      if (answered(n)) continue;
+      auto mark = [&run, &again, n](std::size_t producer) {
+        if (!run[producer] && producer > n) again = true;
+        run[producer] = 1;
+      };
+      if (std::string why = mark_producers(n, mark); !why.empty()) return why;
+    }
   }
   return {};
 }

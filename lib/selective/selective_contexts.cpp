@@ -57,11 +57,18 @@ struct Entered {
       }
     }
   }
-  // A destructor must not throw: a summary that cannot be made (out of host memory) is not
-  // handed, which its tool reports (summarizing_contexts.h).
+  // A destructor must not throw: a summary that cannot be made (out of host memory) is handed as
+  // failed (an empty one allocates nothing), which its tool reports (summarizing_contexts.h).
   static void hand_summary(SacState& s) noexcept {
     try {
       s.summary_sink(s.trace.summary());
+      return;
+    } catch (...) {
+    }
+    try {
+      detail::ForwardSummary failed;
+      failed.failed = true;
+      s.summary_sink(std::move(failed));
     } catch (...) {
     }
   }

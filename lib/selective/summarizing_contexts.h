@@ -13,9 +13,11 @@
 namespace recompose::detail {
 
 // create_selective_checkpoint_contexts(policy, allow_cache_entry_mutation), whose forward also
-// records what only the summary reads, and calls `sink` with the summary when it ends (on the
-// forward's thread; not for a forward run again in backward). If making the summary fails (out
-// of host memory), the sink is not called: a tool that got no summary must say so.
+// records what only the summary reads, and calls `sink` with the summary when it ends, on the
+// forward's thread: once per forward of the region (a recomputation that runs the forward again
+// calls it not; a region whose forward runs inside an enclosing region's recomputation, as
+// checkpoint_sequential's segments, calls it again: is_recomputing() tells). If the summary cannot
+// be made (out of host memory), the sink gets one marked ForwardSummary::failed.
 std::shared_ptr<RegionContexts> create_summarizing_contexts(const SelectivePolicy& policy,
                                                             bool allow_cache_entry_mutation,
                                                             SummarySink sink);

@@ -140,7 +140,12 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
               struct EndRow {
                 std::shared_ptr<detail::LedgerRow> row;
                 ~EndRow() {
-                  if (row) detail::ledger_offload_ended(*row);
+                  // A destructor, possibly during unwinding: a sample that cannot be taken (out
+                  // of memory) leaves the row without its end, rather than end the program.
+                  try {
+                    if (row) detail::ledger_offload_ended(*row);
+                  } catch (...) {
+                  }
                 }
               } end_row{c->ledger_row};
               if (call.error())

@@ -19,7 +19,14 @@ bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options) {
   return kept_reason(tensor, options) == nullptr;
 }
 
-const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options) {
+const char* ineligible_reason(const at::Tensor& tensor, const SwapOptions& options) {
+  // The filter said no (it ran once, in worth_offloading): not asked again, whose answer could
+  // differ (a filter counting what it accepted).
+  const char* why = kept_reason(tensor, options, /*ask_filter=*/false);
+  return why != nullptr ? why : "rejected by the filter";
+}
+
+const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options, bool ask_filter) {
   if (!unsupported_for_swap(tensor).empty()) return "not supported";
   // Parameters and their views: the module keeps them anyway (whatever their size).
   if (tensor.is_leaf() && tensor.requires_grad()) return "parameter";
@@ -33,7 +40,7 @@ const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options) {
   if (!tensor.is_non_overlapping_and_dense()) return "part of a larger storage";
   if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes) return "part of a larger storage";
   if (tensor.is_conj() || tensor.is_neg()) return "not supported";
-  if (options.filter() && !options.filter()(tensor)) return "rejected by the filter";
+  if (ask_filter && options.filter() && !options.filter()(tensor)) return "rejected by the filter";
   return nullptr;
 }
 

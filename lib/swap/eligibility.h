@@ -20,8 +20,12 @@ bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options);
 
 // Why `tensor` is not worth offloading under `options` (the step ledger's reasons: "below
 // min_bytes", "parameter", "part of a larger storage", "not supported", "rejected by the filter"),
-// or nullptr if it is. worth_offloading is this returning nullptr: one rule.
-const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options);
+// or nullptr if it is. worth_offloading is this returning nullptr: one rule. `ask_filter` false:
+// the filter is not called (nullptr then means only the filter could still refuse it).
+const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options,
+                        bool ask_filter = true);
+// The reason of a tensor worth_offloading refused, without calling the filter a second time.
+const char* ineligible_reason(const at::Tensor& tensor, const SwapOptions& options);
 
 // `options`, or std::invalid_argument naming the first option out of range (SwapManager::create).
 SwapOptions check_swap_options(SwapOptions options);

@@ -133,7 +133,8 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       batch_.counters_->tensors_kept += 1;
       batch_.counters_->bytes_kept += static_cast<int64_t>(tensor.nbytes());
       if (ledger_row) {
-        ledger_kept(*ledger_row, eligible ? "policy" : kept_reason(tensor, batch_.core_->options()),
+        ledger_kept(*ledger_row,
+                    eligible ? "policy" : ineligible_reason(tensor, batch_.core_->options()),
                     static_cast<int64_t>(tensor.nbytes()));
       }
       return;

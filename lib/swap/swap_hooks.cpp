@@ -27,7 +27,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
     core_->note_kept(tensor);
     if (any_ledger_alive()) {
       if (auto row = ledger_swap_row()) {
-        ledger_kept(*row, kept_reason(tensor, core_->options()),
+        ledger_kept(*row, ineligible_reason(tensor, core_->options()),
                     static_cast<int64_t>(tensor.nbytes()));
       }
     }
