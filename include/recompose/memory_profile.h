@@ -15,8 +15,9 @@
 // every op's output (so nothing is recomputed and nothing changes numerically): the policy, asked
 // after each op ran, records the op, the bytes of its outputs and the time since the previous op
 // (which includes the views and in-place ops the policy does not see, and autograd's bookkeeping:
-// what recomputing the op costs), which earlier ops' outputs it reads and whether autograd saves
-// its output (what a selective replay runs for a keep set follows from them). The backward of the
+// what recomputing the op costs); each region's forward trace then tells which ops' outputs it
+// reads, whether autograd saves its output and whether a later op writes into it (what a
+// selective replay runs for a keep set follows from them). The backward of the
 // second run times each module's recomputation as training will run it (selective
 // checkpointing's fixed cost): the selective replay where the region replays
 // (selective_replay_enabled(), the default; the replay's time from selective_replay_stats()), else
