@@ -137,6 +137,16 @@ struct LateWriteReadsBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(LateWriteReadsBlock);
 
+// Dropout on CPU draws with bernoulli_ into a fresh tensor: a selective region keeps the draw as
+// bits (one per element) for its replay.
+struct DropoutBlockImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return torch::tanh(torch::dropout(torch::sin(x), 0.5, /*train=*/true));
+  }
+};
+TORCH_MODULE(DropoutBlock);
+
 }  // namespace
 
 TEST_SUITE("planner") {
@@ -350,5 +360,22 @@ TEST_SUITE("planner") {
     const recompose::detail::ReplayCost cost(m);
     REQUIRE(cost.walks());
     CHECK(cost.runs(std::vector<bool>(m.ops.size(), false))[static_cast<size_t>(sin)]);
+  }
+
+  TEST_CASE("planner: a selective module holds the draws it keeps as bits, whatever it keeps") {
+    // Measured: 4 x 8 floats drawn, 32 bits kept.
+    DropoutBlock block;
+    auto x = torch::randn({4, 8}, torch::requires_grad());
+    const MemoryProfile p = recompose::profile_memory(*block, [&] { block(x).sum().backward(); });
+    CHECK(p.modules.at(0).draw_bytes == 4);
+    CHECK(MemoryProfile::from_json(p.to_json()).modules.at(0).draw_bytes == 4);
+    // Priced: a selective plan's bytes count them beside its input and what it keeps.
+    MemoryProfile q =
+        profile_of({op("aten::exp.default", 1, {}, true), op("aten::sin.default", 1, {0}, true)});
+    q.modules[0].draw_bytes = 300;
+    const Plan plan = recompose::solve_plan(q, Budget::bytes(2 * kBytes + 300));
+    REQUIRE(plan.modules.at(0).choice == ModuleChoice::Selective);
+    CHECK(plan.modules[0].bytes == 2 * kBytes + 300);  // input, one op kept, the draws
+    CHECK(plan.bytes == plan.modules[0].bytes);
   }
 }  // TEST_SUITE

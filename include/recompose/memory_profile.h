@@ -107,6 +107,11 @@ struct ModuleProfile {
   // 0: not measured (a profile saved before it was); the time line then assumes twice its forward.
   double backward_seconds = 0;
   std::vector<OpProfile> ops;  // in forward order
+  // Under a selective policy, whatever it keeps: the bits the region keeps of its in-place random
+  // draws (dropout on CPU draws with bernoulli_; the replay writes the draw back rather than
+  // drawing again), held until the region is rebuilt. Summed over its calls; 0 on CUDA, where
+  // dropout returns its mask.
+  int64_t draw_bytes = 0;
   // The ops' `reads` and `saved_for_backward` were recorded (false in a profile saved before they
   // were: the planner then charges every op not kept as recomputed).
   bool dependencies_recorded = false;

@@ -243,7 +243,7 @@ ModuleLoad load_of(const ModuleProfile& m, const ModulePlan* plan) {
           return p.op == o.op && p.call_index == o.call_index;
         });
       };
-      l.held_bytes = m.input_bytes;
+      l.held_bytes = m.input_bytes + m.draw_bytes;
       // The recomputation runs what the replay needs of the ops neither kept nor offloaded.
       std::vector<bool> answered(m.ops.size(), false);
       for (size_t k = 0; k < m.ops.size(); ++k) {

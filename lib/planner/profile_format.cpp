@@ -100,6 +100,7 @@ std::string MemoryProfile::to_json() const {
                            {"calls", m.calls},
                            {"input_bytes", m.input_bytes},
                            {"shared_input_bytes", m.shared_input_bytes},
+                           {"draw_bytes", m.draw_bytes},
                            {"saved_bytes", m.saved_bytes},
                            {"forward_seconds", finite(m.forward_seconds)},
                            {"selective_forward_seconds", finite(m.selective_forward_seconds)},
@@ -153,6 +154,8 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
     // Absent before issue 31: no input counted as shared.
     if (m.contains("shared_input_bytes"))
       json::read(m, "shared_input_bytes", mp.shared_input_bytes);
+    // Absent before issue 33: no draw kept.
+    if (m.contains("draw_bytes")) json::read(m, "draw_bytes", mp.draw_bytes);
     // Absent before issue 25: a rerun, backward not measured.
     if (m.contains("replayed")) json::read(m, "replayed", mp.replayed);
     if (m.contains("backward_seconds")) json::read(m, "backward_seconds", mp.backward_seconds);

@@ -164,6 +164,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       return;
     }
     calls_summarized[m] += 1;
+    for (const detail::SummaryOp& op : summary.ops) modules[m].draw_bytes += op.draw_bytes;
     // Each summary entry's op in the profile (-1: none), first: a read may name a later entry.
     std::vector<int64_t> index_of(summary.ops.size(), -1);
     for (size_t e = 0; e < summary.ops.size(); ++e) {

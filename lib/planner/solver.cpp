@@ -217,7 +217,7 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
     return seconds;
   };
   auto add_selective = [&](std::vector<bool> keep) {
-    int64_t bytes = m.input_bytes;
+    int64_t bytes = m.input_bytes + m.draw_bytes;
     for (size_t k = 0; k < n; ++k) {
       if (keep[k]) bytes += m.ops[k].output_bytes;
     }
@@ -483,7 +483,7 @@ Plan transformer_everywhere(const MemoryProfile& profile, int64_t limit, const J
     mp.name = m.name;
     mp.type = m.type;
     mp.choice = ModuleChoice::Selective;
-    mp.bytes = m.input_bytes;
+    mp.bytes = m.input_bytes + m.draw_bytes;
     std::vector<bool> keep(m.ops.size(), false);
     for (size_t k = 0; k < m.ops.size(); ++k) {
       keep[k] = keepable(m.ops[k]) && kept_by_transformer_policy(m.ops[k].op);

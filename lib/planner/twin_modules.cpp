@@ -9,8 +9,9 @@ namespace {
 bool same_work(const ModuleProfile& a, const ModuleProfile& b) {
   // Not saved_bytes: a block's input that the block before saved is counted there, not here.
   if (a.type != b.type || a.calls != b.calls || a.input_bytes != b.input_bytes ||
-      a.shared_input_bytes != b.shared_input_bytes || a.ops.size() != b.ops.size() ||
-      a.replayed != b.replayed || a.dependencies_recorded != b.dependencies_recorded) {
+      a.shared_input_bytes != b.shared_input_bytes || a.draw_bytes != b.draw_bytes ||
+      a.ops.size() != b.ops.size() || a.replayed != b.replayed ||
+      a.dependencies_recorded != b.dependencies_recorded) {
     return false;
   }
   for (size_t k = 0; k < a.ops.size(); ++k) {

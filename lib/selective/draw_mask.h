@@ -28,6 +28,9 @@ class DrawMask {
   // not such a tensor.
   bool write_into(const at::Tensor& target) const;
 
+  // The bits' bytes (what the region holds for the draw until its rebuild).
+  int64_t bytes() const { return static_cast<int64_t>(bits_.size()); }
+
   DrawMask(const DrawMask&) = delete;
   DrawMask& operator=(const DrawMask&) = delete;
   ~DrawMask();

@@ -142,6 +142,7 @@ ForwardSummary ForwardTrace::summary() const {
     e.kept = node.kept != nullptr;
     e.swapped = e.kept && node.kept->entry.offloaded();
     e.output_bytes = node.output_bytes;
+    e.draw_bytes = node.draw ? node.draw->bytes() : 0;
     if (kind == SummaryOp::Kind::Decided) {
       for (const TensorUse& u : uses_read(node)) add_summary_reads(u, entry_of, ops, e.reads);
     }

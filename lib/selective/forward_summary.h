@@ -35,6 +35,9 @@ struct SummaryOp {
   // of another order may appear: a write can read what was made after the op.
   std::vector<uint32_t> reads;
   bool saved_for_backward = false;  // autograd saved a tensor of a storage it created
+  // Of a Write that draws (dropout's bernoulli_ on CPU): the bits its draw is kept as (DrawMask),
+  // which the region holds, whatever the policy keeps, until it is rebuilt.
+  int64_t draw_bytes = 0;
   // A later op of the region wrote into a storage of its outputs (created by it, or aliased).
   bool written_after = false;
   // Written after, and its kept output, were it the only one kept, would carry every such write
