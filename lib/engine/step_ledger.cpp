@@ -296,7 +296,7 @@ void ledger_policy_unmatched(std::vector<std::string> names) {
   row->region.unmatched_policy_names = std::move(names);
 }
 
-void ledger_replayed(const LedgerReplay& replay) {
+void ledger_replayed(const ReplayOutcome& replay) {
   LedgerRow* row = t_rebuild_row;
   if (row == nullptr) return;
   std::lock_guard lock(row->ledger->mutex);

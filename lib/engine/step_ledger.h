@@ -3,6 +3,8 @@
 // forward thread. Off (no ledger alive anywhere), each hook is one relaxed atomic load.
 #pragma once
 
+#include "engine/replay_outcome.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
@@ -37,18 +39,6 @@ enum class LedgerInputs {
   Held,       // no policy or a SavedTensorMeter: kept on the device as autograd keeps them
   Enclosing,  // a region around this one saved them: it recomputes them (counted nowhere)
   Outer,      // another policy (swap, offload): counted only as that policy charges the meters
-};
-
-// What one recomputation of a selective region reported (selective's ReplayOutcome).
-struct LedgerReplay {
-  bool replayed = false;
-  std::string fallback_reason;
-  int64_t ops_run = 0;
-  int64_t ops_skipped = 0;
-  int64_t ops_substituted = 0;
-  int64_t draws_written = 0;
-  int64_t writes_carried = 0;
-  int64_t replay_ns = 0;
 };
 
 // A region beginning in a forward on this thread: its row in the ledger alive here (or null, when
@@ -115,7 +105,7 @@ LedgerRow* ledger_row_running_here(bool& in_backward);
 void ledger_policy_unmatched(std::vector<std::string> names);
 
 // The selective replay's outcome, for the row being rebuilt on this thread (if any).
-void ledger_replayed(const LedgerReplay& replay);
+void ledger_replayed(const ReplayOutcome& replay);
 
 // ---- Plans ----
 

@@ -178,6 +178,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       const int64_t index = index_of[e];
       if (index < 0) continue;
       OpProfile& o = modules[m].ops[static_cast<size_t>(index)];
+      o.output_bytes += op.output_bytes;
       for (const uint32_t r : op.reads) {
         if (index_of[r] >= 0 && index_of[r] != index) add_once(o.reads, index_of[r]);
       }
@@ -209,13 +210,11 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       modules[m].ops.push_back(std::move(o));
       written_uncarried[m].push_back(false);
     }
-    OpProfile& o = modules[m].ops[it->second];
     const size_t index = it->second;
     timeline.add(last, now,
                  [this, m, index]() -> double& { return modules[m].ops[index].seconds; });
-    o.output_bytes += detail::distinct_storage_bytes(ctx.outputs, /*skip_parameter_like=*/false);
-    // What it reads, whether autograd saves it and whether a later op writes into it: from the
-    // region's trace when the call's forward ends (absorb).
+    // Its output bytes, what it reads, whether autograd saves it and whether a later op writes
+    // into it: from the region's trace when the call's forward ends (absorb).
     last = timeline.mark();  // the policy's own bookkeeping is not the op's time
     return CheckpointPolicy::MUST_SAVE;
   }

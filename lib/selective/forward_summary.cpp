@@ -2,7 +2,7 @@
 // SummaryOps (forward_summary.h).
 #include "forward_trace.h"
 
-#include "trace_tensors.h"
+#include "engine/tensor_accounting.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -10,16 +10,8 @@
 namespace recompose::detail {
 
 int64_t ForwardTrace::output_bytes(const torch::jit::Stack& stack, std::size_t n) {
-  c10::SmallVector<const c10::StorageImpl*, 2> seen;
-  int64_t bytes = 0;
-  for_each_output(stack, n, [&](uint32_t, const at::Tensor& t) {
-    if (!t.defined() || !t.has_storage()) return;
-    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-    if (std::find(seen.begin(), seen.end(), impl) != seen.end()) return;
-    seen.push_back(impl);
-    bytes += static_cast<int64_t>(impl->nbytes());
-  });
-  return bytes;
+  return distinct_storage_bytes(c10::ArrayRef<c10::IValue>(stack.data() + (stack.size() - n), n),
+                                /*skip_parameter_like=*/false);
 }
 
 void ForwardTrace::add_summary_reads(const TensorUse& use, const std::vector<uint32_t>& entry_of,
@@ -139,8 +131,6 @@ ForwardSummary ForwardTrace::summary() const {
       e.call_index = call_of[n];
       next_call[node.op] = e.call_index + 1;
     }
-    e.kept = node.kept != nullptr;
-    e.swapped = e.kept && node.kept->entry.offloaded();
     e.output_bytes = node.output_bytes;
     e.draw_bytes = node.draw ? node.draw->bytes() : 0;
     if (kind == SummaryOp::Kind::Decided) {

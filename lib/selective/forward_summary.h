@@ -25,8 +25,6 @@ struct SummaryOp {
   // The calls of its op before it (SelectiveCheckpointContext::call_index); an autocast cast is
   // none of its op's calls: the index the op's next call gets.
   int64_t call_index = 0;
-  bool kept = false;         // its outputs were kept (the policy saved or swapped them)
-  bool swapped = false;      // kept in host memory (MUST_SWAP)
   int64_t output_bytes = 0;  // bytes of the storages of its outputs, each once (aliases too)
   // Of a Decided op: the Decided ops (indices into ForwardSummary::ops, ascending, each once)
   // that created the storages it reads (a view reads its base's creator, a read after an

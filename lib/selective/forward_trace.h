@@ -13,6 +13,7 @@
 #pragma once
 
 #include "draw_mask.h"
+#include "engine/replay_outcome.h"
 #include "forward_summary.h"
 #include "generator_effect.h"
 #include "kept_output.h"
@@ -59,18 +60,6 @@ struct TensorUse {
   uint32_t storage = kUndefined;
   uint32_t version = 0;  // recorded writes into the storage before this use
   TensorGeometry geometry;
-};
-
-// How one recomputation of the region went, for the counters.
-struct ReplayOutcome {
-  bool replayed = false;
-  std::string fallback_reason;  // when !replayed
-  int64_t ops_run = 0;
-  int64_t ops_skipped = 0;
-  int64_t op_ns = 0;            // host time in the ops' kernels (and in writing kept draws back)
-  int64_t draws_written = 0;    // random ops not run: their kept draw written back (DrawMask)
-  int64_t ops_substituted = 0;  // ops run as a cheaper op (Node::replay_as)
-  int64_t writes_carried = 0;   // writes of the forward its kept outputs carried (carry_write)
 };
 
 class ForwardTrace {
@@ -233,7 +222,7 @@ class ForwardTrace {
     int64_t call_index;
     int64_t output_bytes;
   };
-  // The storages of the last n values on `stack`, each once.
+  // The storages of the last n values on `stack`, each once (distinct_storage_bytes).
   static int64_t output_bytes(const torch::jit::Stack& stack, std::size_t n);
   struct Saved {
     std::size_t index;

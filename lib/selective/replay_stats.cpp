@@ -21,9 +21,7 @@ namespace detail {
 
 void count_replay(const ReplayOutcome& outcome, int64_t replay_ns) {
   if (any_ledger_alive() && ledger_rebuilding()) {
-    ledger_replayed(LedgerReplay{outcome.replayed, outcome.fallback_reason, outcome.ops_run,
-                                 outcome.ops_skipped, outcome.ops_substituted,
-                                 outcome.draws_written, outcome.writes_carried, replay_ns});
+    ledger_replayed(outcome);
   }
   std::lock_guard lock(g_mutex);
   if (outcome.replayed) {
