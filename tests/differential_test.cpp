@@ -52,6 +52,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -82,12 +83,12 @@ c10::Device g_device(c10::kCPU);
 // the cast cache is cleared when the outermost scope exits.
 class AutocastScope {
  public:
-  explicit AutocastScope(bool on) : on_(on), type_(g_device.type()) {
+  explicit AutocastScope(bool on, bool fp16 = false) : on_(on), type_(g_device.type()) {
     if (!on_) return;
     prev_enabled_ = at::autocast::is_autocast_enabled(type_);
     prev_dtype_ = at::autocast::get_autocast_dtype(type_);
     at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+    at::autocast::set_autocast_dtype(type_, fp16 ? at::kHalf : at::kBFloat16);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
@@ -204,7 +205,7 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
           es.emplace(recompose::set_checkpoint_early_stop(c.es_guard == 1));
         std::optional<recompose::AsyncSaveOnCpu> offload;
         if (checkpointed && c.async_save) offload.emplace(manager);
-        AutocastScope autocast(c.autocast);
+        AutocastScope autocast(c.autocast, c.autocast_fp16);
         torch::Tensor out = model->forward(
             x, checkpointed && c.async_save && c.async_groups ? manager.get() : nullptr);
         loss = out.to(torch::kFloat).pow(2).mean();
@@ -228,7 +229,7 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
       torch::NoGradGuard no_grad;
       model->eval();
       torch::manual_seed(static_cast<uint64_t>(c.seed) + 17);
-      AutocastScope autocast(c.autocast);
+      AutocastScope autocast(c.autocast, c.autocast_fp16);
       rec.add("no-grad eval output", model->forward(inputs.back(), nullptr));
     }
     g_offloaded += manager->stats().tensors_offloaded;
@@ -247,7 +248,7 @@ void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::R
   auto step = [&] {
     torch::Tensor loss;
     {
-      AutocastScope autocast(c.autocast);
+      AutocastScope autocast(c.autocast, c.autocast_fp16);
       auto forward = [&](const torch::Tensor& in) { return model.forward(in, nullptr); };
       loss = (spec.enclosed ? recompose::checkpoint(forward, x.clone()) : forward(x.clone()))
                  .to(torch::kFloat)
@@ -365,6 +366,51 @@ std::string category(const std::vector<std::string>& diffs) {
   return "first diff: " + what;
 }
 
+// A BatchNorm op (of the kinds drawn) in a block whose region, or an enclosing block's, is
+// selective (functional segments aside).
+bool batch_norm_in_selective_block(const rt::diff::BlockDesc& b, bool in_selective) {
+  in_selective = in_selective || b.region.is_sac();
+  for (const auto& op : b.ops) {
+    if (in_selective && op.kind == rt::diff::OpKind::BatchNorm) return true;
+  }
+  return std::any_of(b.children.begin(), b.children.end(), [&](const rt::diff::BlockDesc& child) {
+    return batch_norm_in_selective_block(child, in_selective);
+  });
+}
+
+// What the cases drew of issue 48's shapes, so that a run shows it exercised them.
+struct DrawCounts {
+  int64_t autocast_bn_selective = 0, of_other_kinds = 0, fp16 = 0, twice = 0, back_to_back = 0;
+  void add(const CaseDesc& c) {
+    bool other_kind = false;
+    std::function<void(const rt::diff::BlockDesc&)> visit = [&](const rt::diff::BlockDesc& b) {
+      for (const auto& op : b.ops)
+        other_kind = other_kind || (op.kind == rt::diff::OpKind::BatchNorm && op.arg != 0);
+      for (const auto& child : b.children) visit(child);
+    };
+    for (const auto& b : c.blocks) visit(b);
+    const bool bn_selective = std::any_of(
+        c.blocks.begin(), c.blocks.end(),
+        [](const rt::diff::BlockDesc& b) { return batch_norm_in_selective_block(b, false); });
+    if (c.autocast && bn_selective) {
+      ++autocast_bn_selective;
+      of_other_kinds += other_kind ? 1 : 0;
+      fp16 += c.autocast_fp16 ? 1 : 0;
+    }
+    twice += std::any_of(c.twice.begin(), c.twice.end(), [](bool t) { return t; }) ? 1 : 0;
+    back_to_back += c.back_to_back ? 1 : 0;
+  }
+  void print(const char* prefix) const {
+    std::printf(
+        "%s drew: %lld cases with autocast and a BatchNorm in a selective block (%lld with one of "
+        "another kind than BatchNorm1d affine tracked, %lld in fp16), %lld with a block applied "
+        "twice, %lld with back-to-back regions\n",
+        prefix, static_cast<long long>(autocast_bn_selective),
+        static_cast<long long>(of_other_kinds), static_cast<long long>(fp16),
+        static_cast<long long>(twice), static_cast<long long>(back_to_back));
+  }
+};
+
 // Runs the differential cases on `device` (CPU, or CUDA with deterministic algorithms).
 void run_differential(const c10::Device& device, int64_t default_cases) {
   g_device = device;
@@ -396,8 +442,10 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
   int64_t failed = 0, invalid = 0;
   std::map<std::string, std::vector<int64_t>> by_category, by_attribution;
   const bool attribute = env_int("RECOMPOSE_DIFF_ATTRIBUTE", only >= 0 ? 1 : 0) != 0;
+  DrawCounts drawn;
   for (int64_t seed = first; seed < first + cases; ++seed) {
     const CaseDesc c = rt::diff::generate(static_cast<uint64_t>(seed), features);
+    drawn.add(c);
     if (verbose) std::printf("[differential] %s\n", c.str().c_str());
     std::vector<torch::Tensor> inputs;
     torch::manual_seed(static_cast<uint64_t>(seed) + 99991);
@@ -462,6 +510,7 @@ void run_differential(const c10::Device& device, int64_t default_cases) {
       static_cast<long long>(first + cases - 1), features.str().c_str(),
       static_cast<long long>(failed), static_cast<long long>(invalid),
       static_cast<long long>(g_offloaded));
+  drawn.print("[differential]");
   for (const auto& [what, seeds] : by_category) {
     std::printf("[differential]   %4zu x %s  (seeds", seeds.size(), what.c_str());
     for (size_t i = 0; i < seeds.size() && i < 8; ++i)
@@ -500,8 +549,10 @@ void run_planned_differential(int64_t default_cases) {
   at::set_num_threads(1);
   int64_t failed = 0;
   g_planned_modules = 0;
+  DrawCounts drawn;
   for (int64_t seed = first; seed < first + cases; ++seed) {
     CaseDesc c = rt::diff::generate(static_cast<uint64_t>(seed), features);
+    drawn.add(c);
     c.nograd = true;  // the eval output after training is compared too
     const PlanSpec spec = plan_spec(static_cast<uint64_t>(seed), c.steps);
     std::vector<torch::Tensor> inputs;
@@ -528,6 +579,7 @@ void run_planned_differential(int64_t default_cases) {
       static_cast<long long>(cases), static_cast<long long>(first),
       static_cast<long long>(first + cases - 1), static_cast<long long>(failed),
       static_cast<long long>(g_planned_modules));
+  drawn.print("[planned differential]");
   std::fflush(stdout);
   const std::string verdict =
       std::to_string(failed) + " of " + std::to_string(cases) +

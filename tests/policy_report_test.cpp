@@ -112,6 +112,9 @@ TEST_CASE(
   CHECK(text.find("kept") != std::string::npos);
   CHECK(text.find("view, in-place or out= op") != std::string::npos);
   CHECK(text.find("warning") == std::string::npos);
+  // Its training batch norms replay (with stand-in running statistics): no forward run again.
+  CHECK(report.replay_fallback_reason.empty());
+  CHECK(text.find("backward: the replay rebuilds what the policy dropped") != std::string::npos);
   // The module is left as found: BatchNorm's running statistics did not move.
   CHECK(torch::equal(block->bn1->running_mean, running_mean));
   CHECK(block->bn1->num_batches_tracked.item<int64_t>() == 0);

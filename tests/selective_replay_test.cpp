@@ -701,8 +701,8 @@ TORCH_MODULE(ConvBn);
 
 }  // namespace
 
-TEST_CASE("selective replay: a training batch norm replays without its running statistics") {
-  // Note [ Batch norm replayed without its running statistics ]: same bits, no second update.
+TEST_CASE("selective replay: a training batch norm replays with stand-in running statistics") {
+  // Note [ Batch norm replayed with stand-in running statistics ]: same bits, no second update.
   auto step = [](bool checkpointed, bool train) {
     torch::manual_seed(11);
     ConvBn block;

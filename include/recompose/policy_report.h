@@ -64,6 +64,10 @@ struct PolicyReport {
   // this region matched: they keep nothing here (a name the region's ops do not have, such as a
   // composite op's, or one meant for another region). Empty for a policy made from a callable.
   std::vector<std::string> unmatched_names;
+  // Why the region's backward would run its forward again instead of replaying only what it
+  // dropped (docs/architecture.md, "Selective replay"): the reason the replay's plan gives, which
+  // selective_replay_stats() and the step ledger count in training. Empty when it would replay.
+  std::string replay_fallback_reason;
 
   bool keeps_nothing() const { return ops_kept == 0 && ops_swapped == 0; }
   bool holds_more_than_no_checkpointing() const {

@@ -148,6 +148,11 @@ ForwardSummary ForwardTrace::summary() const {
     if (s.use.storage < storages_.size() && storages_[s.use.storage].source == Storage::Source::Op)
       ops[entry_of[storages_[s.use.storage].op]].saved_for_backward = true;
   }
+  summary.replay_fallback =
+      for_replay_
+          ? plan_replay(/*rng_preserved=*/true, std::vector<bool>(saved_.size(), true)).fallback
+          : "selective replay was off in the region's forward "
+            "(recompose::set_selective_replay_enabled(false))";
   return summary;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace recompose::detail {
@@ -46,6 +47,10 @@ struct SummaryOp {
 
 struct ForwardSummary {
   std::vector<SummaryOp> ops;  // in the order they ran (ignored ops left out)
+  // Why the region's backward would run its forward again rather than replay (the replay plan's
+  // reason, with every saved tensor needed and the RNG state preserved); empty when it would
+  // replay. Decided from the trace, as the backward decides before the replay runs.
+  std::string replay_fallback;
   // The summary could not be made (out of host memory): `ops` is empty, and says nothing.
   bool failed = false;
 };

@@ -1,5 +1,6 @@
 #include "forward_trace.h"
 
+#include "batch_norm_replay.h"
 #include "replay_substitute.h"
 #include "trace_tensors.h"
 
@@ -25,28 +26,6 @@ bool holds_tensor(const c10::IValue& v) {
     return false;
   }
   return v.isGenericDict() || v.isObject() || v.isFuture() || v.isCapsule();
-}
-
-// aten::native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-constexpr std::size_t kRunningMean = 3, kRunningVar = 4, kTraining = 5;
-
-// Note [ Batch norm replayed without its running statistics ]
-// native_batch_norm in training normalises with the batch's own statistics and writes the running
-// statistics beside (its schema does not say so). Its outputs do not read the running statistics,
-// so a replay runs it with None for them: the same bits, and no second update of the module's
-// buffers. In eval it only reads them, as any op reads an outside tensor. Other batch-norm kernels
-// (cudnn, miopen) still fall back.
-//
-// The training flag of a native_batch_norm call on `stack`; nullopt for any other op.
-std::optional<bool> native_batch_norm_training(const c10::OperatorHandle& op,
-                                               const torch::jit::Stack& stack) {
-  const auto& arguments = op.schema().arguments();
-  if (op.operator_name().name != "aten::native_batch_norm" || arguments.size() != 8 ||
-      stack.size() < arguments.size())
-    return std::nullopt;
-  const c10::IValue& training = stack[stack.size() - arguments.size() + kTraining];
-  if (!training.isBool()) return std::nullopt;
-  return training.toBool();
 }
 
 }  // namespace
@@ -130,20 +109,21 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
   node.hidden_writes = hidden_writes;
   const auto& arguments = op.schema().arguments();
   const std::size_t base = stack.size() - arguments.size();
-  // See Note [ Batch norm replayed without its running statistics ].
+  // See Note [ Batch norm replayed with stand-in running statistics ] (batch_norm_replay.h).
   const std::optional<bool> batch_norm_training =
       hidden_writes ? native_batch_norm_training(op, stack) : std::nullopt;
   if (batch_norm_training) node.hidden_writes = false;
-  const bool drop_running_stats = batch_norm_training.value_or(false);
+  const bool stand_in_running_stats = batch_norm_training.value_or(false);
   node.args.resize(arguments.size());
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& v = stack[base + i];
     Arg& arg = node.args[i];
     arg.first = static_cast<uint32_t>(node.uses.size());
-    if (drop_running_stats && (i == kRunningMean || i == kRunningVar)) {
-      arg.kind = Arg::Kind::Constant;
-      arg.constant = c10::IValue();  // None
-      arg.count = 0;
+    if (stand_in_running_stats && (i == kBatchNormRunningMean || i == kBatchNormRunningVar)) {
+      if (v.isTensor() && v.toTensor().defined()) {
+        arg.kind = Arg::Kind::StandIn;
+        arg.stand_in = std::make_unique<RunningStatStandIn>(RunningStatStandIn::of(v.toTensor()));
+      }  // else None, a constant
       continue;
     }
     if (v.isTensor()) {

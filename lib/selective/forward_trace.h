@@ -12,6 +12,7 @@
 // is not reused while the trace lives.
 #pragma once
 
+#include "batch_norm_replay.h"
 #include "draw_mask.h"
 #include "engine/replay_outcome.h"
 #include "forward_summary.h"
@@ -187,11 +188,13 @@ class ForwardTrace {
     uint32_t kept_version = 0;
   };
   struct Arg {
-    enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList };
+    // StandIn: a tensor the replay makes anew (a training batch norm's running statistic).
+    enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList, StandIn };
     Kind kind = Kind::Constant;
     uint32_t first = 0;  // uses_[first, first + count)
     uint32_t count = 0;
     c10::IValue constant;
+    std::unique_ptr<RunningStatStandIn> stand_in;  // StandIn
   };
   struct Node {
     Node(const c10::OperatorHandle& o, const OpTraits& t) : op(o), traits(&t) {}

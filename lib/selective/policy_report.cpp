@@ -160,6 +160,11 @@ std::string PolicyReport::to_string() const {
     for (const auto& name : unmatched_names) out << " " << name;
     out << "\n";
   }
+  if (replay_fallback_reason.empty()) {
+    out << "  backward: the replay rebuilds what the policy dropped\n";
+  } else {
+    out << "  backward: runs the region's forward again: " << replay_fallback_reason << "\n";
+  }
   for (const auto& [kind, text] : warnings_of(*this)) out << "  warning: " << text << "\n";
   return out.str();
 }
@@ -244,6 +249,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     }
   }
   report.unmatched_names = unmatched_names(policy, report.ops);
+  report.replay_fallback_reason = summary->replay_fallback;
   warn_once(report);
   return report;
 }

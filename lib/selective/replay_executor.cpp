@@ -7,9 +7,14 @@
 #include "replay_plan.h"
 #include "trace_tensors.h"
 
+#include <recompose/checkpoint_error.h>
+
 #include <ATen/core/List.h>
 #include <ATen/ops/as_strided.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -19,6 +24,23 @@ namespace {
 int64_t replay_ns_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
       .count();
+}
+
+// The tensor covers its storage's elements from the start, each once (offset 0, dense strides).
+bool dense_from_start(const TensorGeometry& g) {
+  if (g.offset != 0) return false;
+  c10::SmallVector<std::pair<int64_t, int64_t>, 5> dims;  // (stride, size) of dims of size > 1
+  for (std::size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 0) return true;
+    if (g.sizes[d] != 1) dims.emplace_back(g.strides[d], g.sizes[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
 }
 
 }  // namespace
@@ -37,10 +59,11 @@ class ForwardTrace::Executor {
         out_(out),
         bases_(trace.storages_.size()) {}
 
-  // Runs the plan; false (and why()) when an op returned another layout than in the forward.
-  bool run(ReplayOutcome& outcome) {
+  // Runs the plan to its end: whatever could make it stop was decided before (plan_replay,
+  // check_sources). Throws CheckpointError if an op returns another layout than in the forward.
+  void run(ReplayOutcome& outcome) {
     out_.assign(needed_.size(), at::Tensor());
-    for (std::size_t n = 0; n < t_.nodes_.size() && why_.empty(); ++n) {
+    for (std::size_t n = 0; n < t_.nodes_.size(); ++n) {
       emit_saved(n);
       const Node& node = t_.nodes_[n];
       if (!plan_.run[n]) {
@@ -54,11 +77,8 @@ class ForwardTrace::Executor {
       }
       for (uint32_t id : plan_.drop_after[n]) bases_[id] = Base{};
     }
-    if (!why_.empty()) return false;
     emit_saved(t_.nodes_.size());
-    return true;
   }
-  const std::string& why() const { return why_; }
 
  private:
   struct Base {
@@ -70,12 +90,48 @@ class ForwardTrace::Executor {
   void set_base(uint32_t id, at::Tensor t, bool copy) {
     if (plan_.last_use[id] < 0) return;  // an output nothing reads (a second output of the op...)
     if (copy) t = t.clone();
-    if (!t_.storages_[id].base.same_shape(t)) {
-      why_ = "an op it ran returned a tensor laid out otherwise than in the forward";
-      return;
+    const TensorGeometry& forward = t_.storages_[id].base;
+    if (!forward.same_shape(t)) {
+      if (!dense_from_start(forward) || t.scalar_type() != forward.dtype ||
+          t.sizes() != c10::IntArrayRef(forward.sizes))
+        throw_not_as_in_forward(id, t);
+      // The same values in other strides (a kernel that picks its output's memory format by more
+      // than its arguments): laid out again as in the forward, where every use finds them. The
+      // forward's output filled its storage from its start, so no use reaches beyond it.
+      t = at::empty_strided(forward.sizes, forward.strides, t.options()).copy_(t);
     }
     bases_[id] = Base{std::move(t), 0, true};
     bases_[id].delta = bases_[id].tensor.storage_offset() - t_.storages_[id].base.offset;
+  }
+
+  // Note [ A replayed op that returns another layout ]
+  // Every op the replay runs gets the forward's arguments (or stand-ins that give the same bits,
+  // batch_norm_replay.h; or a cheaper op proven equal, replay_substitute.h), below autograd and
+  // autocast as in the forward. An output laid out otherwise then means the op does not give the
+  // same result for the same arguments (it reads state beside them, or is nondeterministic in its
+  // layout): running the forward again would give other tensors too. Where only the strides
+  // differ (a kernel choosing its output's memory format by more than its arguments), the values
+  // are the same and set_base lays them out as in the forward. Other sizes or dtypes are what the
+  // frame's determinism check reports as "different metadata" in a forward run again; the replay
+  // reports it the same way, also under DeterminismCheck::None (PyTorch would hand such tensors to
+  // backward unchecked there; a replay cannot go on from them).
+  [[noreturn]] void throw_not_as_in_forward(uint32_t id, const at::Tensor& got) const {
+    const Storage& s = t_.storages_[id];
+    const Node& node = t_.nodes_[s.op];
+    auto describe = [](c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype) {
+      return std::string(c10::toString(dtype)) + " of sizes " + c10::str(sizes) + " and strides " +
+             c10::str(strides);
+    };
+    throw CheckpointError(
+        "recompose: checkpoint: Recomputed values for the following tensors have different "
+        "metadata than during the forward pass: the selective replay ran " +
+        node.op.schema().name() + " with the forward's arguments and its output " +
+        std::to_string(s.output) + " is " +
+        describe(got.sizes(), got.strides(), got.scalar_type()) + " where the forward's was " +
+        describe(s.base.sizes, s.base.strides, s.base.dtype) +
+        ". The op does not return the same result for the same arguments (it is nondeterministic "
+        "or reads state beside them); running the region's forward again would differ too. Keep "
+        "its output (MUST_SAVE in the region's policy), or make it deterministic.");
   }
 
   // Inputs and outside tensors were checked before anything ran (ForwardTrace::check_sources).
@@ -152,6 +208,9 @@ class ForwardTrace::Executor {
         case Arg::Kind::Constant:
           stack.push_back(arg.constant);
           break;
+        case Arg::Kind::StandIn:
+          stack.emplace_back(arg.stand_in->make());
+          break;
         case Arg::Kind::Tensor:
           stack.emplace_back(materialize(node.uses[arg.first]));
           break;
@@ -202,7 +261,6 @@ class ForwardTrace::Executor {
   std::vector<at::Tensor>& out_;
   std::vector<Base> bases_;
   std::size_t next_saved_ = 0;
-  std::string why_;
 };
 
 std::string ForwardTrace::check_sources(const ReplayPlan& plan,
@@ -241,12 +299,10 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     }
     GeneratorStash stash(std::move(generators));
     Executor executor(*this, plan, inputs, needed, replay_kept, out);
-    if (executor.run(outcome)) {
-      outcome.writes_carried = writes_carried_;
-      outcome.replayed = true;
-      return outcome;
-    }
-    why = executor.why();
+    executor.run(outcome);
+    outcome.writes_carried = writes_carried_;
+    outcome.replayed = true;
+    return outcome;
   }
   out.clear();
   outcome = ReplayOutcome{};

@@ -27,10 +27,14 @@ namespace recompose::detail {
 //  - What the plan cannot rebuild exactly makes the region fall back, with the reason counted
 //    (SelectiveReplayStats): an op whose arguments it cannot rebuild, a write into a tensor from
 //    outside the region or undeclared in the schema (but native_batch_norm's, see Note [ Batch
-//    norm replayed without its running statistics ]), a kept op that writes into an argument, a
+//    norm replayed with stand-in running statistics ]), a kept op that writes into an argument, a
 //    random op under preserve_rng_state(false), views of another dtype, an outside tensor
-//    written since the forward, inputs that came back in another layout, an op that returns
-//    another layout than in the forward. Every other inconsistency is an internal error.
+//    written since the forward, inputs that came back in another layout.
+//  - All of it is decided before anything runs (plan_replay, then check_sources): a replay that
+//    starts runs to its end, so a fallback always finds every kept output still there. An op that
+//    returns another layout than in the forward is the determinism check's error, as in a forward
+//    run again (Note [ A replayed op that returns another layout ], replay_executor.cpp); every
+//    other inconsistency is an internal error.
 // The fallback runs the region's forward again under the recompute context (the rerun).
 
 void replay_invariant_broken(const std::string& what) {

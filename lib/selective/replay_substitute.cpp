@@ -37,6 +37,10 @@ std::optional<c10::OperatorHandle> cheaper_replay_op(const c10::OperatorHandle& 
   // _safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
   if (constants.size() != 3 || !constants[1].isInt() || !result.defined() || result.dim() == 0)
     return std::nullopt;
+  // softmax returns a contiguous tensor: the substitute is laid out as the forward's result only
+  // then (decided here, so that the replay never meets another layout; Note [ A replayed op that
+  // returns another layout ], replay_executor.cpp).
+  if (!result.is_contiguous()) return std::nullopt;
   const int64_t dim = c10::maybe_wrap_dim(constants[1].toInt(), result.dim());
   if (!no_row_all_zero(result, dim)) return std::nullopt;
   return plain_softmax();

@@ -131,7 +131,6 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     }
     RECORD_USER_SCOPE("recompose::selective_replay");  // a span in profiles (gpt --profile)
     const auto start = std::chrono::steady_clock::now();
-    bool handed_out = false;
     auto replay_kept = [&](const c10::OperatorHandle& op, KeptOutput& kept,
                            torch::jit::Stack* values) {
       if (!kept.available()) throw CheckpointError(extra_backward_error(op.schema().name()));
@@ -139,7 +138,6 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       kept.entry.replay(op, kept.call_index, s.allow_cache_entry_mutation, values);
       // One replay per region, as one recomputation: free the kept outputs as backward goes.
       kept.consume();
-      handed_out = true;
       return own;
     };
     detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
@@ -147,16 +145,8 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - start);
     detail::count_replay(outcome, ns.count());
-    if (!outcome.replayed && handed_out) {
-      // Not reached in practice (what can fail is checked before a kept output is used), but
-      // running the forward again would now find kept outputs gone: say so rather than fall back.
-      throw CheckpointError(
-          "recompose: selective checkpoint: the replay of a region gave up after using its kept "
-          "outputs (" +
-          outcome.fallback_reason +
-          "). Please report this with the model that triggers it; "
-          "recompose::set_selective_replay_enabled(false) works around it.");
-    }
+    // A replay that runs never gives up (Note [ The replay's contract ]): a fallback is decided
+    // before any kept output is handed out, and the forward run again still finds them all.
     if (!outcome.replayed) return false;
     s.replayed = true;
     s.trace

@@ -1,6 +1,8 @@
 // Seeded random models for the differential test; see random_model.h.
 #include "random_model.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +68,12 @@ const std::vector<std::pair<std::string, std::string>>& Features::all() {
       {"bn_idle",
        "the shared BatchNorm called on an all-zero batch (ReLU of -|x|): its running mean stays as "
        "it was"},
+      {"bn_kinds",
+       "BatchNorm ops without affine parameters, without running statistics, 2-d (contiguous or "
+       "channels-last) and 3-d (channels-last)"},
+      {"autocast_fp16", "autocast in float16 instead of bfloat16 (where the CPU runs it)"},
+      {"back_to_back",
+       "every top-level block checkpointed: each boundary between two regions held once"},
   };
   return list;
 }
@@ -271,7 +279,7 @@ std::string OpDesc::str() const {
     case OpKind::LayerNorm:
       return "ln";
     case OpKind::BatchNorm:
-      return "bn";
+      return "bn" + BnKind{arg}.str();
     case OpKind::Gelu:
       return "gelu";
     case OpKind::Relu:
@@ -316,6 +324,14 @@ std::string OpDesc::str() const {
   return "?";
 }
 
+std::string BnKind::str() const {
+  static const char* const layouts[] = {"", "2d", "2d-cl", "3d-cl"};
+  std::string s = layouts[layout()];
+  if (!affine()) s += "-noaffine";
+  if (!tracked()) s += "-untracked";
+  return s.empty() ? s : "(" + s + ")";
+}
+
 std::string BlockDesc::str(const std::string& name) const {
   std::string s = name + "[" + region.str() + "](";
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -333,7 +349,8 @@ std::string CaseDesc::str() const {
   std::ostringstream s;
   s << "seed=" << seed << " B=" << batch << " W=" << width;
   if (seq) s << " T=" << seq;
-  s << " steps=" << steps << " autocast=" << (autocast ? "bf16" : "off") << " retain=" << retain
+  s << " steps=" << steps << " autocast=" << (autocast ? (autocast_fp16 ? "fp16" : "bf16") : "off")
+    << (back_to_back ? " back-to-back" : "") << " retain=" << retain
     << " mode=" << (eval ? "eval" : "train") << (eval_switch ? "->flip" : "")
     << " async=" << (async_save ? (async_groups ? "groups" : "on") : "off") << " es_guard="
     << (es_guard == 0   ? "-"
@@ -373,6 +390,9 @@ struct Gen {
   int uni_composite(int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(composite);
   }
+  // And issue 48's (bn_kinds, autocast_fp16, back_to_back).
+  std::mt19937_64 issue48;
+  int uni_issue48(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(issue48); }
   bool coin(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
   int uni(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
   template <class T>
@@ -523,6 +543,9 @@ struct Gen {
         }
         if (op.kind == OpKind::Dropout) op.arg = p;
       }
+      // A BatchNorm of another kind half of the time (issue 48), from its own stream.
+      const int bn_bits = uni_issue48(0, 31);
+      if (op.kind == OpKind::BatchNorm && f("bn_kinds") && bn_bits < 16) op.arg = bn_bits;
       // Any simple op may become a call of the shared BatchNorm (idle or not).
       const bool shared = extra_coin(0.06);
       const bool idle = extra_coin(0.4);
@@ -591,6 +614,15 @@ void walk_all(CaseDesc& c,
 
 }  // namespace
 
+// True if the block or one of its sub-blocks runs rrelu (which LibTorch's CPU kernels do not run
+// in float16).
+bool uses_rrelu(const BlockDesc& b) {
+  for (const auto& op : b.ops) {
+    if (op.kind == OpKind::RRelu) return true;
+  }
+  return std::any_of(b.children.begin(), b.children.end(), uses_rrelu);
+}
+
 // True if the block or one of its sub-blocks calls the shared BatchNorm.
 bool uses_shared_bn(const BlockDesc& b) {
   for (const auto& op : b.ops) {
@@ -599,9 +631,30 @@ bool uses_shared_bn(const BlockDesc& b) {
   return std::any_of(b.children.begin(), b.children.end(), uses_shared_bn);
 }
 
+bool cpu_autocast_fp16_supported() {
+  static const bool supported = [] {
+    const bool was_enabled = at::autocast::is_autocast_enabled(at::kCPU);
+    const at::ScalarType was_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+    bool ok = true;
+    try {
+      at::autocast::set_autocast_dtype(at::kCPU, at::kHalf);
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+      (void)torch::linear(torch::ones({2, 4}), torch::ones({4, 4}), torch::ones({4}));
+    } catch (const c10::Error&) {
+      ok = false;
+    }
+    at::autocast::set_autocast_enabled(at::kCPU, was_enabled);
+    at::autocast::set_autocast_dtype(at::kCPU, was_dtype);
+    at::autocast::clear_cache();
+    return ok;
+  }();
+  return supported;
+}
+
 CaseDesc generate(uint64_t seed, const Features& f) {
-  Gen g{std::mt19937_64(mix(seed + 0x5eed)), f, std::mt19937_64(mix(seed + 0xb4e23)),
-        std::mt19937_64(mix(seed + 0xa26317)), std::mt19937_64(mix(seed + 0xc0305173))};
+  Gen g{std::mt19937_64(mix(seed + 0x5eed)),     f,
+        std::mt19937_64(mix(seed + 0xb4e23)),    std::mt19937_64(mix(seed + 0xa26317)),
+        std::mt19937_64(mix(seed + 0xc0305173)), std::mt19937_64(mix(seed + 0x155e48))};
   CaseDesc c;
   c.seed = seed;
   c.batch = g.uni(4, 8);
@@ -632,6 +685,17 @@ CaseDesc generate(uint64_t seed, const Features& f) {
     const int outside = g.uni_extra(0, 6);
     c.twice.push_back(f("bn_twice") && twice);
     c.outside_bn.push_back(f("bn_outside") && outside <= 2 ? outside : 0);
+  }
+  // Issue 48's case switches, from its stream: the cases drawn before keep their draws.
+  const bool fp16 = g.uni_issue48(0, 1) == 0;
+  c.autocast_fp16 = c.autocast && fp16 && f("autocast_fp16") && cpu_autocast_fp16_supported() &&
+                    !std::any_of(c.blocks.begin(), c.blocks.end(), uses_rrelu);
+  const bool back_to_back = g.uni_issue48(0, 3) == 0;
+  c.back_to_back = back_to_back && f("back_to_back") && n > 1;
+  if (c.back_to_back) {
+    for (auto& b : c.blocks) {
+      if (b.region.kind == RegionDesc::Kind::None) b.region.kind = RegionDesc::Kind::Full;
+    }
   }
   c.shared_bn = std::any_of(c.blocks.begin(), c.blocks.end(), uses_shared_bn) ||
                 std::any_of(c.outside_bn.begin(), c.outside_bn.end(), [](int o) { return o != 0; });
@@ -701,9 +765,27 @@ RandBlockImpl::RandBlockImpl(const BlockDesc& d, int64_t w, bool ckpt,
         op_modules[i] = register_module(name + "_ln",
                                         torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
         break;
-      case OpKind::BatchNorm:
-        op_modules[i] = register_module(name + "_bn", torch::nn::BatchNorm1d(width));
+      case OpKind::BatchNorm: {
+        const BnKind k{desc.ops[i].arg};
+        const bool a = k.affine(), t = k.tracked();
+        if (k.layout() == BnKind::D1) {
+          op_modules[i] = register_module(
+              name + "_bn",
+              torch::nn::BatchNorm1d(
+                  torch::nn::BatchNorm1dOptions(width).affine(a).track_running_stats(t)));
+        } else if (k.layout() == BnKind::D3ChannelsLast) {
+          op_modules[i] = register_module(
+              name + "_bn",
+              torch::nn::BatchNorm3d(
+                  torch::nn::BatchNorm3dOptions(width / 4).affine(a).track_running_stats(t)));
+        } else {
+          op_modules[i] = register_module(
+              name + "_bn",
+              torch::nn::BatchNorm2d(
+                  torch::nn::BatchNorm2dOptions(width / 4).affine(a).track_running_stats(t)));
+        }
         break;
+      }
       case OpKind::Dropout:
         op_modules[i] = register_module(name + "_drop", torch::nn::Dropout(desc.ops[i].arg / 10.0));
         break;
@@ -740,9 +822,27 @@ torch::Tensor RandBlockImpl::run(torch::Tensor cur, torch::Tensor res, size_t be
         break;
       case OpKind::BatchNorm: {
         const auto sizes = cur.sizes().vec();
-        cur = std::static_pointer_cast<torch::nn::BatchNorm1dImpl>(op_modules[i])
-                  ->forward(cur.reshape({-1, W}))
-                  .reshape(sizes);
+        const BnKind k{op.arg};
+        switch (k.layout()) {
+          case BnKind::D1:
+            cur = std::static_pointer_cast<torch::nn::BatchNorm1dImpl>(op_modules[i])
+                      ->forward(cur.reshape({-1, W}));
+            break;
+          case BnKind::D2:
+          case BnKind::D2ChannelsLast: {
+            torch::Tensor in = cur.reshape({-1, W / 4, 2, 2});
+            if (k.layout() == BnKind::D2ChannelsLast)
+              in = in.contiguous(at::MemoryFormat::ChannelsLast);
+            cur = std::static_pointer_cast<torch::nn::BatchNorm2dImpl>(op_modules[i])->forward(in);
+            break;
+          }
+          case BnKind::D3ChannelsLast:
+            cur = std::static_pointer_cast<torch::nn::BatchNorm3dImpl>(op_modules[i])
+                      ->forward(cur.reshape({-1, W / 4, 1, 2, 2})
+                                    .contiguous(at::MemoryFormat::ChannelsLast3d));
+            break;
+        }
+        cur = cur.reshape(sizes);
         break;
       }
       case OpKind::Gelu:

@@ -79,10 +79,23 @@ enum class OpKind {
   SmoothedCe,    // cur + class-weighted, label-smoothed cross entropy of cur with ignored targets
 };
 
+// The kinds of BatchNorm (OpDesc::arg of OpKind::BatchNorm, feature bn_kinds): bit 0 without
+// affine parameters, bit 1 without running statistics, bits 2-3 the layout: BatchNorm1d on
+// [N, W], BatchNorm2d on [N, W/4, 2, 2] contiguous or channels-last, BatchNorm3d on
+// [N, W/4, 1, 2, 2] channels-last.
+struct BnKind {
+  enum Layout { D1 = 0, D2 = 1, D2ChannelsLast = 2, D3ChannelsLast = 3 };
+  int bits = 0;
+  bool affine() const { return (bits & 1) == 0; }
+  bool tracked() const { return (bits & 2) == 0; }
+  Layout layout() const { return static_cast<Layout>((bits >> 2) & 3); }
+  std::string str() const;  // "" for the default (BatchNorm1d, affine, tracked)
+};
+
 struct OpDesc {
   OpKind kind;
-  int arg =
-      0;  // Sub: child index; Functional: how many following ops it wraps; Dropout: p in tenths
+  int arg = 0;  // Sub: child index; Functional: how many following ops it wraps; Dropout: p in
+                // tenths; BatchNorm: its BnKind's bits
   RegionDesc region;  // Functional
   std::string str() const;
 };
@@ -100,11 +113,12 @@ struct CaseDesc {
   std::vector<BlockDesc> blocks;
   int steps = 2;
   bool autocast = false;
-  bool retain = false;        // retain_graph and a second backward
-  bool eval = false;          // forward in eval mode
-  bool eval_switch = false;   // mode flipped between forward and backward
-  bool async_save = false;    // AsyncSaveOnCpu around the forward
-  bool async_groups = false;  // one SwapGroupScope per top-level block
+  bool autocast_fp16 = false;  // autocast in float16 instead of bfloat16 (feature autocast_fp16)
+  bool retain = false;         // retain_graph and a second backward
+  bool eval = false;           // forward in eval mode
+  bool eval_switch = false;    // mode flipped between forward and backward
+  bool async_save = false;     // AsyncSaveOnCpu around the forward
+  bool async_groups = false;   // one SwapGroupScope per top-level block
   int es_guard = 0;  // 0: none, 1: set_checkpoint_early_stop(true), 2: (false) around the forward
   bool adam = false;
   bool x_grad = false;   // the input requires grad
@@ -115,8 +129,15 @@ struct CaseDesc {
   std::vector<bool> twice;
   std::vector<int> outside_bn;
   bool shared_bn = false;  // one BatchNorm1d shared by the blocks that use it and by the model
+  // Every top-level block checkpointed (full where none was drawn): each boundary is the output of
+  // one region and the input of the next (feature back_to_back).
+  bool back_to_back = false;
   std::string str() const;
 };
+
+// Whether this CPU's autocast runs matrix products in float16 (feature autocast_fp16 is masked
+// where it does not).
+bool cpu_autocast_fp16_supported();
 
 // The description drawn from `seed` with `features`.
 CaseDesc generate(uint64_t seed, const Features& features);
