@@ -83,26 +83,29 @@ struct BnBlockImpl : torch::nn::Module {
     } else {
       auto conv = [&](const char* name) -> std::shared_ptr<torch::nn::Module> {
         if (dims == 1)
-          return register_module(name, torch::nn::Conv1d(torch::nn::Conv1dOptions(c, c, 3).padding(1)));
+          return register_module(name,
+                                 torch::nn::Conv1d(torch::nn::Conv1dOptions(c, c, 3).padding(1)));
         if (dims == 2)
-          return register_module(name, torch::nn::Conv2d(torch::nn::Conv2dOptions(c, c, 3).padding(1)));
-        return register_module(name, torch::nn::Conv3d(torch::nn::Conv3dOptions(c, c, 3).padding(1)));
+          return register_module(name,
+                                 torch::nn::Conv2d(torch::nn::Conv2dOptions(c, c, 3).padding(1)));
+        return register_module(name,
+                               torch::nn::Conv3d(torch::nn::Conv3dOptions(c, c, 3).padding(1)));
       };
       proj_conv = conv("proj");
       out_conv = conv("out");
     }
     if (dims <= 1) {
       bn = register_module(
-          "bn",
-          torch::nn::BatchNorm1d(torch::nn::BatchNorm1dOptions(c).affine(affine).track_running_stats(track)));
+          "bn", torch::nn::BatchNorm1d(
+                    torch::nn::BatchNorm1dOptions(c).affine(affine).track_running_stats(track)));
     } else if (dims == 2) {
       bn = register_module(
-          "bn",
-          torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c).affine(affine).track_running_stats(track)));
+          "bn", torch::nn::BatchNorm2d(
+                    torch::nn::BatchNorm2dOptions(c).affine(affine).track_running_stats(track)));
     } else {
       bn = register_module(
-          "bn",
-          torch::nn::BatchNorm3d(torch::nn::BatchNorm3dOptions(c).affine(affine).track_running_stats(track)));
+          "bn", torch::nn::BatchNorm3d(
+                    torch::nn::BatchNorm3dOptions(c).affine(affine).track_running_stats(track)));
     }
   }
   torch::Tensor project(const std::shared_ptr<torch::nn::Module>& conv, torch::nn::Linear& lin,
@@ -225,10 +228,10 @@ std::vector<torch::Tensor> flaky_step(const char* op, bool checkpointed) {
   auto body = [&](const torch::Tensor& in) {
     return (call_flaky(op, in.detach() * 2) * w).sin() + in;
   };
-  torch::Tensor y =
-      checkpointed
-          ? recompose::checkpoint(CheckpointOptions().policy(SelectivePolicy({"aten::mul"})), body, x)
-          : body(x);
+  torch::Tensor y = checkpointed
+                        ? recompose::checkpoint(
+                              CheckpointOptions().policy(SelectivePolicy({"aten::mul"})), body, x)
+                        : body(x);
   y.sum().backward();
   return {y.detach(), x.grad(), w.grad()};
 }
@@ -329,7 +332,7 @@ TEST_SUITE("batch norm replay") {
     // training counts.
     torch::Tensor outside = torch::zeros({3});
     auto body = [&](const torch::Tensor& x) {
-      outside.copy_(x.exp());     // an op of the region writes into an outside tensor
+      outside.copy_(x.exp());      // an op of the region writes into an outside tensor
       return (outside * x).sin();  // ... and backward needs that version of it
     };
     torch::Tensor x = torch::randn({3}, torch::requires_grad());

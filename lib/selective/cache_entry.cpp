@@ -69,7 +69,7 @@ CacheEntry::CacheEntry(CacheEntry&& other) noexcept
       written_after_capture_(other.written_after_capture_),
       carries_writes_(other.carries_writes_),
       bytes_(other.bytes_),
-      charge_(std::move(other.charge_)) {
+      charges_(std::move(other.charges_)) {
   other.bytes_ = 0;
 }
 
@@ -84,22 +84,34 @@ CacheEntry& CacheEntry::operator=(CacheEntry&& other) noexcept {
     written_after_capture_ = other.written_after_capture_;
     carries_writes_ = other.carries_writes_;
     bytes_ = other.bytes_;
-    charge_ = std::move(other.charge_);
+    charges_ = std::move(other.charges_);
     other.bytes_ = 0;
   }
   return *this;
 }
 
-// The bytes of the storages this entry holds (each once), added to the process-wide figure.
+// The bytes of the storages this entry holds (each once), added to the process-wide figure, and
+// each storage charged to the forward thread's meters and ledger as a storage, not as bytes: a
+// meter counts a storage once however many hold it (a kept output that is also the next region's
+// input, which that region saves).
 void CacheEntry::account() {
   g_bytes_kept.fetch_sub(bytes_, std::memory_order_relaxed);
   bytes_ = 0;
-  auto seen = device_storages();  // offloaded tensors hold no device memory here
-  std::sort(seen.begin(), seen.end());
-  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-  for (const c10::StorageImpl* st : seen) bytes_ += static_cast<int64_t>(st->nbytes());
+  charges_.clear();
+  c10::SmallVector<const c10::StorageImpl*, 4> seen;
+  for (const c10::IValue& v : values_) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      // Offloaded tensors' markers hold no device memory.
+      if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) return t;
+      const c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
+      if (std::find(seen.begin(), seen.end(), st) != seen.end()) return t;
+      seen.push_back(st);
+      bytes_ += static_cast<int64_t>(st->nbytes());
+      charges_.emplace_back(t);
+      return t;
+    });
+  }
   g_bytes_kept.fetch_add(bytes_, std::memory_order_relaxed);
-  charge_ = MeterCharge(bytes_);
 }
 
 CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, Offloader* swap) {
@@ -236,7 +248,7 @@ c10::SmallVector<const c10::StorageImpl*, 4> CacheEntry::device_storages() const
 
 void CacheEntry::release() noexcept {
   g_bytes_kept.fetch_sub(bytes_, std::memory_order_relaxed);
-  charge_.refund();
+  charges_.clear();
   bytes_ = 0;
   values_.clear();
   values_.shrink_to_fit();

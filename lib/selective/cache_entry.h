@@ -94,8 +94,9 @@ class CacheEntry {
   // after the writes (accept_write): replay() hands out tensors with version counters of their
   // own.
   bool carries_writes_ = false;
-  int64_t bytes_ = 0;   // counted in selective_checkpoint_bytes_kept()
-  MeterCharge charge_;  // the same bytes, charged to the meters of the forward thread
+  int64_t bytes_ = 0;  // counted in selective_checkpoint_bytes_kept()
+  // The same storages, each charged to the meters and the ledger of the forward thread.
+  std::vector<MeterCharge> charges_;
   void account();
   c10::SmallVector<const c10::StorageImpl*, 4> device_storages() const;
 };
