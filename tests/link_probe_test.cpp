@@ -141,7 +141,10 @@ TEST_CASE("never-stall offload on CUDA: gradients equal, copies landed, bandwidt
   if (total.bytes_offloaded > 0) CHECK(total.achieved_bytes_per_second() > 0);
 }
 
-TEST_CASE("peak budget on CUDA: the caching allocator's peak stays at or below the budget (+5%)") {
+// What this checks: the caching allocator's measured peak stays at or below 1.05x the budget. It
+// is not a lower bound and not "within 5%": on an H100 (2026-11-26, runs 14 and 15) the measured
+// peak was 0.70x and 0.81x of the budget, and the solver refused 0.5 of the plain peak.
+TEST_CASE("peak budget on CUDA: the measured peak stays at or below 1.05x the budget") {
 #ifdef RECOMPOSE_WITH_CUDA
   torch::manual_seed(0);
   LinkNet net(8, 1024);
@@ -171,7 +174,9 @@ TEST_CASE("peak budget on CUDA: the caching allocator's peak stays at or below t
     step();
     torch::cuda::synchronize();
     const int64_t measured = cuda_peak();
-    MESSAGE("budget " << budget << ", simulated " << plan.peak_bytes << ", measured " << measured);
+    MESSAGE("budget " << budget << ", simulated " << plan.peak_bytes << ", measured " << measured
+                      << " (" << static_cast<double>(measured) / static_cast<double>(budget)
+                      << "x the budget)");
     CHECK(static_cast<double>(measured) <= 1.05 * static_cast<double>(budget));
     recompose::remove_plan(*net, plan);
     ++planned;
