@@ -1,5 +1,6 @@
 // The memory-budget planner: profile, solve, apply, save/load (recompose/planner.h).
 #include "planner/copy_window_model.h"
+#include "selective/transformer_save_list.h"
 #include "support/grad_check.h"
 #include "support/selective_helpers.h"
 
@@ -784,4 +785,208 @@ TEST_CASE("planner: an input two modules take is counted once, and the least pla
   const auto planned =
       rt::grads_of([&] { return planned_net(x).pow(2).mean(); }, planned_net->parameters());
   CHECK(rt::bitwise_equal(plain, planned));
+}
+
+namespace {
+
+// A configuration as candidate_plans compares them: per module its choice, kept and swapped ops.
+bool same_configuration(const Plan& a, const Plan& b) {
+  if (a.modules.size() != b.modules.size()) return false;
+  for (size_t i = 0; i < a.modules.size(); ++i) {
+    const auto &x = a.modules[i], &y = b.modules[i];
+    if (x.name != y.name || x.choice != y.choice || !(x.save == y.save) || !(x.swap == y.swap))
+      return false;
+  }
+  return true;
+}
+
+// Every module of `p` under one choice, or (Selective) keeping what transformer_policy keeps;
+// `every_second`: with every second aten::mm recomputed. Only the configuration and the bytes the
+// solver's pricing gives it (estimated bytes, without what a plan holds besides the modules).
+Plan preset_by_hand(const recompose::MemoryProfile& p, ModuleChoice choice,
+                    bool every_second = false) {
+  Plan plan;
+  for (const auto& m : p.modules) {
+    recompose::ModulePlan mp;
+    mp.name = m.name;
+    mp.type = m.type;
+    mp.choice = choice;
+    switch (choice) {
+      case ModuleChoice::None:
+        mp.bytes = m.saved_bytes;
+        break;
+      case ModuleChoice::Full:
+        mp.bytes = m.input_bytes;
+        break;
+      case ModuleChoice::Offload:
+        mp.bytes = m.shared_input_bytes;
+        break;
+      default: {
+        mp.bytes = m.input_bytes + m.draw_bytes;
+        const auto list = recompose::detail::transformer_save_list();
+        for (const auto& o : m.ops) {
+          const bool keepable = (!o.mutated || o.carries_write) && !o.inplace && !o.view &&
+                                o.op.rfind("aten::empty", 0) != 0 &&
+                                o.op.rfind("aten::new_empty", 0) != 0;
+          const bool listed = std::find(list.begin(), list.end(), o.op) != list.end();
+          if (!keepable || !listed) continue;
+          if (every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1) continue;
+          mp.save.push_back({o.op, o.call_index});
+          mp.bytes += o.output_bytes;
+        }
+      }
+    }
+    plan.bytes += mp.bytes;
+    plan.modules.push_back(mp);
+  }
+  return plan;
+}
+
+bool solver_or_transformer(const recompose::PlanCandidate& c) {
+  return c.name.rfind("solver (", 0) == 0 || c.name == "transformer_policy";
+}
+
+// solve_plan's plan is the fastest of candidate_plans' solver and transformer_policy candidates.
+void check_solve_plan_is_fastest(const recompose::MemoryProfile& p, const Budget& budget,
+                                 const recompose::SolveOptions& options) {
+  const auto cs = recompose::candidate_plans(p, budget, options);
+  const Plan plan = recompose::solve_plan(p, budget, options);
+  auto best = std::find_if(cs.begin(), cs.end(), solver_or_transformer);
+  REQUIRE(best != cs.end());
+  CHECK((best->plan.modules == plan.modules));
+  CHECK(best->plan.bytes == plan.bytes);
+  CHECK(best->plan.step_seconds == plan.step_seconds);
+  CHECK(best->plan.peak_bytes == plan.peak_bytes);
+  CHECK(best->plan.budget_bytes == plan.budget_bytes);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "planner: candidate_plans lists the solver's plans and the presets that fit, each estimated "
+    "by the solver's pricing, fastest first; solve_plan takes the fastest solver plan") {
+  const auto& p = shared_profile();
+  const recompose::SolveOptions no_copies;
+  const auto copies =
+      recompose::SolveOptions().offload(recompose::OffloadMode::Always).copy_bandwidth(2e9);
+  int64_t inputs = 0, largest = 0;
+  for (const auto& m : p.modules)
+    inputs += m.input_bytes, largest = std::max(largest, m.saved_bytes);
+  // What the solver's pricing gives full checkpointing: the least plan without copies.
+  const Plan least = recompose::solve_plan(p, Budget::bytes(recompose::min_plan_bytes(p)));
+  for (const auto& m : least.modules) REQUIRE(m.choice == ModuleChoice::Full);
+
+  for (const bool offload : {false, true}) {
+    CAPTURE(offload);
+    const auto* options = offload ? &copies : &no_copies;
+    // Every preset fits.
+    const auto cs = recompose::candidate_plans(p, Budget::fraction(1.5), *options);
+    REQUIRE(!cs.empty());
+    std::set<std::string> names;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      CAPTURE(cs[i].name);
+      CHECK(names.insert(cs[i].name).second);
+      CHECK(cs[i].plan.bytes <= cs[i].plan.budget_bytes);
+      CHECK(cs[i].plan.budget_bytes == Budget::fraction(1.5).resolve(p));
+      CHECK(cs[i].plan.peak_bytes > 0);
+      CHECK(cs.front().plan.step_seconds <= cs[i].plan.step_seconds);
+      if (i > 0) CHECK(cs[i - 1].plan.step_seconds <= cs[i].plan.step_seconds);
+      for (size_t j = 0; j < i; ++j) CHECK(!same_configuration(cs[i].plan, cs[j].plan));
+    }
+    for (const auto& name : names) {
+      const std::set<std::string> known = {
+          "solver (no copies)", "solver (swaps)",  "solver (offload)", "none", "full",
+          "transformer_policy", "every second mm", "offload"};
+      CHECK(known.count(name) == 1);
+      if (!offload) CHECK((name != "solver (swaps)" && name != "solver (offload)"));
+    }
+    // Each preset once: under its name, or under an earlier one with the same configuration.
+    struct Preset {
+      const char* name;
+      Plan want;
+      int64_t base;  // what a plan holds besides the modules
+    };
+    const std::vector<Preset> presets = {
+        {"none", preset_by_hand(p, ModuleChoice::None), p.other_bytes},
+        {"full", preset_by_hand(p, ModuleChoice::Full), p.other_bytes},
+        {"transformer_policy", preset_by_hand(p, ModuleChoice::Selective), p.other_bytes},
+        {"every second mm", preset_by_hand(p, ModuleChoice::Selective, true), p.other_bytes},
+        {"offload", preset_by_hand(p, ModuleChoice::Offload), p.other_bytes + largest}};
+    for (const auto& preset : presets) {
+      CAPTURE(preset.name);
+      const bool listed_at_all = std::string(preset.name) != "offload" || offload;
+      auto it = std::find_if(cs.begin(), cs.end(), [&](const recompose::PlanCandidate& c) {
+        return same_configuration(c.plan, preset.want);
+      });
+      REQUIRE((it != cs.end()) == listed_at_all);
+      if (it == cs.end()) continue;
+      if (it->name != preset.name) {
+        // An earlier name: a solver family or an earlier preset.
+        const bool earlier = solver_or_transformer(*it) || it->name == "none" ||
+                             it->name == "full" || it->name == "transformer_policy";
+        CHECK(earlier);
+      }
+      CHECK(it->plan.bytes == preset.base + preset.want.bytes);
+      double added = p.step_seconds;
+      for (size_t i = 0; i < it->plan.modules.size(); ++i) {
+        CHECK(it->plan.modules[i].bytes == preset.want.modules[i].bytes);
+        added += it->plan.modules[i].seconds;
+      }
+      // At least the modules' costs added up (the simulated step may be longer).
+      CHECK(it->plan.step_seconds >= doctest::Approx(added));
+    }
+    // The estimates the solver's pricing gives: none holds what the profile held, full its
+    // inputs, each module for its forward run again.
+    auto none = std::find_if(cs.begin(), cs.end(), [&](const recompose::PlanCandidate& c) {
+      return same_configuration(c.plan, presets[0].want);
+    });
+    CHECK(none->plan.bytes == p.bytes_held);
+    CHECK(none->plan.step_seconds == doctest::Approx(p.step_seconds));
+    auto full = std::find_if(cs.begin(), cs.end(), [&](const recompose::PlanCandidate& c) {
+      return same_configuration(c.plan, presets[1].want);
+    });
+    CHECK(full->plan.bytes == p.other_bytes + inputs);
+    CHECK((full->plan.modules == least.modules));
+
+    // A small budget: the presets that do not fit are absent, every candidate fits.
+    const int64_t small = p.other_bytes + inputs;  // full checkpointing's
+    const auto few = recompose::candidate_plans(p, Budget::bytes(small), *options);
+    REQUIRE(!few.empty());
+    for (const auto& c : few) {
+      CAPTURE(c.name);
+      CHECK(c.plan.bytes <= small);
+      CHECK(few.front().plan.step_seconds <= c.plan.step_seconds);
+      for (const auto& preset : presets) {
+        if (preset.base + preset.want.bytes > small)
+          CHECK(!same_configuration(c.plan, preset.want));
+      }
+    }
+    CHECK(std::any_of(few.begin(), few.end(), [&](const recompose::PlanCandidate& c) {
+      return same_configuration(c.plan, presets[1].want);
+    }));
+    CHECK(std::none_of(few.begin(), few.end(),
+                       [](const recompose::PlanCandidate& c) { return c.name == "none"; }));
+
+    // A peak budget: every candidate's simulated peak fits (no allocator headroom on CPU).
+    const int64_t peak = recompose::min_plan_peak_bytes(p, *options) + p.bytes_held / 4;
+    for (const auto& c : recompose::candidate_plans(p, Budget::peak_bytes(peak), *options)) {
+      CAPTURE(c.name);
+      CHECK(c.plan.peak_bytes <= peak);
+      CHECK(c.plan.bytes <= c.plan.budget_bytes);
+    }
+
+    // solve_plan's plan is the fastest solver or transformer_policy candidate, at every budget.
+    for (double f : budget_grid(p, 20)) {
+      CAPTURE(f);
+      check_solve_plan_is_fastest(p, Budget::fraction(f), *options);
+    }
+    check_solve_plan_is_fastest(p, Budget::peak_bytes(peak), *options);
+    // The errors of solve_plan.
+    CHECK_THROWS_WITH_AS(
+        recompose::candidate_plans(p, Budget::bytes(recompose::min_plan_bytes(p, *options) - 1),
+                                   *options),
+        doctest::Contains("below the least any plan holds"), std::invalid_argument);
+  }
+  CHECK_THROWS_AS(recompose::candidate_plans(recompose::MemoryProfile{}, Budget::fraction(0.5)),
+                  std::invalid_argument);
 }

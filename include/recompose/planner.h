@@ -48,7 +48,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace recompose {
 
@@ -130,6 +132,42 @@ struct SolveOptions {
 // option is out of range.
 Plan solve_plan(const MemoryProfile& profile, const Budget& budget,
                 const SolveOptions& options = {});
+
+// One plan the planner may choose for a budget, with its estimates (Plan::bytes, step_seconds,
+// peak_bytes).
+struct PlanCandidate {
+  // "solver (no copies)", "solver (swaps)", "solver (offload)": a family of the solver's frontier;
+  // "none", "full", "transformer_policy", "every second mm", "offload": a fixed preset.
+  std::string name;
+  Plan plan;
+};
+
+// The candidates solve_plan chooses among for `budget` on `profile` with `options` (the same
+// arguments as solve_plan), each estimated as solve_plan estimates a plan (the modules' costs by
+// the solver's pricing, then the simulated peak and step):
+// - per family of the frontier (no copies; swaps of single ops; module offload, the last two only
+//   where the solver may offload: SolveOptions::offload, a link), its fastest plan that fits, as
+//   solve_plan picks it;
+// - every fixed preset that fits by its estimate: no checkpointing ("none"), full checkpointing of
+//   every module ("full"), transformer_policy on every module ("transformer_policy"), the same
+//   with every second aten::mm recomputed ("every second mm":
+//   TransformerPolicyOptions().recompute_every_second_mm(true)), and offload of every module
+//   ("offload", only where the solver may offload).
+// A plan fits when its estimated bytes are at most the budget (Budget::resolve) and, for a peak
+// budget, its simulated peak with SolveOptions::allocator_headroom fits as solve_plan judges it.
+// A plan equal to an earlier candidate's (per module the same choice, kept and swapped ops) is
+// listed once, under the first name of the order above, with that candidate's estimate (where
+// both are plans solve_plan weighs, the faster: the same costs added up in another order may
+// differ in the last bits). Ordered by estimated step time (Plan::step_seconds), fastest first;
+// ties keep the order above. solve_plan's plan is the first of the solver's and
+// transformer_policy's candidates. Each plan's solve_seconds is what the whole call took.
+// Throws what solve_plan throws (std::invalid_argument: a budget below the least any plan holds, a
+// peak no plan fits, no module in the profile, an option out of range).
+//   for (const auto& c : recompose::candidate_plans(profile, recompose::Budget::parse("40%")))
+//     std::printf("%-20s %8.3f s %10lld bytes\n", c.name.c_str(), c.plan.step_seconds,
+//                 static_cast<long long>(c.plan.bytes));
+std::vector<PlanCandidate> candidate_plans(const MemoryProfile& profile, const Budget& budget,
+                                           const SolveOptions& options = {});
 
 // The least bytes any plan for `profile` holds (what solve_plan needs at least).
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options = {});

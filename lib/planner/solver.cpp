@@ -98,6 +98,18 @@ bool kept_by_transformer_policy(const std::string& op) {
          detail::transformer_save_list().end();
 }
 
+// What transformer_policy keeps of module `m` (every_second: with every second aten::mm
+// recomputed, TransformerPolicyOptions::recompute_every_second_mm), per op.
+std::vector<bool> transformer_keep_set(const ModuleProfile& m, bool every_second) {
+  std::vector<bool> keep(m.ops.size(), false);
+  for (size_t k = 0; k < m.ops.size(); ++k) {
+    const OpProfile& o = m.ops[k];
+    keep[k] = keepable(o) && kept_by_transformer_policy(o.op) &&
+              !(every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1);
+  }
+  return keep;
+}
+
 // Keep sets grown one op at a time, the op that saves the most time per byte of its outputs first.
 // With the replay's dependency walk an op saves what the keep set's cost drops by when it is added
 // (the ops only it needed stop running too; an op nothing needs saves nothing and is never kept);
@@ -136,24 +148,34 @@ void add_greedy_keep_sets(const ModuleProfile& m, const std::vector<double>& cos
   }
 }
 
+// Module `m` not checkpointed: it holds what its forward saves, for no extra time.
+Point none_point(const ModuleProfile& m) { return {m.saved_bytes, 0.0, ModuleChoice::None, 0}; }
+
+// Module `m` fully checkpointed: it holds its inputs, for its forward run again.
+Point full_point(const ModuleProfile& m) {
+  return {m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0};
+}
+
+// Module `index` offloaded whole: it holds only the inputs a later module takes too, for what its
+// copies expose.
+Point offload_point(const ModuleProfile& m, size_t index, const detail::CopyWindowModel& windows) {
+  const int64_t moved = std::max<int64_t>(0, m.saved_bytes - m.shared_input_bytes);
+  return {m.shared_input_bytes,
+          windows.exposed_seconds(index, moved, detail::offload_copies(m)) +
+              kCopyTieBreak * static_cast<double>(moved),
+          ModuleChoice::Offload, 0};
+}
+
 // Module `index`'s candidates; `windows` (null: no offload) prices copies by what their windows
 // do not hide.
 void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWindowModel* windows,
                     bool offload, ModuleOptions& mo) {
-  std::vector<Point> points;
-  points.push_back({m.saved_bytes, 0.0, ModuleChoice::None, 0});
-  points.push_back({m.input_bytes, m.forward_seconds, ModuleChoice::Full, 0});
+  std::vector<Point> points{none_point(m), full_point(m)};
   // Everything the forward saves crosses the link twice (out and back). What it holds while its
   // own forward runs is counted once per plan (Family::base_bytes).
   // An input a later module takes too stays on the device whatever this module does.
   const int64_t shared = m.shared_input_bytes;
-  if (offload) {
-    const int64_t moved = std::max<int64_t>(0, m.saved_bytes - shared);
-    points.push_back({shared,
-                      windows->exposed_seconds(index, moved, detail::offload_copies(m)) +
-                          kCopyTieBreak * static_cast<double>(moved),
-                      ModuleChoice::Offload, 0});
-  }
+  if (offload) points.push_back(offload_point(m, index, *windows));
   // Full checkpointing whose inputs wait in host memory: nothing held (but the shared inputs),
   // for a recomputation and what the inputs' two copies expose.
   if (windows && m.input_bytes > shared) {
@@ -235,15 +257,7 @@ void add_candidates(const ModuleProfile& m, size_t index, const detail::CopyWind
     add_selective(std::move(rest));
   }
   // The transformer policy, and its variant recomputing every second aten::mm.
-  for (bool every_second : {false, true}) {
-    std::vector<bool> t(n, false);
-    for (size_t k = 0; k < n; ++k) {
-      const OpProfile& o = m.ops[k];
-      t[k] = keepable(o) && kept_by_transformer_policy(o.op) &&
-             !(every_second && o.op == "aten::mm.default" && o.call_index % 2 == 1);
-    }
-    add_selective(std::move(t));
-  }
+  for (bool every_second : {false, true}) add_selective(transformer_keep_set(m, every_second));
 
   // Pareto front: more bytes must buy less time.
   std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
@@ -316,25 +330,34 @@ void build_frontiers(Family& family, int64_t bucket) {
   }
 }
 
+// The copy-window model copies are priced on, or none where the solver may not offload.
+std::optional<detail::CopyWindowModel> windows_for(const MemoryProfile& profile,
+                                                   const SolveOptions& options) {
+  const auto link = link_for(profile, options);
+  if (!link) return std::nullopt;
+  return detail::CopyWindowModel(detail::step_compute_of(profile), *link,
+                                 options.max_groups_in_flight());
+}
+
+// The largest bytes a module saves: what a plan offloading modules holds on top of the rest.
+int64_t largest_saved(const MemoryProfile& profile) {
+  int64_t largest = 0;
+  for (const auto& m : profile.modules) largest = std::max(largest, m.saved_bytes);
+  return largest;
+}
+
 // Without a link: one family, no copies. With one: no copies; swaps of single ops; and module
 // offload as well. The no-copy family is solved on its own so that its plans stay candidates
 // where a plan with copies holds fewer bytes for the same estimate but stalls or peaks higher.
-std::vector<Family> families(const MemoryProfile& profile, const SolveOptions& options) {
-  const auto link = link_for(profile, options);
-  std::optional<detail::CopyWindowModel> windows;
-  if (link)
-    windows.emplace(detail::step_compute_of(profile), *link, options.max_groups_in_flight());
-  const detail::CopyWindowModel* w = windows ? &*windows : nullptr;
-  std::vector<Family> out(link ? 3 : 1);
+std::vector<Family> families(const MemoryProfile& profile, const detail::CopyWindowModel* w) {
+  std::vector<Family> out(w ? 3 : 1);
   out[0].modules = module_options(profile, nullptr, false);
   out[0].base_bytes = profile.other_bytes;
-  if (link) {
+  if (w) {
     out[1].modules = module_options(profile, w, false);
     out[1].base_bytes = profile.other_bytes;
     out[2].modules = module_options(profile, w, true);
-    int64_t largest = 0;
-    for (const auto& m : profile.modules) largest = std::max(largest, m.saved_bytes);
-    out[2].base_bytes = profile.other_bytes + largest;
+    out[2].base_bytes = profile.other_bytes + largest_saved(profile);
   }
   int64_t most = profile.other_bytes;
   for (const auto& m : profile.modules) most += std::max(m.saved_bytes, m.input_bytes);
@@ -472,31 +495,61 @@ Plan plan_at(const MemoryProfile& profile, const std::vector<Family>& fams, cons
   return plan;
 }
 
-// Every module under transformer_policy's list, nothing swapped: the fixed policy a user would
-// try first, a candidate whatever the frontier's thinning and the peak walk left.
-Plan transformer_everywhere(const MemoryProfile& profile, int64_t limit, const Judge& judge) {
+// A module's plan entry with no op listed.
+ModulePlan module_entry(const ModuleProfile& m, ModuleChoice choice, int64_t bytes,
+                        double seconds) {
+  ModulePlan mp;
+  mp.name = m.name;
+  mp.type = m.type;
+  mp.choice = choice;
+  mp.bytes = bytes;
+  mp.seconds = seconds;
+  return mp;
+}
+
+// Every module under transformer_policy's list (every_second: with every second aten::mm
+// recomputed), nothing swapped: the fixed policy a user would try first, a candidate whatever the
+// frontier's thinning and the peak walk left.
+Plan transformer_everywhere(const MemoryProfile& profile, int64_t limit, const Judge& judge,
+                            bool every_second = false) {
   Plan plan = plan_for(profile, limit);
   plan.bytes = profile.other_bytes;
   plan.step_seconds = profile.step_seconds;
   for (const ModuleProfile& m : profile.modules) {
-    ModulePlan mp;
-    mp.name = m.name;
-    mp.type = m.type;
-    mp.choice = ModuleChoice::Selective;
-    mp.bytes = m.input_bytes + m.draw_bytes;
-    std::vector<bool> keep(m.ops.size(), false);
+    const std::vector<bool> keep = transformer_keep_set(m, every_second);
+    // As add_candidates prices a keep set with nothing swapped.
+    ModulePlan mp = module_entry(m, ModuleChoice::Selective, m.input_bytes + m.draw_bytes,
+                                 std::max(0.0, m.selective_forward_seconds - m.forward_seconds) +
+                                     m.replay_seconds + detail::ReplayCost(m).seconds(keep));
     for (size_t k = 0; k < m.ops.size(); ++k) {
-      keep[k] = keepable(m.ops[k]) && kept_by_transformer_policy(m.ops[k].op);
       if (!keep[k]) continue;
       mp.save.push_back({m.ops[k].op, m.ops[k].call_index});
       mp.bytes += m.ops[k].output_bytes;
     }
-    // As add_candidates prices a keep set with nothing swapped.
-    mp.seconds = std::max(0.0, m.selective_forward_seconds - m.forward_seconds) + m.replay_seconds +
-                 detail::ReplayCost(m).seconds(keep);
     plan.bytes += mp.bytes;
     plan.step_seconds += mp.seconds;
     plan.modules.push_back(std::move(mp));
+  }
+  judge.finish(plan);
+  return plan;
+}
+
+// Every module under one choice (None, Full or Offload; Offload needs `windows`), priced as the
+// solver prices it.
+Plan uniform_plan(const MemoryProfile& profile, int64_t limit, const Judge& judge,
+                  ModuleChoice choice, const detail::CopyWindowModel* windows) {
+  Plan plan = plan_for(profile, limit);
+  // As the offload family's base: an offloaded module holds what it saves until its call ends.
+  plan.bytes = profile.other_bytes + (choice == ModuleChoice::Offload ? largest_saved(profile) : 0);
+  plan.step_seconds = profile.step_seconds;
+  for (size_t i = 0; i < profile.modules.size(); ++i) {
+    const ModuleProfile& m = profile.modules[i];
+    const Point p = choice == ModuleChoice::None   ? none_point(m)
+                    : choice == ModuleChoice::Full ? full_point(m)
+                                                   : offload_point(m, i, *windows);
+    plan.modules.push_back(module_entry(m, choice, p.bytes, p.seconds));
+    plan.bytes += p.bytes;
+    plan.step_seconds += p.seconds;
   }
   judge.finish(plan);
   return plan;
@@ -524,13 +577,15 @@ std::string resident_in_words(const MemoryProfile& profile) {
                                  : " (weights, gradients, optimizer state, temporaries)";
 }
 
+constexpr const char* kFamilyNames[] = {"solver (no copies)", "solver (swaps)", "solver (offload)"};
+
 // The candidates a budget chooses from: per family, the fastest frontier plan within `limit`
 // bytes whose peak fits (`peak`; none: no peak budget); and transformer_everywhere. `least` gets
 // the plan needing the least of a peak budget seen.
-std::vector<Plan> candidates(const MemoryProfile& profile, const std::vector<Family>& fams,
-                             int64_t limit, std::optional<int64_t> peak, const Judge& judge,
-                             std::optional<Plan>& least) {
-  std::vector<Plan> out;
+std::vector<PlanCandidate> candidates(const MemoryProfile& profile, const std::vector<Family>& fams,
+                                      int64_t limit, std::optional<int64_t> peak,
+                                      const Judge& judge, std::optional<Plan>& least) {
+  std::vector<PlanCandidate> out;
   auto seen = [&](const Plan& p) {
     if (!least || judge.needs(p) < judge.needs(*least)) least = p;
     return !peak || judge.needs(p) <= judge.usable(*peak);
@@ -549,46 +604,46 @@ std::vector<Plan> candidates(const MemoryProfile& profile, const std::vector<Fam
       Plan p = plan_at(profile, fams, {last[i].bytes, last[i].seconds, f, i}, limit, judge);
       if (seen(p) && (!best || p.step_seconds < best->step_seconds)) best = std::move(p);
     }
-    if (best) out.push_back(std::move(*best));
+    if (best) out.push_back({kFamilyNames[f], std::move(*best)});
     if (f == 0) {
       Plan t = transformer_everywhere(profile, limit, judge);
-      if (t.bytes <= limit && seen(t)) out.push_back(std::move(t));
+      if (t.bytes <= limit && seen(t)) out.push_back({"transformer_policy", std::move(t)});
     }
   }
   return out;
 }
 
-}  // namespace
+// One solve for one budget: the profile (twins at their fastest), the families' frontiers and
+// the candidates that fit; the errors solve_plan and candidate_plans share. Not copyable: the
+// judge refers to the profile.
+struct Solve {
+  Solve(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options);
+  Solve(const Solve&) = delete;
+  Solve& operator=(const Solve&) = delete;
 
-int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
-  return final_frontier(families(profile, options)).front().bytes;
-}
-
-int64_t min_plan_peak_bytes(const MemoryProfile& measured, const SolveOptions& options) {
-  const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
-  const Judge judge = judge_of(profile, options);
-  const auto fams = families(profile, options);
-  int64_t least = std::numeric_limits<int64_t>::max();
-  for (size_t f = 0; f < fams.size(); ++f) {
-    const auto& last = fams[f].fronts.back();
-    for (size_t i = 0; i < last.size(); ++i) {
-      const Plan p =
-          plan_at(profile, fams, {last[i].bytes, last[i].seconds, f, i}, last[i].bytes, judge);
-      least = std::min(least, judge.needs(p));
-    }
+  // Within the budget: its bytes, and a peak budget's usable part.
+  bool fits(const Plan& p) const {
+    return p.bytes <= limit && (!peak || judge.needs(p) <= judge.usable(*peak));
   }
-  const Plan t = transformer_everywhere(profile, 0, judge);
-  least = std::min(least, judge.needs(t));
-  return judge.least_budget(least);
-}
 
-Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
-  const Judge judge = judge_of(profile, options);
-  const auto fams = families(profile, options);
+  MemoryProfile profile;
+  Judge judge;
+  std::optional<detail::CopyWindowModel> windows;
+  std::vector<Family> fams;
+  int64_t limit = 0;
+  std::optional<int64_t> peak;
+  // Per family the fastest fitting frontier plan, and transformer_policy everywhere if it fits;
+  // never empty.
+  std::vector<PlanCandidate> fitting;
+};
+
+Solve::Solve(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options)
+    : profile(detail::with_twins_at_their_fastest(measured)),
+      judge(judge_of(profile, options)),
+      windows(windows_for(profile, options)),
+      fams(families(profile, windows ? &*windows : nullptr)),
+      limit(budget.resolve(profile)) {
   const auto frontier = final_frontier(fams);
-  const int64_t limit = budget.resolve(profile);
   if (budget.is_peak() && frontier.front().bytes > limit) {
     throw std::invalid_argument(
         "recompose: solve_plan: a peak of " + detail::format_mib(limit + profile.resident_bytes) +
@@ -605,32 +660,123 @@ Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const Solve
         (fams.size() > 1 ? "offload or full checkpointing" : "full checkpointing") +
         " of every module)");
   }
-  std::optional<int64_t> peak;
   if (budget.is_peak()) peak = limit + profile.resident_bytes;
   std::optional<Plan> least;
-  std::vector<Plan> fitting = candidates(profile, fams, limit, peak, judge, least);
-  if (fitting.empty()) {
-    // Only a peak budget gets here: within the bytes, a plan exists.
-    const std::string headroom =
-        judge.headroom > 0
-            ? " less the caching allocator's headroom (SolveOptions::allocator_headroom, " +
-                  std::to_string(static_cast<int>(std::lround(judge.headroom * 100))) +
-                  "%: " + detail::format_mib(*peak - judge.usable(*peak)) + ")"
-            : std::string();
-    throw std::invalid_argument(
-        "recompose: solve_plan: a peak of " + detail::format_mib(*peak) + headroom +
-        " is below the least simulated peak of any plan, " + detail::format_mib(least->peak_bytes) +
-        " (min_plan_peak_bytes gives the least budget), of which resident " +
-        detail::format_mib(profile.resident_bytes) + resident_in_words(profile) +
-        "; that plan's peak falls " + where_peak_falls(profile, *least, judge));
-  }
-  // The fastest estimate; the first (no copies) on a tie.
-  auto best = std::min_element(fitting.begin(), fitting.end(), [](const Plan& a, const Plan& b) {
-    return a.step_seconds < b.step_seconds;
+  fitting = candidates(profile, fams, limit, peak, judge, least);
+  if (!fitting.empty()) return;
+  // Only a peak budget gets here: within the bytes, a plan exists.
+  const std::string headroom =
+      judge.headroom > 0
+          ? " less the caching allocator's headroom (SolveOptions::allocator_headroom, " +
+                std::to_string(static_cast<int>(std::lround(judge.headroom * 100))) +
+                "%: " + detail::format_mib(*peak - judge.usable(*peak)) + ")"
+          : std::string();
+  throw std::invalid_argument(
+      "recompose: solve_plan: a peak of " + detail::format_mib(*peak) + headroom +
+      " is below the least simulated peak of any plan, " + detail::format_mib(least->peak_bytes) +
+      " (min_plan_peak_bytes gives the least budget), of which resident " +
+      detail::format_mib(profile.resident_bytes) + resident_in_words(profile) +
+      "; that plan's peak falls " + where_peak_falls(profile, *least, judge));
+}
+
+// The fixed presets, each estimated, in candidate_plans' order (offload where copies are priced).
+std::vector<PlanCandidate> presets(const Solve& s) {
+  std::vector<PlanCandidate> out;
+  const detail::CopyWindowModel* w = s.windows ? &*s.windows : nullptr;
+  out.push_back({"none", uniform_plan(s.profile, s.limit, s.judge, ModuleChoice::None, w)});
+  out.push_back({"full", uniform_plan(s.profile, s.limit, s.judge, ModuleChoice::Full, w)});
+  out.push_back({"transformer_policy", transformer_everywhere(s.profile, s.limit, s.judge)});
+  out.push_back({"every second mm", transformer_everywhere(s.profile, s.limit, s.judge, true)});
+  if (w)
+    out.push_back({"offload", uniform_plan(s.profile, s.limit, s.judge, ModuleChoice::Offload, w)});
+  return out;
+}
+
+// The same configuration: per module the same choice, kept and swapped ops.
+bool same_configuration(const Plan& a, const Plan& b) {
+  return std::ranges::equal(a.modules, b.modules, [](const ModulePlan& x, const ModulePlan& y) {
+    return x.name == y.name && x.choice == y.choice && x.save == y.save && x.swap == y.swap;
   });
-  Plan plan = std::move(*best);
-  plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double solving_seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options) {
+  const auto windows = windows_for(profile, options);
+  return final_frontier(families(profile, windows ? &*windows : nullptr)).front().bytes;
+}
+
+int64_t min_plan_peak_bytes(const MemoryProfile& measured, const SolveOptions& options) {
+  const MemoryProfile profile = detail::with_twins_at_their_fastest(measured);
+  const Judge judge = judge_of(profile, options);
+  const auto windows = windows_for(profile, options);
+  const auto fams = families(profile, windows ? &*windows : nullptr);
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (size_t f = 0; f < fams.size(); ++f) {
+    const auto& last = fams[f].fronts.back();
+    for (size_t i = 0; i < last.size(); ++i) {
+      const Plan p =
+          plan_at(profile, fams, {last[i].bytes, last[i].seconds, f, i}, last[i].bytes, judge);
+      least = std::min(least, judge.needs(p));
+    }
+  }
+  const Plan t = transformer_everywhere(profile, 0, judge);
+  least = std::min(least, judge.needs(t));
+  return judge.least_budget(least);
+}
+
+Plan solve_plan(const MemoryProfile& measured, const Budget& budget, const SolveOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Solve s(measured, budget, options);
+  // The fastest estimate; the first (no copies) on a tie.
+  auto best = std::min_element(s.fitting.begin(), s.fitting.end(),
+                               [](const PlanCandidate& a, const PlanCandidate& b) {
+                                 return a.plan.step_seconds < b.plan.step_seconds;
+                               });
+  Plan plan = std::move(best->plan);
+  plan.solve_seconds = solving_seconds_since(t0);
   return plan;
+}
+
+std::vector<PlanCandidate> candidate_plans(const MemoryProfile& measured, const Budget& budget,
+                                           const SolveOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Solve s(measured, budget, options);
+  // Each with whether solve_plan weighs it (a family's plan, transformer_policy).
+  std::vector<std::pair<PlanCandidate, bool>> all;
+  for (auto& c : s.fitting) {
+    if (c.name != std::string("transformer_policy")) all.push_back({std::move(c), true});
+  }
+  for (auto& c : presets(s)) {
+    const bool weighed = c.name == "transformer_policy";
+    if (s.fits(c.plan)) all.push_back({std::move(c), weighed});
+  }
+  std::vector<PlanCandidate> out;
+  std::vector<bool> weighed;
+  for (auto& [c, w] : all) {
+    auto same = std::ranges::find_if(
+        out, [&](const PlanCandidate& o) { return same_configuration(o.plan, c.plan); });
+    if (same == out.end()) {
+      out.push_back(std::move(c));
+      weighed.push_back(w);
+    } else if (w && weighed[static_cast<size_t>(same - out.begin())] &&
+               c.plan.step_seconds < same->plan.step_seconds) {
+      // One configuration reached two ways (a frontier's sums, transformer_policy's) may differ in
+      // the last bits: solve_plan's estimate, the faster.
+      same->plan = std::move(c.plan);
+    }
+  }
+  // Fastest first; on a tie, the order above.
+  std::stable_sort(out.begin(), out.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+    return a.plan.step_seconds < b.plan.step_seconds;
+  });
+  const double took = solving_seconds_since(t0);
+  for (auto& c : out) c.plan.solve_seconds = took;
+  return out;
 }
 
 }  // namespace recompose
