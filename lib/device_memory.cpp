@@ -10,6 +10,10 @@ void reset_peak_device_memory(const c10::Device& device) { detail::reset_memory_
 
 int64_t peak_device_memory(const c10::Device& device) { return detail::read_memory(device).peak; }
 
+int64_t peak_reserved_device_memory(const c10::Device& device) {
+  return detail::read_memory(device).reserved_peak;
+}
+
 int64_t current_device_memory(const c10::Device& device) {
   return detail::read_memory(device).current;
 }

@@ -110,8 +110,8 @@ TEST_SUITE("planner") {
                          doctest::Contains("bytes must be an integer"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"bytes\": 156672", "\"bytez\": 156672")),
                          doctest::Contains("missing member 'bytes'"), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"version\": 1", "\"version\": 2")),
-                         doctest::Contains("plan format version 2"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(Plan::from_json(damaged("\"version\": 2", "\"version\": 3")),
+                         doctest::Contains("plan format version 3"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(
         Plan::from_json(damaged("\"choice\": \"offload\"", "\"choice\": \"later\"")),
         doctest::Contains("unknown choice 'later'"), std::invalid_argument);

@@ -21,6 +21,11 @@ void reset_peak_device_memory(const c10::Device& device);
 // measure (CPU, or a build without CUDA). Does not throw.
 int64_t peak_device_memory(const c10::Device& device);
 
+// Peak bytes the CUDA caching allocator reserved from `device` since the last reset (allocated,
+// cached and fragmented blocks: torch.cuda.max_memory_reserved), what a memory cap limits. -1 on a
+// device recompose cannot measure (CPU, or a build without CUDA). Does not throw.
+int64_t peak_reserved_device_memory(const c10::Device& device);
+
 // Bytes allocated on `device` now (torch.cuda.memory_allocated); -1 where not measured.
 int64_t current_device_memory(const c10::Device& device);
 

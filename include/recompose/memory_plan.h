@@ -51,6 +51,27 @@ struct ModulePlan {
   bool operator==(const ModulePlan&) const = default;
 };
 
+// One candidate plan_memory / choose_plan weighed (recompose/planner.h): its estimates, what its
+// trial steps measured, and why it was or was not chosen.
+struct PlanTrial {
+  std::string name;         // the candidate's name (PlanCandidate::name): "full", "solver (swaps)"
+  int64_t bytes = 0;        // estimated bytes held for backward
+  double step_seconds = 0;  // estimated step time
+  int64_t peak_bytes = 0;   // simulated peak device memory of the step
+  // Measured in its trial steps; -1 / 0: not measured (not tried, or not measurable here).
+  int64_t measured_bytes = -1;       // held for backward (SavedTensorMeter's peak), first step
+  int64_t measured_peak_bytes = -1;  // the device's peak reserved memory (CUDA); -1 on CPU
+  double measured_seconds = 0;       // median of its timed steps
+  int64_t timed_steps = 0;
+  bool chosen = false;
+  // "chosen", or why not: slower than the chosen one (by how much), over the budget as measured,
+  // or not tried (its estimate, or the planning step budget).
+  std::string verdict;
+  // One line of C++ that applies this candidate to a model.
+  std::string reproduce;
+  bool operator==(const PlanTrial&) const = default;
+};
+
 struct Plan {
   int64_t budget_bytes = 0;      // what it was solved for
   int64_t bytes = 0;             // estimated bytes held for backward, whole step (<= budget_bytes)
@@ -65,9 +86,16 @@ struct Plan {
   // (MemoryProfile::backward_measured()); false: assumed twice its forward.
   bool backward_measured = false;
   std::vector<ModulePlan> modules;
+  // Made by plan_memory / choose_plan: every candidate weighed (the chosen one included), in the
+  // order of their estimates; empty for solve_plan's plans.
+  std::vector<PlanTrial> trials;
+  // What profiling (plan_memory), solving and the trials took, in seconds and in plain steps (the
+  // profile's measured step without checkpointing); 0 for solve_plan's plans.
+  double planning_seconds = 0;
+  double planning_steps = 0;
 
   // One row per module: choice, kept/swapped/recomputed op counts, estimated bytes and time;
-  // then the totals against no checkpointing.
+  // then the totals against no checkpointing, and the trials' table where there is one.
   std::string to_table() const;
   // JSON with every field above; from_json reads it back (plan == from_json(plan.to_json())).
   // Throws std::invalid_argument on text that is not such a plan.

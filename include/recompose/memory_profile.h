@@ -9,7 +9,7 @@
 //   std::cout << profile.to_string();
 //   profile.save("profile.json");
 //
-// How it is taken: `step` runs twice. The first run is plain (no checkpointing): a
+// How it is taken: `step` runs three times. The first run is plain (no checkpointing): a
 // SavedTensorMeter measures what each module call adds to the bytes held for backward, and the
 // module's forward time. The second run checkpoints every module with a selective policy that keeps
 // every op's output (so nothing is recomputed and nothing changes numerically): the policy, asked
@@ -22,7 +22,9 @@
 // checkpointing's fixed cost): the selective replay where the region replays
 // (selective_replay_enabled(), the default; the replay's time from selective_replay_stats()), else
 // its forward run again. The backward of the first run is timed per module, from the gradient of
-// its output to those of its inputs.
+// its output to those of its inputs. The third run is the step as training runs it, nothing
+// attached: its time is the profile's step_seconds, and the first run's module forward and
+// backward times, slowed by its hooks and meter, are scaled to it.
 //
 // The model is left exactly as it was found, and each run starts from it: after each run (and when
 // `step` throws) the parameters' and buffers' values (BatchNorm's running statistics and counter
@@ -121,7 +123,7 @@ struct MemoryProfile {
   std::string device;       // device of the model's parameters, "cpu" or "cuda:0"
   int64_t bytes_held = 0;   // peak bytes held for backward without checkpointing (SavedTensorMeter)
   int64_t other_bytes = 0;  // of those, what no profiled module holds (embeddings, head, loss)
-  double step_seconds = 0;  // one step without checkpointing
+  double step_seconds = 0;  // one step without checkpointing, nothing attached (the third run)
   // Device <-> host copy bandwidth in bytes/s (the slower direction), measured with 16 MiB of
   // pinned memory, best of three copies each way; 0 on CPU, where offloading frees nothing.
   double copy_bandwidth = 0;
@@ -159,12 +161,12 @@ struct ProfileOptions {
 };
 
 // Profiles one training step of `model`: `step` must run a forward and a backward through it
-// (it runs twice; a stateful optimizer stepped in it keeps its own state of both runs). Errors:
-// std::invalid_argument if `step` is empty, a path of ProfileOptions::modules names no module (or
-// one that is not annotated, or one nested in another), or no module of the tree is annotated;
-// CheckpointError if a profiled module is already checkpointed (or offloaded), or if the step saved
-// nothing for backward (grad mode off?). Exceptions thrown by `step` go through; the model is left
-// as it was, in every case.
+// (it runs three times; a stateful optimizer stepped in it keeps its own state of the runs).
+// Errors: std::invalid_argument if `step` is empty, a path of ProfileOptions::modules names no
+// module (or one that is not annotated, or one nested in another), or no module of the tree is
+// annotated; CheckpointError if a profiled module is already checkpointed (or offloaded), or if the
+// step saved nothing for backward (grad mode off?). Exceptions thrown by `step` go through; the
+// model is left as it was, in every case.
 MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void()>& step,
                              const ProfileOptions& options = {});
 

@@ -180,14 +180,49 @@ int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options
 //   auto plan = recompose::solve_plan(profile, recompose::Budget::peak_bytes(least));
 int64_t min_plan_peak_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
 
+// How plan_memory and choose_plan measure their candidates (Note [ Choosing by measurement ],
+// lib/planner/plan_trials.cpp).
+struct TrialOptions {
+  // Off: the fastest estimate is chosen, untried (solve_plan's choice among candidate_plans).
+  TORCH_ARG(bool, enabled) = true;
+  // What profiling (plan_memory's), solving and the trials may cost together, in steps without
+  // checkpointing (the profile's measured step). The trials always run one measuring step (the
+  // bytes held, the device's peak) and one timed step of each candidate they try; further timed
+  // rounds, interleaved, while the steps left allow. Must be positive.
+  TORCH_ARG(double, max_planning_steps) = 6;
+  // The most candidates tried; the fastest estimates first. Must be at least 1.
+  TORCH_ARG(int64_t, max_candidates) = 4;
+  // A candidate estimated more than this many times the fastest estimate is not tried (the
+  // estimates were off by up to 18% on a GPU; none of the candidates so far is off by 1.5x).
+  TORCH_ARG(double, max_estimate_ratio) = 1.5;
+};
+
 struct PlannerOptions {
   TORCH_ARG(ProfileOptions, profile) = {};
   TORCH_ARG(SolveOptions, solve) = {};
+  TORCH_ARG(TrialOptions, trials) = {};
 };
 
-// profile_memory(model, step) then solve_plan(profile, budget): the two calls in one, with the
-// errors of both. The plan is not applied; the model is left as profile_memory leaves it: as it
-// was.
+// The candidates of `budget` for `profile` (candidate_plans), the fastest estimates tried on
+// `model` for a few real steps each, interleaved (each under apply_plan, then removed; the model
+// put back as it was after every step, as profile_memory does), and the fastest as measured among
+// those whose measured bytes held for backward fit the budget (a peak budget on a device: whose
+// measured peak of reserved device memory fits it). The plan carries every candidate weighed
+// (Plan::trials: estimated and measured time, bytes and peak, why it was not chosen, one line that
+// reproduces it) and what choosing cost (Plan::planning_seconds, planning_steps). `step` as for
+// profile_memory: a forward and a backward of `model`, which it runs under each candidate.
+//   auto profile = recompose::profile_memory(*model, step);
+//   auto plan = recompose::choose_plan(*model, step, profile, recompose::Budget::parse("50%"));
+//   std::cout << plan.to_table();   // the plan, then the candidates' table
+// Errors: those of candidate_plans and apply_plan; std::invalid_argument for options out of range;
+// an exception `step` throws goes through (the model is left as it was).
+Plan choose_plan(torch::nn::Module& model, const std::function<void()>& step,
+                 const MemoryProfile& profile, const Budget& budget,
+                 const PlannerOptions& options = {});
+
+// profile_memory(model, step) then choose_plan(model, step, profile, budget): the fastest plan that
+// fits, by measurement among the candidates the estimates rank first. Plan::planning_steps counts
+// the profile's runs too. The plan is not applied; the model is left as it was.
 Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
                  const PlannerOptions& options = {});
 

@@ -35,9 +35,10 @@ MemoryReading read_memory(const c10::Device& device) {
 #ifdef RECOMPOSE_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = stats_of(device);
-    const auto& all =
-        stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-    return {all.current, all.peak};
+    constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const auto& all = stats.allocated_bytes[kAll];
+    const auto& reserved = stats.reserved_bytes[kAll];
+    return {all.current, all.peak, reserved.current, reserved.peak};
   }
 #endif
   if (counted_cpu(device)) return {counted_cpu_current(), counted_cpu_peak()};
@@ -56,6 +57,17 @@ const char* memory_source(const c10::Device& device) {
   if (device.is_cuda()) return "CUDA caching allocator";
 #endif
   return counted_cpu(device) ? "CPU counting allocator" : "";
+}
+
+void release_cached_memory(const c10::Device& device) {
+#ifdef RECOMPOSE_WITH_CUDA
+  if (device.is_cuda()) {
+    (void)initialised_index(device);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+#else
+  (void)device;
+#endif
 }
 
 int64_t memory_allocation_retries(const c10::Device& device) {

@@ -12,7 +12,8 @@
 namespace recompose {
 namespace {
 
-constexpr int kPlanFormatVersion = 1;
+// Version 2 added the trials and the planning cost; version 1 plans (without them) still load.
+constexpr int kPlanFormatVersion = 2;
 
 detail::json::Json ops_json(const std::vector<PlannedOp>& ops) {
   auto out = detail::json::Json::array();
@@ -28,6 +29,63 @@ std::vector<PlannedOp> ops_from(const detail::json::Json& module, const char* ke
     out.push_back(std::move(op));
   }
   return out;
+}
+
+detail::json::Json trials_json(const std::vector<PlanTrial>& trials) {
+  using detail::json::finite;
+  auto out = detail::json::Json::array();
+  for (const auto& t : trials) {
+    out.push_back({{"name", t.name},
+                   {"bytes", t.bytes},
+                   {"step_seconds", finite(t.step_seconds)},
+                   {"peak_bytes", t.peak_bytes},
+                   {"measured_bytes", t.measured_bytes},
+                   {"measured_peak_bytes", t.measured_peak_bytes},
+                   {"measured_seconds", finite(t.measured_seconds)},
+                   {"timed_steps", t.timed_steps},
+                   {"chosen", t.chosen},
+                   {"verdict", t.verdict},
+                   {"reproduce", t.reproduce}});
+  }
+  return out;
+}
+
+std::vector<PlanTrial> trials_from(const detail::json::Json& plan) {
+  std::vector<PlanTrial> out;
+  for (const auto& j : detail::json::array(plan, "trials")) {
+    PlanTrial t;
+    detail::json::read_members(j, "name", t.name, "bytes", t.bytes, "step_seconds", t.step_seconds,
+                               "peak_bytes", t.peak_bytes, "measured_bytes", t.measured_bytes,
+                               "measured_peak_bytes", t.measured_peak_bytes, "measured_seconds",
+                               t.measured_seconds, "timed_steps", t.timed_steps, "chosen", t.chosen,
+                               "verdict", t.verdict, "reproduce", t.reproduce);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// The trials' table under the plan's (Plan::to_table).
+void write_trials(std::ostringstream& s, const Plan& plan) {
+  if (plan.trials.empty()) return;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "candidates weighed (planning took %.1f ms, %.2f plain steps):\n"
+                "| %-22s | %10s | %10s | %9s | %11s | %5s | %s\n",
+                plan.planning_seconds * 1e3, plan.planning_steps, "candidate", "est. held", "held",
+                "est. ms", "measured ms", "steps", "verdict");
+  s << line;
+  for (const auto& t : plan.trials) {
+    const std::string held = t.measured_bytes >= 0 ? detail::format_mib(t.measured_bytes) : "-";
+    char measured[32] = "-";
+    if (t.timed_steps > 0)
+      std::snprintf(measured, sizeof measured, "%.2f", t.measured_seconds * 1e3);
+    std::snprintf(line, sizeof line, "| %-22s | %10s | %10s | %9.2f | %11s | %5lld | %s\n",
+                  t.name.c_str(), detail::format_mib(t.bytes).c_str(), held.c_str(),
+                  t.step_seconds * 1e3, measured, static_cast<long long>(t.timed_steps),
+                  t.verdict.c_str());
+    s << line;
+  }
+  for (const auto& t : plan.trials) s << "  " << t.name << ": " << t.reproduce << "\n";
 }
 
 ModuleChoice choice_from(const std::string& name) {
@@ -88,6 +146,7 @@ std::string Plan::to_table() const {
   s << (backward_measured
             ? "time line: each module's backward as profiled\n"
             : "time line: each module's backward assumed twice its forward (not profiled)\n");
+  write_trials(s, *this);
   return s.str();
 }
 
@@ -113,7 +172,10 @@ std::string Plan::to_json() const {
                                        {"solve_seconds", finite(solve_seconds)},
                                        {"peak_bytes", peak_bytes},
                                        {"backward_measured", backward_measured},
-                                       {"modules", std::move(module_list)}};
+                                       {"planning_seconds", finite(planning_seconds)},
+                                       {"planning_steps", finite(planning_steps)},
+                                       {"modules", std::move(module_list)},
+                                       {"trials", trials_json(trials)}};
   return detail::json::dump(document);
 }
 
@@ -127,10 +189,10 @@ Plan Plan::from_json(std::string_view text) {
   }
   int64_t version = 0;
   json::read(v, "version", version);
-  if (version != kPlanFormatVersion) {
+  if (version != 1 && version != kPlanFormatVersion) {
     throw std::invalid_argument("recompose: Plan::from_json: plan format version " +
                                 v["version"].dump() + ", this recompose reads version " +
-                                std::to_string(kPlanFormatVersion));
+                                std::to_string(kPlanFormatVersion) + " (and 1)");
   }
   Plan p;
   json::read_members(v, "budget_bytes", p.budget_bytes, "bytes", p.bytes, "step_seconds",
@@ -140,6 +202,11 @@ Plan Plan::from_json(std::string_view text) {
     json::read(v, "peak_bytes", p.peak_bytes);  // absent before issue 27
   if (v.contains("backward_measured"))
     json::read(v, "backward_measured", p.backward_measured);  // issue 25
+  if (version >= 2) {
+    json::read_members(v, "planning_seconds", p.planning_seconds, "planning_steps",
+                       p.planning_steps);
+    p.trials = trials_from(v);
+  }
   for (const auto& m : json::array(v, "modules")) {
     ModulePlan mp;
     std::string choice;

@@ -1,5 +1,7 @@
-// plan_memory(): the profiler's measurement handed to the solver (recompose/planner.h). The solver
-// itself only ever sees a MemoryProfile.
+// plan_memory(): the profiler's measurement handed to choose_plan, which solves and tries the
+// candidates on the model (Note [ Choosing by measurement ], plan_trials.cpp).
+#include "plan_trials.h"
+
 #include <recompose/memory_profile.h>
 #include <recompose/planner.h>
 
@@ -7,7 +9,8 @@ namespace recompose {
 
 Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
                  const PlannerOptions& options) {
-  return solve_plan(profile_memory(model, step, options.profile()), budget, options.solve());
+  const MemoryProfile profile = profile_memory(model, step, options.profile());
+  return detail::choose_plan_after(model, step, profile, budget, options, profile.profile_seconds);
 }
 
 }  // namespace recompose

@@ -1,0 +1,312 @@
+// choose_plan(): the candidates the estimates rank first, tried on the model for a few real steps
+// each, interleaved, and the fastest that fits as measured (recompose/planner.h).
+//
+// Note [ Choosing by measurement ]
+// The solver's estimates add up the parts of one profiled step. A real step is not that sum: on
+// the H100 and H200 the profiled step ran 5-8% faster than a plain one, swaps waited on the swap
+// manager's throttle, the caching allocator retried near a cap; on CPU the estimates ran 10-15%
+// high. So estimates rank close candidates wrongly, and the planner gave slower steps than a
+// fixed policy a user would have picked. The planner measures instead: the solver's fastest plan
+// of each family and every fixed preset that fits are candidates (candidate_plans); those
+// estimated within TrialOptions::max_estimate_ratio of the fastest estimate, at most
+// max_candidates, run
+//  1. one measuring step each: the bytes held for backward (a SavedTensorMeter) and, on a device,
+//     the peak of reserved memory from an emptied cache. It is also the configuration's first
+//     step, which pays for first-time allocations, and is not timed;
+//  2. timed rounds without a meter, each candidate once per round, the order rotated, at least one
+//     round and more while the planning step budget allows.
+// A candidate measured over the budget (bytes; a peak budget on a device: its reserved peak) is
+// not chosen; of the others, the least median time wins, ties to the better estimate. The model
+// is put back after every step (ModelStateGuard), as profile_memory does, so training after the
+// planner is bitwise training without it.
+#include "plan_trials.h"
+
+#include "engine/format_bytes.h"
+#include "engine/memory_in_use.h"
+#include "engine/model_state_guard.h"
+
+#include <recompose/device_memory.h>
+#include <recompose/planner.h>
+#include <recompose/saved_tensor_meter.h>
+
+#include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace recompose {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+torch::Device device_of_model(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
+}
+
+void synchronize_device(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? 0 : device.index());
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void check(const TrialOptions& o) {
+  if (!(o.max_planning_steps() > 0))
+    throw std::invalid_argument("recompose: choose_plan: max_planning_steps must be positive");
+  if (o.max_candidates() < 1)
+    throw std::invalid_argument("recompose: choose_plan: max_candidates must be at least 1");
+  if (!(o.max_estimate_ratio() >= 1))
+    throw std::invalid_argument("recompose: choose_plan: max_estimate_ratio must be at least 1");
+}
+
+// The budget as the C++ that makes it, for the reproducing lines.
+std::string budget_expression(const MemoryProfile& profile, const Budget& budget) {
+  const int64_t limit = budget.resolve(profile);
+  return budget.is_peak() ? "recompose::Budget::peak_bytes(" +
+                                std::to_string(limit + profile.resident_bytes) + ")"
+                          : "recompose::Budget::bytes(" + std::to_string(limit) + ")";
+}
+
+std::string reproduce_line(const std::string& name, size_t index, const std::string& budget) {
+  const std::string each = "for each module of the plan: ";
+  if (name == "none") return "nothing to apply: train the model as it is";
+  if (name == "full") return each + "recompose::apply_checkpoint(module)";
+  if (name == "transformer_policy")
+    return each +
+           "recompose::apply_checkpoint(module, "
+           "recompose::CheckpointOptions().policy(recompose::transformer_policy()))";
+  if (name == "every second mm")
+    return each +
+           "recompose::apply_checkpoint(module, recompose::CheckpointOptions().policy("
+           "recompose::transformer_policy(recompose::TransformerPolicyOptions()."
+           "recompute_every_second_mm(true))))";
+  if (name == "offload") return each + "recompose::apply_offload(module)";
+  return "recompose::apply_plan(model, recompose::candidate_plans(profile, " + budget + ")[" +
+         std::to_string(index) + "].plan)";
+}
+
+struct Candidate {
+  PlanCandidate c;
+  size_t index = 0;  // in candidate_plans
+  PlanTrial row;
+  std::vector<double> timed;
+  std::string out_of_memory;  // its trial ran out of device memory (a cap): what was said
+};
+
+// One step of `model` under `plan`, applied for it and removed after; the model put back.
+class TrialRunner {
+ public:
+  TrialRunner(torch::nn::Module& model, const std::function<void()>& step)
+      : model_(model), step_(step), device_(device_of_model(model)), state_(model, device_) {}
+
+  // The measuring step: bytes held for backward, and the device's reserved peak from an empty
+  // cache (-1 on CPU).
+  void measure(const Plan& plan, PlanTrial& row) {
+    synchronize_device(device_);
+    detail::release_cached_memory(device_);
+    reset_peak_device_memory(device_);
+    {
+      SavedTensorMeter meter;
+      run(plan);
+      row.measured_bytes = meter.peak_bytes_held();
+    }
+    synchronize_device(device_);
+    row.measured_peak_bytes = peak_reserved_device_memory(device_);
+  }
+
+  double timed(const Plan& plan) {
+    synchronize_device(device_);
+    const auto t0 = Clock::now();
+    run(plan);
+    synchronize_device(device_);
+    return elapsed_since(t0);
+  }
+
+ private:
+  void run(const Plan& plan) {
+    apply_plan(model_, plan);
+    try {
+      step_();
+    } catch (...) {
+      remove_plan(model_, plan);
+      state_.restore();  // the guard does it too if the error goes through; a trial may go on
+      throw;
+    }
+    remove_plan(model_, plan);
+    state_.restore();
+  }
+
+  torch::nn::Module& model_;
+  const std::function<void()>& step_;
+  torch::Device device_;
+  detail::ModelStateGuard state_;
+};
+
+// Which candidates run: the fastest estimates, within the ratio, at most max_candidates.
+std::vector<Candidate> pick(std::vector<PlanCandidate> all, const TrialOptions& o,
+                            const std::string& budget) {
+  std::vector<Candidate> out;
+  const double fastest = all.empty() ? 0 : all.front().plan.step_seconds;
+  for (size_t i = 0; i < all.size(); ++i) {
+    Candidate c{std::move(all[i]), i, {}, {}};
+    c.row.name = c.c.name;
+    c.row.bytes = c.c.plan.bytes;
+    c.row.step_seconds = c.c.plan.step_seconds;
+    c.row.peak_bytes = c.c.plan.peak_bytes;
+    c.row.reproduce = reproduce_line(c.c.name, i, budget);
+    out.push_back(std::move(c));
+  }
+  int64_t tried = 0;
+  for (auto& c : out) {
+    char why[128];
+    if (!o.enabled()) {
+      c.row.verdict = "not tried (trials off)";
+    } else if (c.row.step_seconds > o.max_estimate_ratio() * fastest) {
+      std::snprintf(why, sizeof why, "not tried: estimated %.2fx the fastest estimate",
+                    fastest > 0 ? c.row.step_seconds / fastest : 0.0);
+      c.row.verdict = why;
+    } else if (tried >= o.max_candidates()) {
+      c.row.verdict = "not tried: max_candidates reached";
+    } else {
+      ++tried;
+      c.row.verdict = "tried";  // settled in decide()
+    }
+  }
+  return out;
+}
+
+bool tried(const Candidate& c) { return c.row.verdict == "tried"; }
+
+// Measuring step, then timed rounds while the budget allows (at least one).
+void run_trials(TrialRunner& runner, std::vector<Candidate>& cands, double plain_step,
+                double max_seconds, Clock::time_point start, double spent_before) {
+  std::vector<Candidate*> order;
+  for (auto& c : cands) {
+    if (tried(c)) order.push_back(&c);
+  }
+  // A candidate that runs out of device memory (under a cap) is out; any other error is the
+  // user's step's, and goes through.
+  auto attempt = [](Candidate* c, auto&& f) {
+    if (!c->out_of_memory.empty()) return;
+    try {
+      f();
+    } catch (const c10::OutOfMemoryError& e) {
+      c->out_of_memory = e.what();
+    }
+  };
+  for (Candidate* c : order) attempt(c, [&] { runner.measure(c->c.plan, c->row); });
+  double round_cost = 0;
+  for (size_t round = 0;; ++round) {
+    const double spent = spent_before + elapsed_since(start);
+    if (round > 0 && spent + round_cost > max_seconds) break;
+    const auto t0 = Clock::now();
+    for (size_t k = 0; k < order.size(); ++k) {
+      Candidate* c = order[(k + round) % order.size()];  // rotated: drift spreads evenly
+      attempt(c, [&] { c->timed.push_back(runner.timed(c->c.plan)); });
+    }
+    round_cost = elapsed_since(t0);
+    if (plain_step <= 0) break;  // no step to count the budget in: one round
+  }
+}
+
+// The chosen candidate: fits as measured, least median time; the verdicts of the others.
+size_t decide(std::vector<Candidate>& cands, const MemoryProfile& profile, const Budget& budget) {
+  const int64_t limit = budget.resolve(profile);
+  const int64_t peak_limit = limit + profile.resident_bytes;
+  size_t best = cands.size();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Candidate& c = cands[i];
+    if (!tried(c)) continue;
+    c.row.timed_steps = static_cast<int64_t>(c.timed.size());
+    c.row.measured_seconds = c.timed.empty() ? 0 : median_of(c.timed);
+    const bool over_peak = budget.is_peak() && c.row.measured_peak_bytes >= 0 &&
+                           c.row.measured_peak_bytes > peak_limit;
+    if (!c.out_of_memory.empty()) {
+      c.row.verdict = "out of device memory in its trial: " +
+                      c.out_of_memory.substr(0, c.out_of_memory.find('\n'));
+    } else if (c.row.measured_bytes > limit && !budget.is_peak()) {
+      c.row.verdict = "over the budget as measured: " + detail::format_mib(c.row.measured_bytes) +
+                      " held for " + detail::format_mib(limit);
+    } else if (over_peak) {
+      c.row.verdict = "over the budget as measured: a peak of " +
+                      detail::format_mib(c.row.measured_peak_bytes) + " reserved for " +
+                      detail::format_mib(peak_limit);
+    } else if (best == cands.size() || c.row.measured_seconds < cands[best].row.measured_seconds) {
+      best = i;
+    }
+  }
+  // Nothing tried, or nothing fit as measured: the fastest estimate (candidate_plans' first).
+  const bool measured = best < cands.size();
+  if (!measured) best = 0;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Candidate& c = cands[i];
+    if (i == best) {
+      c.row.chosen = true;
+      c.row.verdict = measured ? "chosen"
+                               : "chosen: the fastest estimate (" + c.row.verdict +
+                                     "; no candidate tried fit as measured)";
+    } else if (tried(c)) {
+      char why[96];
+      std::snprintf(why, sizeof why, "slower: %.3fx the chosen one's measured step",
+                    cands[best].row.measured_seconds > 0
+                        ? c.row.measured_seconds / cands[best].row.measured_seconds
+                        : 0.0);
+      c.row.verdict = why;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+namespace detail {
+
+// choose_plan with the time already spent on the profile counted in the planning cost.
+Plan choose_plan_after(torch::nn::Module& model, const std::function<void()>& step,
+                       const MemoryProfile& profile, const Budget& budget,
+                       const PlannerOptions& options, double spent_before) {
+  if (!step) throw std::invalid_argument("recompose: choose_plan: the step function is empty");
+  check(options.trials());
+  const auto start = Clock::now();
+  const std::string budget_text = budget_expression(profile, budget);
+  std::vector<Candidate> cands =
+      pick(candidate_plans(profile, budget, options.solve()), options.trials(), budget_text);
+  const bool any_tried = std::any_of(cands.begin(), cands.end(), tried);
+  if (any_tried) {
+    TrialRunner runner(model, step);
+    run_trials(runner, cands, profile.step_seconds,
+               options.trials().max_planning_steps() * profile.step_seconds, start, spent_before);
+  }
+  const size_t chosen = decide(cands, profile, budget);
+  Plan plan = cands[chosen].c.plan;
+  for (auto& c : cands) plan.trials.push_back(std::move(c.row));
+  plan.planning_seconds = spent_before + elapsed_since(start);
+  plan.planning_steps =
+      profile.step_seconds > 0 ? plan.planning_seconds / profile.step_seconds : 0.0;
+  return plan;
+}
+
+}  // namespace detail
+
+Plan choose_plan(torch::nn::Module& model, const std::function<void()>& step,
+                 const MemoryProfile& profile, const Budget& budget,
+                 const PlannerOptions& options) {
+  return detail::choose_plan_after(model, step, profile, budget, options, 0.0);
+}
+
+}  // namespace recompose

@@ -1,0 +1,198 @@
+// The planner chooses by measurement (Note [ Choosing by measurement ],
+// lib/planner/plan_trials.cpp): choose_plan and plan_memory try the candidates on the model, never
+// pick one that measured slow however the estimates price it, leave the model as they found it, and
+// say what they weighed.
+#include <recompose/recompose.h>
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using recompose::Budget;
+using recompose::ModuleChoice;
+using recompose::Plan;
+
+// A block whose forward waits 40 ms when it runs again in backward (is_recomputing): full
+// checkpointing of it is slow in a real step, which no profile shows (its plain forward does not
+// wait, and the selective replay runs no module code).
+struct TrialBlockImpl : torch::nn::Module {
+  explicit TrialBlockImpl(int64_t w) {
+    fc1 = register_module("fc1", torch::nn::Linear(w, 2 * w));
+    fc2 = register_module("fc2", torch::nn::Linear(2 * w, w));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    if (recompose::is_recomputing()) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    return x + fc2(torch::tanh(fc1(x)).sin());
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(TrialBlock);
+
+struct TrialNetImpl : torch::nn::Module {
+  TrialNetImpl() {
+    torch::manual_seed(3);
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int i = 0; i < 2; ++i) blocks->push_back(TrialBlock(16));
+    norm = register_module("norm", torch::nn::BatchNorm1d(16));
+    drop = register_module("drop", torch::nn::Dropout(0.2));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (const auto& b : *blocks) x = b->as<TrialBlockImpl>()->forward(x);
+    return drop(norm(x));
+  }
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+  torch::nn::Dropout drop{nullptr};
+};
+TORCH_MODULE(TrialNet);
+
+torch::Tensor trial_input() {
+  torch::manual_seed(11);
+  return torch::randn({32, 16});
+}
+
+// Everything a step can change: parameters, their gradients, buffers, the CPU generator.
+std::vector<torch::Tensor> model_state(TrialNet& net) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : net->parameters()) {
+    out.push_back(p.detach().clone());
+    out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros({0}));
+  }
+  for (const auto& b : net->buffers()) out.push_back(b.clone());
+  out.push_back(at::detail::getDefaultCPUGenerator().get_state());
+  return out;
+}
+
+bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_SUITE("planner trials") {
+  TEST_CASE("a candidate slow in a real step is never chosen, however the estimates price it") {
+    TrialNet net;
+    const torch::Tensor x = trial_input();
+    auto step = [&] { net(x).pow(2).mean().backward(); };
+    recompose::MemoryProfile profile = recompose::profile_memory(*net, step);
+    // The estimates made to favour full checkpointing: its recomputation priced free, every
+    // selective configuration priced at a second.
+    for (auto& m : profile.modules) {
+      m.forward_seconds = 0;
+      m.selective_forward_seconds = 1.0;
+      m.replay_seconds = 1.0;
+    }
+    const auto all = recompose::candidate_plans(profile, Budget::fraction(1.0));
+    const recompose::PlanCandidate* full = nullptr;
+    const recompose::PlanCandidate* transformer = nullptr;
+    auto every = [](const Plan& p, ModuleChoice choice) {
+      for (const auto& m : p.modules) {
+        if (m.choice != choice) return false;
+      }
+      return true;
+    };
+    for (const auto& c : all) {
+      // Full everywhere: the "full" preset, or a solver family's plan that found the same.
+      if (every(c.plan, ModuleChoice::Full)) full = &c;
+      if (c.name == "transformer_policy") transformer = &c;
+    }
+    REQUIRE(full != nullptr);
+    REQUIRE(transformer != nullptr);
+    // A budget both fit and no checkpointing does not.
+    const int64_t budget = std::max(full->plan.bytes, transformer->plan.bytes);
+    REQUIRE(budget < profile.bytes_held);
+    const auto options = recompose::PlannerOptions().trials(
+        recompose::TrialOptions().max_estimate_ratio(1e9).max_candidates(8).max_planning_steps(
+            100));
+    const Plan plan = recompose::choose_plan(*net, step, profile, Budget::bytes(budget), options);
+    // The estimates rank full checkpointing of both blocks first (under the preset's name, or a
+    // solver family's that found the same plan) ...
+    REQUIRE(!plan.trials.empty());
+    const recompose::PlanTrial* full_trial = &plan.trials.front();
+    CHECK(full_trial->step_seconds == doctest::Approx(profile.step_seconds));
+    // ... but it measured slower (two recomputations waiting 40 ms), and was not chosen.
+    for (const auto& m : plan.modules) CHECK(m.choice != ModuleChoice::Full);
+    CHECK_FALSE(full_trial->chosen);
+    CHECK(full_trial->timed_steps >= 1);
+    CHECK(full_trial->verdict.find("slower") == 0);
+    CHECK(full_trial->measured_seconds > 0.08);
+    int chosen = 0;
+    for (const auto& t : plan.trials) {
+      chosen += t.chosen ? 1 : 0;
+      CHECK(!t.reproduce.empty());
+      if (t.timed_steps > 0) CHECK(t.measured_bytes <= budget);
+    }
+    CHECK(chosen == 1);
+    CHECK(plan.bytes <= budget);
+    CHECK(plan.planning_steps > 0);
+    // The table says it too.
+    const std::string table = plan.to_table();
+    CHECK(table.find("candidates weighed") != std::string::npos);
+    CHECK(table.find("slower") != std::string::npos);
+    // And the plan, trials included, survives JSON.
+    CHECK(Plan::from_json(plan.to_json()) == plan);
+  }
+
+  TEST_CASE("plan_memory and choose_plan leave the model as they found it") {
+    TrialNet net;
+    const torch::Tensor x = trial_input();
+    auto step = [&] { net(x).pow(2).mean().backward(); };
+    net(x).sum().backward();  // a gradient already there, kept as it is
+    torch::manual_seed(21);
+    const auto before = model_state(net);
+    const Plan plan = recompose::plan_memory(*net, step, Budget::fraction(0.6));
+    CHECK(same(model_state(net), before));
+    CHECK_FALSE(plan.trials.empty());
+    // Nothing stays attached: the model can be planned and checkpointed again.
+    CHECK_FALSE(recompose::is_checkpointed(*net->blocks[0]));
+    recompose::apply_plan(*net, plan);
+    CHECK(recompose::remove_plan(*net, plan) >= 0);
+  }
+
+  TEST_CASE("a step that throws in a trial: the error goes through, the model is put back") {
+    TrialNet net;
+    const torch::Tensor x = trial_input();
+    int runs = 0;
+    auto step = [&] {
+      if (++runs == 4) throw std::runtime_error("user error in the step");  // the first trial
+      net(x).pow(2).mean().backward();
+    };
+    const auto before = model_state(net);
+    CHECK_THROWS_WITH(recompose::plan_memory(*net, step, Budget::fraction(0.6)),
+                      "user error in the step");
+    CHECK(same(model_state(net), before));
+    CHECK_FALSE(recompose::is_checkpointed(*net->blocks[0]));
+  }
+
+  TEST_CASE("trials off: the fastest estimate, untried; options out of range are refused") {
+    TrialNet net;
+    const torch::Tensor x = trial_input();
+    auto step = [&] { net(x).pow(2).mean().backward(); };
+    const auto profile = recompose::profile_memory(*net, step);
+    const Plan plan = recompose::choose_plan(
+        *net, step, profile, Budget::fraction(0.6),
+        recompose::PlannerOptions().trials(recompose::TrialOptions().enabled(false)));
+    REQUIRE_FALSE(plan.trials.empty());
+    CHECK(plan.trials.front().chosen);
+    for (const auto& t : plan.trials) CHECK(t.timed_steps == 0);
+    CHECK_THROWS_AS(recompose::choose_plan(*net, step, profile, Budget::fraction(0.6),
+                                           recompose::PlannerOptions().trials(
+                                               recompose::TrialOptions().max_candidates(0))),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(recompose::choose_plan(*net, step, profile, Budget::fraction(0.6),
+                                           recompose::PlannerOptions().trials(
+                                               recompose::TrialOptions().max_planning_steps(0))),
+                    std::invalid_argument);
+  }
+}
