@@ -10,8 +10,8 @@
 //   profile.save("profile.json");
 //
 // How it is taken: `step` runs three times. The first run is plain (no checkpointing): a
-// SavedTensorMeter measures what each module call adds to the bytes held for backward, and the
-// module's forward time. The second run checkpoints every module with a selective policy that keeps
+// SavedTensorMeter measures what each module call adds to the bytes held for backward. The second
+// run checkpoints every module with a selective policy that keeps
 // every op's output (so nothing is recomputed and nothing changes numerically): the policy, asked
 // after each op ran, records the op, the bytes of its outputs and the time since the previous op
 // (which includes the views and in-place ops the policy does not see, and autograd's bookkeeping:
@@ -21,10 +21,10 @@
 // second run times each module's recomputation as training will run it (selective
 // checkpointing's fixed cost): the selective replay where the region replays
 // (selective_replay_enabled(), the default; the replay's time from selective_replay_stats()), else
-// its forward run again. The backward of the first run is timed per module, from the gradient of
-// its output to those of its inputs. The third run is the step as training runs it, nothing
-// attached: its time is the profile's step_seconds, and the first run's module forward and
-// backward times, slowed by its hooks and meter, are scaled to it.
+// its forward run again. The third run is plain again, without the meter (whose hook on every
+// saved tensor slows a step: on CPU by 10-15%): its time is the profile's step_seconds, and it
+// times each module's forward and its backward, from the gradient of its output to those of its
+// inputs.
 //
 // The model is left exactly as it was found, and each run starts from it: after each run (and when
 // `step` throws) the parameters' and buffers' values (BatchNorm's running statistics and counter
@@ -123,7 +123,7 @@ struct MemoryProfile {
   std::string device;       // device of the model's parameters, "cpu" or "cuda:0"
   int64_t bytes_held = 0;   // peak bytes held for backward without checkpointing (SavedTensorMeter)
   int64_t other_bytes = 0;  // of those, what no profiled module holds (embeddings, head, loss)
-  double step_seconds = 0;  // one step without checkpointing, nothing attached (the third run)
+  double step_seconds = 0;  // one step without checkpointing and without a meter (the third run)
   // Device <-> host copy bandwidth in bytes/s (the slower direction), measured with 16 MiB of
   // pinned memory, best of three copies each way; 0 on CPU, where offloading frees nothing.
   double copy_bandwidth = 0;
@@ -158,6 +158,10 @@ struct ProfileOptions {
   TORCH_ARG(std::vector<std::string>, modules) = {};
   // Measure the device <-> host bandwidth when the model lives on a device.
   TORCH_ARG(bool, measure_bandwidth) = true;
+  // Timed runs (the third run, repeated): the step's and each module's forward and backward times
+  // are the least over them, as noise only ever adds time. Each costs a step; more of them make
+  // two profiles of one model on a busy machine agree better. Must be at least 1.
+  TORCH_ARG(int64_t, timed_steps) = 1;
 };
 
 // Profiles one training step of `model`: `step` must run a forward and a backward through it

@@ -169,6 +169,20 @@ struct PlanCandidate {
 std::vector<PlanCandidate> candidate_plans(const MemoryProfile& profile, const Budget& budget,
                                            const SolveOptions& options = {});
 
+// `plan` priced on `profile` as the solver prices its own plans: per module (matched by name) its
+// bytes held and added time for the plan's choice, kept and swapped ops; the plan's bytes, step
+// (Plan::step_seconds) and simulated peak. Modules of the profile the plan does not name are priced
+// as no checkpointing; the returned plan lists every module of the profile, in its order, and keeps
+// `plan`'s budget. For a plan made on another profile (the same model profiled again, another
+// machine) or edited by hand: how it compares with what solve_plan chooses here.
+//   const recompose::Plan mine = recompose::solve_plan(profile, budget);
+//   const double theirs = recompose::estimate_plan(profile, other_plan).step_seconds;
+// Throws std::invalid_argument if the plan names a module the profile has not (or of another
+// type), an op a module's profile did not run, a copying choice where `options` allow no copies
+// (no link), or an option out of range (as solve_plan).
+Plan estimate_plan(const MemoryProfile& profile, const Plan& plan,
+                   const SolveOptions& options = {});
+
 // The least bytes any plan for `profile` holds (what solve_plan needs at least).
 int64_t min_plan_bytes(const MemoryProfile& profile, const SolveOptions& options = {});
 
