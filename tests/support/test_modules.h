@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 
+#include <atomic>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,7 +29,7 @@ struct TinyBlockImpl : torch::nn::Module {
     return torch::tanh(fc->forward(x));
   }
   torch::nn::Linear fc{nullptr};
-  int body_runs = 0;
+  std::atomic<int> body_runs{0};  // atomic: the threaded tests run one block on several threads
 };
 TORCH_MODULE(TinyBlock);
 
