@@ -211,24 +211,29 @@ std::size_t hook_count(const torch::nn::Module& module) {
 }
 
 void HookHandle::remove() {
-  if (!record_ || record_->removed.exchange(true)) return;
+  // Declared first: the record (its callable is user code) is destroyed after the lock is released.
+  const std::shared_ptr<detail::HookRecord> record = record_.lock();
+  if (!record || record->removed.exchange(true)) return;
   auto& reg = detail::ModuleRegistry::instance();
   detail::ExpiredEntries dead;  // declared first: destroyed after the lock is released
   std::unique_lock lock(reg.mutex());
   reg.take_expired(dead);
-  detail::ModuleEntry* entry = reg.find_mutable(*record_->module);
+  detail::ModuleEntry* entry = reg.find_mutable(*record->module);
   if (entry == nullptr) return;  // the module is gone (and its entry purged)
-  auto& list = record_->is_pre ? entry->pre : entry->post;
+  auto& list = record->is_pre ? entry->pre : entry->post;
   auto next = std::make_shared<detail::HookList>(*list);
   const auto old_size = next->size();
-  next->erase(std::remove(next->begin(), next->end(), record_), next->end());
+  next->erase(std::remove(next->begin(), next->end(), record), next->end());
   if (next->size() == old_size) return;  // a new module now lives at that address
   list = std::move(next);
   if (!entry->has_hooks()) reg.hooked_modules().fetch_sub(1);
-  reg.erase_if_empty(*record_->module);
+  reg.erase_if_empty(*record->module);
 }
 
-bool HookHandle::active() const { return record_ && !record_->removed.load(); }
+bool HookHandle::active() const {
+  const std::shared_ptr<detail::HookRecord> record = record_.lock();
+  return record && !record->removed.load();
+}
 
 std::shared_ptr<void>& ForwardCall::slot(std::string_view owner) {
   for (std::size_t i = 0; i < inline_used_; ++i) {

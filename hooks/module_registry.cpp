@@ -21,15 +21,14 @@ ModuleRegistry& ModuleRegistry::instance() {
 
 namespace {
 
-// Moves a dead module's entry to `dead`: its records are marked removed and their callables moved
-// out too, since a HookHandle the user still holds keeps its record (not the callable) alive.
+// Moves a dead module's entry to `dead`: its records are marked removed. They die with the
+// entry's lists (a HookHandle holds its record weakly), or with the last forward still running
+// over a snapshot of them: their callables are never written here, where a forward on another
+// thread may have called them with no lock ordering the two.
 void retire(ModuleEntry&& entry, ExpiredEntries& dead, std::atomic<long>& hooked_modules) {
   if (entry.has_hooks()) hooked_modules.fetch_sub(1);
   for (const auto* list : {entry.pre.get(), entry.post.get()}) {
-    for (const auto& record : *list) {
-      record->removed.store(true);
-      dead.hooks.push_back(std::exchange(record->fn, nullptr));
-    }
+    for (const auto& record : *list) record->removed.store(true);
   }
   dead.entries.push_back(std::move(entry));
 }

@@ -48,8 +48,6 @@ struct ModuleEntry {
 // the destructors of states and of hooks' callables are user code and may call the registry.
 struct ExpiredEntries {
   std::vector<ModuleEntry> entries;
-  std::vector<ForwardHook>
-      hooks;  // callables moved out of records that a HookHandle may still hold
 };
 
 class ModuleRegistry {

@@ -118,9 +118,10 @@ void intercept_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 // Registers the fallback on first use (not at load: a library that claims the key first is
 // reported, not a crash at start-up). Never destroyed: the registration must outlive every
 // tensor destroyed during static destruction. Held by a static pointer, so that it stays
-// reachable and LeakSanitizer reports only real leaks.
+// reachable and LeakSanitizer reports only real leaks; [[gnu::used]], because GCC removes a
+// static that is written and never read (at -O2), and the pointer with it.
 void register_fallback_once() {
-  static torch::Library* const registration = [] {
+  [[gnu::used]] static torch::Library* const registration = [] {
     if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(kInterceptKey)) {
       throw CheckpointError(
           std::string("recompose: selective checkpoint: another library registered a fallback "

@@ -218,9 +218,11 @@ class ForgetOnDeregistration final : public c10::OpRegistrationListener {
 TraitsTable& table() {
   // Never destroyed: LibTorch deregisters its operators as the process exits, after this
   // library's statics may be gone, and the listener is called then. Both held by static
-  // pointers, so that they stay reachable and LeakSanitizer reports only real leaks.
+  // pointers, so that they stay reachable and LeakSanitizer reports only real leaks; the
+  // listener's [[gnu::used]], because GCC removes a static that is written and never read (at
+  // -O2), and the pointer with it.
   static TraitsTable* const t = new TraitsTable();
-  static c10::RegistrationHandleRAII* const listener =
+  [[gnu::used]] static c10::RegistrationHandleRAII* const listener =
       new c10::RegistrationHandleRAII(c10::Dispatcher::singleton().addRegistrationListener(
           std::make_unique<ForgetOnDeregistration>(*t)));
   (void)listener;

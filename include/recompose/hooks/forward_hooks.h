@@ -59,12 +59,14 @@ struct HookRecord;
 class HookHandle {
  public:
   HookHandle() = default;
-  explicit HookHandle(std::shared_ptr<detail::HookRecord> record) : record_(std::move(record)) {}
+  explicit HookHandle(const std::shared_ptr<detail::HookRecord>& record) : record_(record) {}
   void remove();
   bool active() const;
 
  private:
-  std::shared_ptr<detail::HookRecord> record_;
+  // Weak: the module's hook lists own the record and its callable, which die with the module's
+  // entry whether or not a handle is kept.
+  std::weak_ptr<detail::HookRecord> record_;
 };
 
 // Registers `hook` to run before the body of `module`'s forward; it sees the arguments.
