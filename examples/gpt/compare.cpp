@@ -62,17 +62,17 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
               static_cast<long long>(config.width), options.device.str().c_str());
   std::printf(
       "| policy          | loss after %3zu | max rel. diff | step ms | time x | held for backward "
-      "| x     | step peak | x     | moved per step |\n",
+      "| x     | step peak | x     | moved per step (median) |\n",
       base.steps.size());
   std::printf(
       "|-----------------|----------------|---------------|---------|--------|-------------------|-"
-      "------|-----------|-------|----------------|\n");
+      "------|-----------|-------|-------------------------|\n");
   for (const auto& [policy, result] : outcome.results) {
     const double diff = max_relative_difference(base, result);
     const bool ok = diff <= tolerance;
     outcome.losses_match = outcome.losses_match && ok;
     std::printf(
-        "| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f | %14s |\n",
+        "| %-15s | %14.6f | %12.1e%s | %7.1f | %6.2f | %17s | %5.2f | %9s | %5.2f | %23s |\n",
         std::string(policy_name(policy)).c_str(), result.final_loss(), diff, ok ? " " : "!",
         result.median_step_seconds() * 1e3,
         result.median_step_seconds() / base.median_step_seconds(),
@@ -89,7 +89,8 @@ CompareOutcome compare_policies(const Config& config, const CharDataset& data, T
       "the device (SavedTensorMeter: tensors autograd saves and the products selective\n"
       "checkpointing keeps; swapped ones are not).\n"
       "step peak: peak %s memory of a step above the weights and optimizer state (activations,\n"
-      "gradients, temporaries). moved per step: bytes swap and offload sent to host memory.%s\n",
+      "gradients, temporaries). moved per step: bytes swap and offload sent to host memory in a\n"
+      "step, the median without the first step.%s\n",
       options.device.is_cuda() ? "CUDA" : "CPU",
       options.device.is_cuda()
           ? ""

@@ -27,6 +27,7 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 namespace {
 
@@ -124,17 +125,24 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
       const auto budget =
           recompose::Budget::parse(options.budget);  // bad text fails before profiling
       // The profile runs the step without checkpointing (recompose::profile_memory), which a
-      // cap meant to exclude no checkpointing cannot hold: it is taken first, then the cap.
-      const auto profile = gpt::profile_training_step(config, data, train_options);
+      // cap meant to exclude no checkpointing cannot hold: it is taken first, then the cap, then
+      // the trials, which run under the cap as the capped training will.
+      auto planning = std::make_unique<gpt::PlanningStep>(config, data, train_options);
+      const recompose::MemoryProfile profile = planning->profile();
       if (options.memory_fraction > 0)
         std::printf("profiled without the memory cap (the step without checkpointing)\n");
       cap_memory();
-      plan = recompose::solve_plan(profile, budget, gpt::solve_options(device));
+      plan = planning->choose(budget, gpt::solve_options(device));
+      planning.reset();  // its model and optimizer state: not beside the training's
       profile.save(options.out / "profile.json");
       plan.save(options.out / "plan.json");
-      std::printf("planned for %s in %.1f ms (profile) + %.3f ms (solve), saved to %s:\n",
-                  options.budget.c_str(), profile.profile_seconds * 1e3, plan.solve_seconds * 1e3,
-                  (options.out / "plan.json").c_str());
+      std::printf(
+          "planned for %s by measurement: profile %.1f ms (%.2f plain steps), solving and trials "
+          "%.1f ms (%.2f plain steps; solving %.3f ms), saved to %s:\n",
+          options.budget.c_str(), profile.profile_seconds * 1e3,
+          profile.step_seconds > 0 ? profile.profile_seconds / profile.step_seconds : 0.0,
+          plan.planning_seconds * 1e3, plan.planning_steps, plan.solve_seconds * 1e3,
+          (options.out / "plan.json").c_str());
     }
     std::printf("%s\n", plan.to_table().c_str());
     train_options.policy = gpt::Policy::Planned;

@@ -112,21 +112,24 @@ void draw_chart(std::ostringstream& svg, const Chart& chart, double x0) {
   // as nested bands instead of hiding one another.
   const size_t n = chart.series.size();
   size_t lines_left = 0;  // lines still to draw, this one included: the first line is the widest
-  for (const auto& s : chart.series) lines_left += s.line ? 1 : 0;
+  for (const auto& s : chart.series) lines_left += s.line && s.width <= 0 ? 1 : 0;
   for (size_t i = 0; i < n; ++i) {
     const auto& s = chart.series[i];
-    const char* color = kColors[i % kColors.size()];
+    const std::string color = s.color.empty() ? kColors[i % kColors.size()] : escape(s.color);
+    const std::string dash = s.dash.empty() ? "" : " stroke-dasharray=\"" + escape(s.dash) + "\"";
     if (s.line) {
-      svg << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\""
-          << 1.2 * static_cast<double>(lines_left--) << "\" stroke-linejoin=\"round\" points=\"";
+      const double width = s.width > 0 ? s.width : 1.2 * static_cast<double>(lines_left--);
+      svg << "<polyline fill=\"none\" stroke=\"" << color << '"' << dash << " stroke-width=\""
+          << width << "\" stroke-linejoin=\"round\" points=\"";
       for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
-        if (std::isfinite(s.y[j])) svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';
+        if (std::isfinite(s.x[j]) && std::isfinite(s.y[j]))
+          svg << px(s.x[j]) << ',' << py(s.y[j]) << ' ';
       }
       svg << "\"/>\n";
     }
     if (s.markers) {
       for (size_t j = 0; j < std::min(s.x.size(), s.y.size()); ++j) {
-        if (std::isfinite(s.y[j])) {
+        if (std::isfinite(s.x[j]) && std::isfinite(s.y[j])) {
           svg << "<circle cx=\"" << px(s.x[j]) << "\" cy=\"" << py(s.y[j]) << "\" r=\"4\" fill=\""
               << color << "\"/>\n";
         }
@@ -135,8 +138,8 @@ void draw_chart(std::ostringstream& svg, const Chart& chart, double x0) {
     const double ly = kTop + 12 + 18 * static_cast<double>(i);
     if (s.line) {
       svg << "<line x1=\"" << left + plot_w + 12 << "\" y1=\"" << ly << "\" x2=\""
-          << left + plot_w + 34 << "\" y2=\"" << ly << "\" stroke=\"" << color
-          << "\" stroke-width=\"2\"/>\n";
+          << left + plot_w + 34 << "\" y2=\"" << ly << "\" stroke=\"" << color << '"' << dash
+          << " stroke-width=\"2\"/>\n";
     }
     if (s.markers) {
       svg << "<circle cx=\"" << left + plot_w + 23 << "\" cy=\"" << ly << "\" r=\"4\" fill=\""

@@ -81,9 +81,9 @@ void print_summary(const TrainResult& result, Policy policy, const torch::Device
         "                     the device synchronised after each; --phase-times)\n",
         forward * 1e3, backward * 1e3, (step - forward - backward) * 1e3);
   }
-  if (result.steps.back().bytes_swapped > 0) {
-    std::printf("  swapped to host    %s per step\n",
-                format_bytes(result.steps.back().bytes_swapped).c_str());
+  if (result.bytes_moved_per_step() > 0) {
+    std::printf("  swapped to host    %s per step (median)\n",
+                format_bytes(result.bytes_moved_per_step()).c_str());
   }
   // Where copies or a tight cap held the steps up (all steps but the first).
   int64_t waits = 0, late = 0, retries = 0;

@@ -116,6 +116,15 @@ double median_step_seconds(const std::vector<StepRecord>& steps) {
   std::sort(t.begin(), t.end());
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
+int64_t median_bytes_moved(const std::vector<StepRecord>& steps) {
+  std::vector<int64_t> moved;
+  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i)
+    moved.push_back(steps[i].bytes_swapped);
+  if (moved.empty()) return 0;
+  std::sort(moved.begin(), moved.end());
+  const size_t n = moved.size();
+  return n % 2 ? moved[n / 2] : (moved[n / 2 - 1] + moved[n / 2]) / 2;
+}
 double TrainResult::mean_step_cpu_seconds() const {
   return mean_without_first(steps, &StepRecord::cpu_seconds);
 }

@@ -83,6 +83,9 @@ void in_rotated_order(int64_t step, size_t n, Run run) {
 // Median step time without the first step (one-time allocations and warm-up): what --compare
 // and --sweep rank by, robust to one disturbed step.
 double median_step_seconds(const std::vector<StepRecord>& steps);
+// The same of StepRecord::bytes_swapped: what a step moved to host memory (its bytes change from
+// step to step under the never-stall offload, which moves what its copy windows allow).
+int64_t median_bytes_moved(const std::vector<StepRecord>& steps);
 
 struct TrainResult {
   std::vector<StepRecord> steps;
@@ -106,8 +109,9 @@ struct TrainResult {
   int64_t own_peak_memory() const;
   // Highest peak above the resting memory: activations, gradients and temporaries of a step.
   int64_t peak_step_memory() const;
-  // Bytes the step moved to host memory (swap, offload; the last step's count, 0 otherwise).
-  int64_t bytes_moved_per_step() const { return steps.empty() ? 0 : steps.back().bytes_swapped; }
+  // Bytes a step moved to host memory (swap, offload; 0 otherwise): the median over the steps
+  // without the first, like the step time.
+  int64_t bytes_moved_per_step() const { return median_bytes_moved(steps); }
 };
 
 // The cross-entropy of the model's next-character predictions.
