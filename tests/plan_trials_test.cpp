@@ -70,6 +70,13 @@ std::vector<torch::Tensor> model_state(TrialNet& net) {
   return out;
 }
 
+// A planning budget for these small models' trials: their profile's hooks cost many of their
+// millisecond steps, which would leave the default 6 none for the trials. (The timed rounds go on
+// while the budget allows: not unbounded.)
+recompose::PlannerOptions roomy_trials() {
+  return recompose::PlannerOptions().trials(recompose::TrialOptions().max_planning_steps(300));
+}
+
 bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -87,11 +94,13 @@ TEST_SUITE("planner trials") {
     auto step = [&] { net(x).pow(2).mean().backward(); };
     recompose::MemoryProfile profile = recompose::profile_memory(*net, step);
     // The estimates made to favour full checkpointing: its recomputation priced free, every
-    // selective configuration priced at a second.
+    // selective configuration's replay priced a little above it (not absurdly: the trials try
+    // the candidates their budget allows, each step's cost judged by the estimates scaled by what
+    // the trials so far measured against theirs).
     for (auto& m : profile.modules) {
       m.forward_seconds = 0;
-      m.selective_forward_seconds = 1.0;
-      m.replay_seconds = 1.0;
+      m.selective_forward_seconds = 1e-4;
+      m.replay_seconds = 1e-4;
     }
     const auto all = recompose::candidate_plans(profile, Budget::fraction(1.0));
     const recompose::PlanCandidate* full = nullptr;
@@ -155,9 +164,10 @@ TEST_SUITE("planner trials") {
     net(x).sum().backward();  // a gradient already there, kept as it is
     torch::manual_seed(21);
     const auto before = model_state(net);
-    const Plan plan = recompose::plan_memory(*net, step, Budget::fraction(0.6));
+    const Plan plan = recompose::plan_memory(*net, step, Budget::fraction(0.6), roomy_trials());
     CHECK(same(model_state(net), before));
-    CHECK_FALSE(plan.trials.empty());
+    REQUIRE_FALSE(plan.trials.empty());
+    CHECK(plan.trials.front().timed_steps >= 1);
     // Nothing stays attached: the model can be planned and checkpointed again.
     CHECK_FALSE(recompose::is_checkpointed(*net->blocks[0]));
     recompose::apply_plan(*net, plan);
@@ -173,10 +183,84 @@ TEST_SUITE("planner trials") {
       net(x).pow(2).mean().backward();
     };
     const auto before = model_state(net);
-    CHECK_THROWS_WITH(recompose::plan_memory(*net, step, Budget::fraction(0.6)),
+    CHECK_THROWS_WITH(recompose::plan_memory(*net, step, Budget::fraction(0.6), roomy_trials()),
                       "user error in the step");
     CHECK(same(model_state(net), before));
     CHECK_FALSE(recompose::is_checkpointed(*net->blocks[0]));
+  }
+
+  TEST_CASE("no checkpointing fits: chosen untried, nothing is faster") {
+    TrialNet net;
+    const torch::Tensor x = trial_input();
+    auto step = [&] { net(x).pow(2).mean().backward(); };
+    const auto profile = recompose::profile_memory(*net, step);
+    int runs = 0;
+    auto counted = [&] {
+      ++runs;
+      step();
+    };
+    const Plan plan =
+        recompose::choose_plan(*net, counted, profile, Budget::fraction(1.0), roomy_trials());
+    CHECK(runs == 0);
+    for (const auto& m : plan.modules) CHECK(m.choice == ModuleChoice::None);
+    REQUIRE_FALSE(plan.trials.empty());
+    CHECK(plan.trials.front().chosen);
+    CHECK(plan.trials.front().verdict.find("no checkpointing fits") != std::string::npos);
+    for (const auto& t : plan.trials) CHECK(t.timed_steps == 0);
+  }
+
+  TEST_CASE("the planning budget: the profile's time counts, no step starts that would overrun") {
+    TrialNet net;
+    const torch::Tensor x = trial_input();
+    auto step = [&] { net(x).pow(2).mean().backward(); };
+    recompose::MemoryProfile profile = recompose::profile_memory(*net, step);
+    REQUIRE(profile.step_seconds > 0);
+    int runs = 0;
+    auto counted = [&] {
+      ++runs;
+      step();
+    };
+    const auto options = [](double steps) {
+      return recompose::PlannerOptions().trials(
+          recompose::TrialOptions().max_planning_steps(steps).max_estimate_ratio(1e9));
+    };
+    // The profile took the whole budget: nothing is tried, the fastest estimate is chosen, and
+    // what planning cost counts the profile.
+    profile.profile_seconds = 10 * profile.step_seconds;
+    Plan plan = recompose::choose_plan(*net, counted, profile, Budget::fraction(0.6), options(6));
+    CHECK(runs == 0);
+    REQUIRE_FALSE(plan.trials.empty());
+    CHECK(plan.trials.front().chosen);
+    CHECK(plan.trials.front().verdict.find("planning budget") != std::string::npos);
+    for (const auto& t : plan.trials) CHECK(t.timed_steps == 0);
+    CHECK(plan.planning_steps >= 10);
+    // A budget for the fastest estimate's step and 20 ms more, and a step that waits 30 ms: the
+    // first candidate is tried once (its first step is also its measurement on CPU); after it no
+    // other fits what is left (its estimate scaled by the first's measured over estimated).
+    profile.profile_seconds = 0;
+    double fraction = 0;
+    for (const double f : {0.9, 0.8, 0.7, 0.6, 0.5, 0.4}) {
+      if (recompose::candidate_plans(profile, Budget::fraction(f)).size() >= 2) {
+        fraction = f;
+        break;
+      }
+    }
+    REQUIRE(fraction > 0);
+    auto slow = [&] {
+      ++runs;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      step();
+    };
+    const auto first = recompose::candidate_plans(profile, Budget::fraction(fraction)).front();
+    plan = recompose::choose_plan(*net, slow, profile, Budget::fraction(fraction),
+                                  options((first.plan.step_seconds + 0.02) / profile.step_seconds));
+    CAPTURE(plan.to_table());
+    CHECK(runs == 1);
+    REQUIRE(plan.trials.size() >= 2);
+    CHECK(plan.trials.front().timed_steps == 1);
+    CHECK(plan.trials.front().measured_seconds >= 0.03);
+    CHECK(plan.trials.front().measured_bytes == plan.trials.front().bytes);
+    CHECK(plan.trials[1].verdict == "not tried: the planning budget was spent");
   }
 
   TEST_CASE("trials off: the fastest estimate, untried; options out of range are refused") {

@@ -137,12 +137,12 @@ int run(const gpt::Options& options, examples::MallocTuning malloc_tuning) {
       profile.save(options.out / "profile.json");
       plan.save(options.out / "plan.json");
       std::printf(
-          "planned for %s by measurement: profile %.1f ms (%.2f plain steps), solving and trials "
-          "%.1f ms (%.2f plain steps; solving %.3f ms), saved to %s:\n",
-          options.budget.c_str(), profile.profile_seconds * 1e3,
+          "planned for %s by measurement: %.1f ms (%.2f plain steps; the profile %.1f ms, %.2f "
+          "plain steps; solving %.3f ms), saved to %s:\n",
+          options.budget.c_str(), plan.planning_seconds * 1e3, plan.planning_steps,
+          profile.profile_seconds * 1e3,
           profile.step_seconds > 0 ? profile.profile_seconds / profile.step_seconds : 0.0,
-          plan.planning_seconds * 1e3, plan.planning_steps, plan.solve_seconds * 1e3,
-          (options.out / "plan.json").c_str());
+          plan.solve_seconds * 1e3, (options.out / "plan.json").c_str());
     }
     std::printf("%s\n", plan.to_table().c_str());
     train_options.policy = gpt::Policy::Planned;

@@ -199,10 +199,14 @@ int64_t min_plan_peak_bytes(const MemoryProfile& profile, const SolveOptions& op
 struct TrialOptions {
   // Off: the fastest estimate is chosen, untried (solve_plan's choice among candidate_plans).
   TORCH_ARG(bool, enabled) = true;
-  // What profiling (plan_memory's), solving and the trials may cost together, in steps without
-  // checkpointing (the profile's measured step). The trials always run one measuring step (the
-  // bytes held, the device's peak) and one timed step of each candidate they try; further timed
-  // rounds, interleaved, while the steps left allow. Must be positive.
+  // What profiling, solving and the trials may cost together, in steps without checkpointing
+  // (the profile's measured step; the profile's own MemoryProfile::profile_seconds count, also
+  // when choose_plan is given a profile made earlier). A trial step is started only where its
+  // estimate (scaled by what the trials so far measured against their estimates) fits what is
+  // left: each candidate's first step (on a device a measuring step and a timed one; on CPU one,
+  // both) in the estimates' order, then timed rounds, interleaved, while a whole round fits. A
+  // candidate not reached is "not tried"; where none is, the fastest estimate is chosen untried.
+  // Must be positive.
   TORCH_ARG(double, max_planning_steps) = 6;
   // The most candidates tried; the fastest estimates first. Must be at least 1.
   TORCH_ARG(int64_t, max_candidates) = 4;
@@ -223,8 +227,10 @@ struct PlannerOptions {
 // those whose measured bytes held for backward fit the budget (a peak budget on a device: whose
 // measured peak of reserved device memory fits it). The plan carries every candidate weighed
 // (Plan::trials: estimated and measured time, bytes and peak, why it was not chosen, one line that
-// reproduces it) and what choosing cost (Plan::planning_seconds, planning_steps). `step` as for
-// profile_memory: a forward and a backward of `model`, which it runs under each candidate.
+// reproduces it) and what choosing cost (Plan::planning_seconds, planning_steps: the profile's
+// profile_seconds included). Where no checkpointing fits, it is chosen untried on CPU (nothing is
+// faster). `step` as for profile_memory: a forward and a backward of `model`, which it runs under
+// each candidate.
 //   auto profile = recompose::profile_memory(*model, step);
 //   auto plan = recompose::choose_plan(*model, step, profile, recompose::Budget::parse("50%"));
 //   std::cout << plan.to_table();   // the plan, then the candidates' table

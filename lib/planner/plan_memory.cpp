@@ -1,7 +1,5 @@
 // plan_memory(): the profiler's measurement handed to choose_plan, which solves and tries the
 // candidates on the model (Note [ Choosing by measurement ], plan_trials.cpp).
-#include "plan_trials.h"
-
 #include <recompose/memory_profile.h>
 #include <recompose/planner.h>
 
@@ -10,7 +8,7 @@ namespace recompose {
 Plan plan_memory(torch::nn::Module& model, const std::function<void()>& step, const Budget& budget,
                  const PlannerOptions& options) {
   const MemoryProfile profile = profile_memory(model, step, options.profile());
-  return detail::choose_plan_after(model, step, profile, budget, options, profile.profile_seconds);
+  return choose_plan(model, step, profile, budget, options);
 }
 
 }  // namespace recompose

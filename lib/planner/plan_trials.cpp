@@ -9,18 +9,21 @@
 // fixed policy a user would have picked. The planner measures instead: the solver's fastest plan
 // of each family and every fixed preset that fits are candidates (candidate_plans); those
 // estimated within TrialOptions::max_estimate_ratio of the fastest estimate, at most
-// max_candidates, run
-//  1. one measuring step each: the bytes held for backward (a SavedTensorMeter) and, on a device,
-//     the peak of reserved memory from an emptied cache. It is also the configuration's first
-//     step, which pays for first-time allocations, and is not timed;
-//  2. timed rounds without a meter, each candidate once per round, the order rotated, at least one
-//     round and more while the planning step budget allows.
+// max_candidates, run, while the planning budget allows (TrialOptions::max_planning_steps plain
+// steps for profiling, solving and trials together: the profile's own time counts):
+//  1. each candidate's first step, in the estimates' order: the bytes held for backward (a
+//     SavedTensorMeter) and, on a device, the peak of reserved memory from an emptied cache, in
+//     an untimed step followed by a timed one (emptying the cache slows the step); on CPU the
+//     metered step is timed. A step whose estimate (scaled by measured over estimated so far)
+//     would overrun the budget is not started: its candidate is not tried;
+//  2. timed rounds without a meter, each candidate once per round, the order rotated, while a
+//     whole round fits.
+// Where no checkpointing fits, it is the fastest estimate and nothing can be faster: on CPU it is
+// chosen untried (on a device its reserved peak is measured like every candidate's).
 // A candidate measured over the budget (bytes; a peak budget on a device: its reserved peak) is
 // not chosen; of the others, the least median time wins, ties to the better estimate. The model
 // is put back after every step (ModelStateGuard), as profile_memory does, so training after the
 // planner is bitwise training without it.
-#include "plan_trials.h"
-
 #include "engine/format_bytes.h"
 #include "engine/memory_in_use.h"
 #include "engine/model_state_guard.h"
@@ -100,6 +103,26 @@ std::string reproduce_line(const std::string& name, size_t index, const std::str
          std::to_string(index) + "].plan)";
 }
 
+// What the planning may still spend: TrialOptions::max_planning_steps plain steps (the profile's
+// measured step), less the profile's own time and what choosing has taken since `start`.
+class TrialBudget {
+ public:
+  TrialBudget(const MemoryProfile& profile, const TrialOptions& options)
+      : plain_step_(profile.step_seconds),
+        limit_(options.max_planning_steps() * profile.step_seconds - profile.profile_seconds),
+        start_(Clock::now()) {}
+  // False where the profile has no measured step (made by hand): nothing to count in.
+  bool counted() const { return plain_step_ > 0; }
+  bool allows(double seconds) const {
+    return !counted() || elapsed_since(start_) + seconds <= limit_;
+  }
+
+ private:
+  double plain_step_;
+  double limit_;
+  Clock::time_point start_;
+};
+
 struct Candidate {
   PlanCandidate c;
   size_t index = 0;  // in candidate_plans
@@ -114,19 +137,28 @@ class TrialRunner {
   TrialRunner(torch::nn::Module& model, const std::function<void()>& step)
       : model_(model), step_(step), device_(device_of_model(model)), state_(model, device_) {}
 
+  // On a device the measuring step empties the cache first (its reserved peak is the plan's own,
+  // not what earlier steps left reserved), which slows it: it is not timed, a timed step follows.
+  // On CPU the metered step is the timed one (the meter adds a pack hook per saved tensor, the
+  // same work for every candidate that saves the tensor).
+  bool measures_apart() const { return device_.is_cuda(); }
+
   // The measuring step: bytes held for backward, and the device's reserved peak from an empty
-  // cache (-1 on CPU).
-  void measure(const Plan& plan, PlanTrial& row) {
+  // cache (-1 on CPU). Returns its time.
+  double measure(const Plan& plan, PlanTrial& row) {
     synchronize_device(device_);
     detail::release_cached_memory(device_);
     reset_peak_device_memory(device_);
+    const auto t0 = Clock::now();
     {
       SavedTensorMeter meter;
       run(plan);
       row.measured_bytes = meter.peak_bytes_held();
     }
     synchronize_device(device_);
+    const double seconds = elapsed_since(t0);
     row.measured_peak_bytes = peak_reserved_device_memory(device_);
+    return seconds;
   }
 
   double timed(const Plan& plan) {
@@ -163,7 +195,7 @@ std::vector<Candidate> pick(std::vector<PlanCandidate> all, const TrialOptions& 
   std::vector<Candidate> out;
   const double fastest = all.empty() ? 0 : all.front().plan.step_seconds;
   for (size_t i = 0; i < all.size(); ++i) {
-    Candidate c{std::move(all[i]), i, {}, {}};
+    Candidate c{std::move(all[i]), i, {}, {}, {}};
     c.row.name = c.c.name;
     c.row.bytes = c.c.plan.bytes;
     c.row.step_seconds = c.c.plan.step_seconds;
@@ -192,13 +224,17 @@ std::vector<Candidate> pick(std::vector<PlanCandidate> all, const TrialOptions& 
 
 bool tried(const Candidate& c) { return c.row.verdict == "tried"; }
 
-// Measuring step, then timed rounds while the budget allows (at least one).
-void run_trials(TrialRunner& runner, std::vector<Candidate>& cands, double plain_step,
-                double max_seconds, Clock::time_point start, double spent_before) {
-  std::vector<Candidate*> order;
-  for (auto& c : cands) {
-    if (tried(c)) order.push_back(&c);
-  }
+// Every module left as it is: nothing is faster, and its bytes are the profile's own.
+bool is_no_checkpointing(const Plan& plan) {
+  return std::all_of(plan.modules.begin(), plan.modules.end(),
+                     [](const ModulePlan& m) { return m.choice == ModuleChoice::None; });
+}
+
+// Each candidate's first step, in the estimates' order, while the planning budget allows it (on a
+// device an untimed measuring step and a timed one; on CPU one metered step, timed); then timed
+// rounds, interleaved and rotated, while a whole round fits. No step starts that its estimate,
+// scaled by what the steps so far measured against their estimates, says would overrun.
+void run_trials(TrialRunner& runner, std::vector<Candidate>& cands, const TrialBudget& budget) {
   // A candidate that runs out of device memory (under a cap) is out; any other error is the
   // user's step's, and goes through.
   auto attempt = [](Candidate* c, auto&& f) {
@@ -209,18 +245,33 @@ void run_trials(TrialRunner& runner, std::vector<Candidate>& cands, double plain
       c->out_of_memory = e.what();
     }
   };
-  for (Candidate* c : order) attempt(c, [&] { runner.measure(c->c.plan, c->row); });
-  double round_cost = 0;
-  for (size_t round = 0;; ++round) {
-    const double spent = spent_before + elapsed_since(start);
-    if (round > 0 && spent + round_cost > max_seconds) break;
-    const auto t0 = Clock::now();
+  double estimated = 0, measured = 0;  // over the candidates timed so far
+  auto scale = [&] { return estimated > 0 ? measured / estimated : 1.0; };
+  std::vector<Candidate*> order;
+  for (auto& c : cands) {
+    if (!tried(c)) continue;
+    const double cost = c.row.step_seconds * scale() * (runner.measures_apart() ? 2 : 1);
+    if (!budget.allows(cost)) {
+      c.row.verdict = "not tried: the planning budget was spent";
+      continue;
+    }
+    order.push_back(&c);
+    attempt(&c, [&] {
+      const double t = runner.measure(c.c.plan, c.row);
+      c.timed.push_back(runner.measures_apart() ? runner.timed(c.c.plan) : t);
+      estimated += c.row.step_seconds;
+      measured += c.timed.back();
+    });
+  }
+  if (!budget.counted()) return;  // no plain step to count in: one step each
+  for (size_t round = 1;; ++round) {
+    double round_cost = 0;
+    for (Candidate* c : order) round_cost += c->timed.empty() ? 0 : median_of(c->timed);
+    if (order.size() < 2 || !budget.allows(round_cost)) break;
     for (size_t k = 0; k < order.size(); ++k) {
       Candidate* c = order[(k + round) % order.size()];  // rotated: drift spreads evenly
       attempt(c, [&] { c->timed.push_back(runner.timed(c->c.plan)); });
     }
-    round_cost = elapsed_since(t0);
-    if (plain_step <= 0) break;  // no step to count the budget in: one round
   }
 }
 
@@ -252,14 +303,18 @@ size_t decide(std::vector<Candidate>& cands, const MemoryProfile& profile, const
   }
   // Nothing tried, or nothing fit as measured: the fastest estimate (candidate_plans' first).
   const bool measured = best < cands.size();
+  const bool any_timed =
+      std::any_of(cands.begin(), cands.end(), [](const Candidate& c) { return !c.timed.empty(); });
   if (!measured) best = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
     Candidate& c = cands[i];
     if (i == best) {
       c.row.chosen = true;
-      c.row.verdict = measured ? "chosen"
-                               : "chosen: the fastest estimate (" + c.row.verdict +
-                                     "; no candidate tried fit as measured)";
+      c.row.verdict = measured    ? "chosen"
+                      : any_timed ? "chosen: the fastest estimate (no candidate tried fit as "
+                                    "measured; its own trial: " +
+                                        c.row.verdict + ")"
+                                  : "chosen: the fastest estimate (" + c.row.verdict + ")";
     } else if (tried(c)) {
       char why[96];
       std::snprintf(why, sizeof why, "slower: %.3fx the chosen one's measured step",
@@ -274,39 +329,36 @@ size_t decide(std::vector<Candidate>& cands, const MemoryProfile& profile, const
 
 }  // namespace
 
-namespace detail {
-
-// choose_plan with the time already spent on the profile counted in the planning cost.
-Plan choose_plan_after(torch::nn::Module& model, const std::function<void()>& step,
-                       const MemoryProfile& profile, const Budget& budget,
-                       const PlannerOptions& options, double spent_before) {
+Plan choose_plan(torch::nn::Module& model, const std::function<void()>& step,
+                 const MemoryProfile& profile, const Budget& budget,
+                 const PlannerOptions& options) {
   if (!step) throw std::invalid_argument("recompose: choose_plan: the step function is empty");
   check(options.trials());
+  const TrialBudget trial_budget(profile, options.trials());
   const auto start = Clock::now();
   const std::string budget_text = budget_expression(profile, budget);
   std::vector<Candidate> cands =
       pick(candidate_plans(profile, budget, options.solve()), options.trials(), budget_text);
-  const bool any_tried = std::any_of(cands.begin(), cands.end(), tried);
-  if (any_tried) {
-    TrialRunner runner(model, step);
-    run_trials(runner, cands, profile.step_seconds,
-               options.trials().max_planning_steps() * profile.step_seconds, start, spent_before);
+  if (std::any_of(cands.begin(), cands.end(), tried)) {
+    if (is_no_checkpointing(cands.front().c.plan) && !device_of_model(model).is_cuda()) {
+      // It fits, and nothing is faster: no trial can choose another (on a device its reserved
+      // peak is measured, as every candidate's).
+      for (auto& c : cands) {
+        if (tried(c)) c.row.verdict = "not tried: no checkpointing fits the budget";
+      }
+      cands.front().row.verdict = "no checkpointing fits the budget, and nothing is faster";
+    } else {
+      TrialRunner runner(model, step);
+      run_trials(runner, cands, trial_budget);
+    }
   }
   const size_t chosen = decide(cands, profile, budget);
   Plan plan = cands[chosen].c.plan;
   for (auto& c : cands) plan.trials.push_back(std::move(c.row));
-  plan.planning_seconds = spent_before + elapsed_since(start);
+  plan.planning_seconds = profile.profile_seconds + elapsed_since(start);
   plan.planning_steps =
       profile.step_seconds > 0 ? plan.planning_seconds / profile.step_seconds : 0.0;
   return plan;
-}
-
-}  // namespace detail
-
-Plan choose_plan(torch::nn::Module& model, const std::function<void()>& step,
-                 const MemoryProfile& profile, const Budget& budget,
-                 const PlannerOptions& options) {
-  return detail::choose_plan_after(model, step, profile, budget, options, 0.0);
 }
 
 }  // namespace recompose
