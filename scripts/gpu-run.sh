@@ -139,7 +139,7 @@
 # has no cap); about 15 s once built (docs/benchmarks/2026-11-29-cpu-2core-planner-rehearsal.txt).
 #
 # Phases (each builds first; a later call reuses build-gpu/): test (meson test, the CUDA doctest
-# cases must not be skipped), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
+# cases must not be skipped; the format test left out where clang-format is missing), bench (checkpoint, selective and swap benchmarks, copy bandwidth),
 # gpt (the GPT comparison, small fp32 and 12 x 1024 bf16, the Kineto profile of none, full and
 # selective on the 12 x 1024 bf16 model (gpt --profile, issue 25), and
 # examples/gpt/python/gpu_compare.sh: C++ against PyTorch Python on the same GPU), offload (issue 27: the link probe, the never-stall
