@@ -116,6 +116,14 @@ double median_step_seconds(const std::vector<StepRecord>& steps) {
   std::sort(t.begin(), t.end());
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
+double median_compute_seconds(const std::vector<StepRecord>& steps) {
+  std::vector<double> t;
+  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i)
+    t.push_back(steps[i].forward_seconds + steps[i].backward_seconds);
+  if (t.empty()) return 0;
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
 int64_t median_bytes_moved(const std::vector<StepRecord>& steps) {
   std::vector<int64_t> moved;
   for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i)

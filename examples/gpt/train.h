@@ -83,6 +83,9 @@ void in_rotated_order(int64_t step, size_t n, Run run) {
 // Median step time without the first step (one-time allocations and warm-up): what --compare
 // and --sweep rank by, robust to one disturbed step.
 double median_step_seconds(const std::vector<StepRecord>& steps);
+// The median of forward + backward (--phase-times), the first step left out: the step a plan's
+// estimate prices (recompose::Plan::step_seconds), without the optimizer.
+double median_compute_seconds(const std::vector<StepRecord>& steps);
 // The same of StepRecord::bytes_swapped: what a step moved to host memory (its bytes change from
 // step to step under the never-stall offload, which moves what its copy windows allow).
 int64_t median_bytes_moved(const std::vector<StepRecord>& steps);
