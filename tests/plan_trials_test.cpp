@@ -123,7 +123,7 @@ TEST_SUITE("planner trials") {
     REQUIRE(budget < profile.bytes_held);
     const auto options = recompose::PlannerOptions().trials(
         recompose::TrialOptions().max_estimate_ratio(1e9).max_candidates(8).max_planning_steps(
-            2500));
+            5000));
     const Plan plan = recompose::choose_plan(*net, step, profile, Budget::bytes(budget), options);
     CAPTURE(plan.to_table());
     // The estimates rank full checkpointing of both blocks first (under the preset's name, or a
@@ -317,6 +317,22 @@ recompose::MemoryProfile stable_profile() {
 }  // namespace
 
 TEST_SUITE("planner stability") {
+  TEST_CASE("a module's op times sum to its plain forward, without the profiler's recording") {
+    // Run 2 times each op between calls of a keep-all policy that records everything: before the
+    // scaling, a block's ops summed to more than its plain forward, and a selective module was
+    // charged the recording as its fixed cost (Note [ Op times scaled to the plain forward ]).
+    const auto profile = stable_profile();
+    for (const auto& m : profile.modules) {
+      CAPTURE(m.name);
+      REQUIRE(m.forward_seconds > 0);
+      REQUIRE_FALSE(m.ops.empty());
+      double ops = 0;
+      for (const auto& op : m.ops) ops += op.seconds;
+      CHECK(ops <= m.forward_seconds * (1 + 1e-9));
+      CHECK(m.selective_forward_seconds >= m.forward_seconds);
+    }
+  }
+
   TEST_CASE("estimate_plan prices a plan as the solver did, and refuses one of another model") {
     const auto profile = stable_profile();
     for (const double f : {0.3, 0.6, 1.0}) {

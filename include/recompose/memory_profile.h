@@ -56,11 +56,14 @@ struct OpProfile {
   std::string op;          // overload, as "aten::mm.default"
   int64_t call_index = 0;  // how many calls of this overload came before it in the module's forward
   int64_t output_bytes = 0;  // bytes that keeping its outputs holds (distinct storages)
-  double seconds = 0;        // measured forward time, summed over the module's calls in the step
-  bool random = false;       // draws random numbers (nondeterministic_seeded, or takes a Generator)
-  bool inplace = false;      // writes into an argument (never true for an op a policy sees)
-  bool view = false;         // returns a view of an argument (never true for an op a policy sees)
-  bool mutated = false;      // its output's storage was modified in place later in the forward
+  // Measured forward time, summed over the module's calls in the step; the module's ops scaled
+  // to sum to at most its plain forward_seconds (Note [ Op times scaled to the plain forward ],
+  // lib/planner/profiler.cpp: their measurement carries the profiler's recording).
+  double seconds = 0;
+  bool random = false;   // draws random numbers (nondeterministic_seeded, or takes a Generator)
+  bool inplace = false;  // writes into an argument (never true for an op a policy sees)
+  bool view = false;     // returns a view of an argument (never true for an op a policy sees)
+  bool mutated = false;  // its output's storage was modified in place later in the forward
   // Of a mutated op, were it the only op kept: its kept output would carry every write into it
   // (docs/architecture.md, "Writes carried by kept outputs"): it made the storage written (not
   // an alias of another op's output, as _unsafe_view's of mm's), draws no random numbers, each
@@ -96,7 +99,9 @@ struct ModuleProfile {
   int64_t shared_input_bytes = 0;
   int64_t saved_bytes = 0;     // held without checkpointing: what autograd saves during its forward
   double forward_seconds = 0;  // forward time without checkpointing
-  double selective_forward_seconds = 0;  // forward time with every op intercepted (and kept)
+  // Forward time with every op intercepted: forward_seconds plus what the intercepted run spent
+  // outside its ops (the region's set-up and end; the same Note).
+  double selective_forward_seconds = 0;
   // Recomputation in backward with every op kept: selective's fixed cost. The selective replay's
   // (host) time where `replayed`, else the time of the forward run again.
   double replay_seconds = 0;
