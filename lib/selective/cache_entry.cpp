@@ -140,8 +140,8 @@ CacheEntry CacheEntry::capture(c10::ArrayRef<c10::IValue> outputs, Offloader* sw
   return e;
 }
 
-void CacheEntry::replay(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
-                        torch::jit::Stack* stack) const {
+void CacheEntry::hand_out(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
+                          torch::jit::Stack* stack) const {
   // Check everything before pushing anything: an error leaves the stack as it was.
   check_unmodified(op, call_index, allow_mutation);
   size_t j = 0;

@@ -37,10 +37,10 @@ class CacheEntry {
   // nobody else uses, as OpInterceptor requires; with a version counter of its own once the
   // entry carries writes, see accept_write). Throws CheckpointError naming `op` if a kept
   // tensor was modified in place since capture() and !allow_mutation.
-  void replay(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
-              torch::jit::Stack* stack) const;
+  void hand_out(const c10::OperatorHandle& op, int64_t call_index, bool allow_mutation,
+                torch::jit::Stack* stack) const;
 
-  // The check of replay() alone: throws CheckpointError naming `op` if a kept tensor was
+  // The check of hand_out() alone: throws CheckpointError naming `op` if a kept tensor was
   // modified in place since capture() and !allow_mutation.
   void check_unmodified(const c10::OperatorHandle& op, int64_t call_index,
                         bool allow_mutation) const;
@@ -73,7 +73,7 @@ class CacheEntry {
   int64_t bytes() const { return bytes_; }
 
   // The kept tensors are copies only this entry holds (copy_on_write ran): once it is released,
-  // the tensors replay() handed out are their holder's alone.
+  // the tensors hand_out() handed out are their holder's alone.
   bool private_copies() const { return written_after_capture_; }
 
   // Drops the kept outputs (after the single replay a region allows).
@@ -91,7 +91,7 @@ class CacheEntry {
   // recomputation will write into the replayed ones too.
   bool written_after_capture_ = false;
   // The forward wrote into these outputs after they were kept and the entry holds the values
-  // after the writes (accept_write): replay() hands out tensors with version counters of their
+  // after the writes (accept_write): hand_out() hands out tensors with version counters of their
   // own.
   bool carries_writes_ = false;
   int64_t bytes_ = 0;  // counted in selective_checkpoint_bytes_kept()

@@ -16,7 +16,7 @@ const KeptOutput* ForwardTrace::carrier_of(uint32_t node) const {
 }
 
 void ForwardTrace::restart_calls() {
-  for (auto& [op, calls] : calls_) calls.replayed = 0;
+  for (auto& [op, calls] : calls_) calls.rerun_seen = 0;
 }
 
 void ForwardTrace::release_kept() {

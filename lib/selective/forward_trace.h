@@ -75,7 +75,6 @@ class ForwardTrace {
   // Whether the trace also records what only its summary reads (set before the forward; default
   // off): the views' calls, in order, and each op's output bytes.
   void record_summary(bool on) { summarizing_ = on; }
-  bool recording_summary() const { return summarizing_; }
   // A call of a view op (OpCalls::kNoNode), numbered `call_index` among its op's calls, its
   // outputs on top of `stack`; recorded only for the summary.
   void view_call(const c10::OperatorHandle& op, int64_t call_index,
@@ -112,7 +111,7 @@ class ForwardTrace {
   // The write of node `writer` is carried by the kept output of node `carrier` (carry_write).
   void set_carrier(uint32_t writer, uint32_t carrier) { nodes_[writer].carrier = carrier; }
 
-  // A forward run again (cached_interceptor.cpp) finds the forward's calls here.
+  // A forward run again (rerun_interceptor.cpp) finds the forward's calls here.
   // nullptr if the forward never ran `op`.
   OpCalls* find_calls(const c10::OperatorHandle& op);
   KeptOutput* kept_at(uint32_t node) const { return nodes_[node].kept.get(); }
@@ -127,7 +126,7 @@ class ForwardTrace {
   void saved(std::size_t index, const at::Tensor& tensor);
 
   // Rebuilds saved tensor i for each needed[i] into out[i] (see SavedTensorReplay::replay).
-  // `replay_kept` hands a kept op's outputs (CacheEntry::replay, with the region's checks), once
+  // `replay_kept` hands a kept op's outputs (CacheEntry::hand_out, with the region's checks), once
   // per kept op the replay needs, in forward order, after every check that can be made up front.
   // It returns true when the tensors it hands are the replay's alone (CacheEntry::private_copies):
   // the replay then writes into them rather than into copies.
@@ -143,8 +142,6 @@ class ForwardTrace {
   // cannot be replayed (ReplayPlan::fallback). Runs nothing. Throws CheckpointError only for a
   // broken invariant of the trace (an internal error).
   ReplayPlan plan_replay(bool rng_preserved, const std::vector<bool>& needed) const;
-
-  std::size_t op_count() const { return nodes_.size(); }
 
   // Whether the storage of `written` holds the output of a kept op that no recorded op has read
   // since that op (or since the last write carried into it): an op about to write into it may

@@ -34,11 +34,11 @@ struct KeptOutput {
 };
 
 // The forward's calls of one op, in order: each call's trace node, or kNoNode for a call the
-// trace does not record (a view). `replayed`: calls seen by the current forward run again.
+// trace does not record (a view). `rerun_seen`: calls seen by the current forward run again.
 struct OpCalls {
   static constexpr uint32_t kNoNode = UINT32_MAX;
   std::vector<uint32_t> nodes;
-  std::size_t replayed = 0;
+  std::size_t rerun_seen = 0;
 };
 
 }  // namespace recompose::detail

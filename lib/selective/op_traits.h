@@ -1,7 +1,7 @@
 // OpTraits: everything selective checkpointing (and the planner's profiler) asks of an operator
 // that its schema, tags and name decide, computed once per operator and shared by every thread.
 // Facts that depend on a call's arguments stay per call (autocast_cacheable_cast below; the
-// carried write's checks in caching_interceptor.cpp; the cheaper replay's check of the forward's
+// carried write's checks in forward_interceptor.cpp; the cheaper replay's check of the forward's
 // result in replay_substitute.h).
 #pragma once
 

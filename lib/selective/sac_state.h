@@ -1,5 +1,5 @@
 // The state one selective region invocation shares between its forward interceptor
-// (caching_interceptor.cpp), its rerun interceptor (cached_interceptor.cpp), its replay and the
+// (forward_interceptor.cpp), its rerun interceptor (rerun_interceptor.cpp), its replay and the
 // contexts object (selective_contexts.cpp), and the small rules they share.
 #pragma once
 
@@ -101,8 +101,8 @@ inline bool keeps_output(CheckpointPolicy p) {
 
 // The interceptors a region installs: in its forward (asks the policy, keeps outputs, records
 // the trace) and in a recomputation that runs the forward again (answers kept ops from the trace).
-std::unique_ptr<OpInterceptor> make_caching_interceptor(SacState& state);
-std::unique_ptr<OpInterceptor> make_cached_interceptor(SacState& state);
+std::unique_ptr<OpInterceptor> make_forward_interceptor(SacState& state);
+std::unique_ptr<OpInterceptor> make_rerun_interceptor(SacState& state);
 
 // At the end of a region's forward: the policy warnings (policy_warnings.h).
 void warn_about_policy(const SacState& state);

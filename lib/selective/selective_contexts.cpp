@@ -1,6 +1,6 @@
 // create_selective_checkpoint_contexts: the forward context caches the outputs of saved ops,
 // the recompute context replays them (upstream's _CachingTorchDispatchMode and
-// _CachedTorchDispatchMode): caching_interceptor.cpp and cached_interceptor.cpp, sharing one
+// _CachedTorchDispatchMode): forward_interceptor.cpp and rerun_interceptor.cpp, sharing one
 // SacState (sac_state.h) per region invocation.
 // The forward context also records a ForwardTrace, from which the contexts, as the region's
 // SavedTensorReplay, rebuild the dropped saved tensors without running the forward again
@@ -38,8 +38,8 @@ struct Entered {
   Entered(std::shared_ptr<SacState> s, Kind k)
       : state(std::move(s)),
         kind(k),
-        interceptor(k == Kind::Forward ? detail::make_caching_interceptor(*state)
-                                       : detail::make_cached_interceptor(*state)),
+        interceptor(k == Kind::Forward ? detail::make_forward_interceptor(*state)
+                                       : detail::make_rerun_interceptor(*state)),
         scope(*interceptor) {}
   ~Entered() {
     if (kind == Kind::Recompute) {
@@ -135,7 +135,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
                            torch::jit::Stack* values) {
       if (!kept.available()) throw CheckpointError(extra_backward_error(op.schema().name()));
       const bool own = kept.entry.private_copies();  // released below: the replay's alone then
-      kept.entry.replay(op, kept.call_index, s.allow_cache_entry_mutation, values);
+      kept.entry.hand_out(op, kept.call_index, s.allow_cache_entry_mutation, values);
       // One replay per region, as one recomputation: free the kept outputs as backward goes.
       kept.consume();
       return own;

@@ -188,7 +188,7 @@ class CachingInterceptor final : public OpInterceptor {
 
 }  // namespace
 
-std::unique_ptr<OpInterceptor> make_caching_interceptor(SacState& state) {
+std::unique_ptr<OpInterceptor> make_forward_interceptor(SacState& state) {
   return std::make_unique<CachingInterceptor>(state);
 }
 

@@ -27,7 +27,7 @@ class CachedInterceptor final : public OpInterceptor {
       return;
     }
     OpCalls* calls = s_.trace.find_calls(op);
-    const size_t index = calls == nullptr ? 0 : calls->replayed++;
+    const size_t index = calls == nullptr ? 0 : calls->rerun_seen++;
     if (calls == nullptr || index >= calls->nodes.size()) {
       throw CheckpointError(
           "recompose: selective checkpoint: " + op.schema().name() + " (call " +
@@ -63,11 +63,12 @@ class CachedInterceptor final : public OpInterceptor {
     const size_t n_args = op.schema().arguments().size();
     if (stack->size() < n_args) internal_stack_error(op);
     // Check (may throw) before touching the stack.
-    torch::jit::Stack replayed;
-    kept->entry.replay(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation, &replayed);
+    torch::jit::Stack kept_values;
+    kept->entry.hand_out(op, static_cast<int64_t>(index), s_.allow_cache_entry_mutation,
+                         &kept_values);
     if (kept->rng && !kept->rng->replay()) advance_generators(op, *stack);
     torch::jit::drop(*stack, n_args);
-    for (c10::IValue& v : replayed) stack->push_back(std::move(v));
+    for (c10::IValue& v : kept_values) stack->push_back(std::move(v));
     kept->consume();  // one replay per region: free the memory as backward goes
   }
 
@@ -88,7 +89,7 @@ class CachedInterceptor final : public OpInterceptor {
 
 }  // namespace
 
-std::unique_ptr<OpInterceptor> make_cached_interceptor(SacState& state) {
+std::unique_ptr<OpInterceptor> make_rerun_interceptor(SacState& state) {
   return std::make_unique<CachedInterceptor>(state);
 }
 
