@@ -9,11 +9,16 @@
 
 #include "support/grad_check.h"
 #include "support/test_modules.h"
+#include "swap/never_stall_plan.h"  // NeverStallPlan, fits_window: the decision on its own
 #include "swap/swap_access.h"  // SwapAccess::core: SwapCore::bookkeeping_entries, for the leak check
 #include "swap/swap_core.h"
 
+#include <algorithm>
+#include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -29,10 +34,13 @@ struct OffloadBlockImpl : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     RECOMPOSE_FORWARD(x);
     ++body_runs;
+    // A longer forward: a wider copy window for the never-stall offload, which measures it.
+    if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
     return torch::tanh(fc->forward(x * 2));
   }
   torch::nn::Linear fc{nullptr};
   int body_runs = 0;
+  int sleep_ms = 0;
 };
 TORCH_MODULE(OffloadBlock);
 
@@ -406,6 +414,193 @@ TEST_CASE("apply_offload never-stall: measured windows, and a report per module 
       recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().forward_window_seconds(-1)),
       std::invalid_argument);
   CHECK_FALSE(recompose::is_offloaded(*s.blocks[0]));
+}
+
+// Issue 45: the never-stall offload decides once. See Note [ Never-stall offload decides once ].
+TEST_CASE("never-stall decision: warm-up, the shortest windows decide, one decision per shape") {
+  using recompose::detail::CopyWindow;
+  using recompose::detail::fits_window;
+  using recompose::detail::NeverStallPlan;
+  // The rule: in saved order, each tensor while the running total fits both windows; a tensor
+  // that does not fit stays, a later smaller one may still go; 0 bytes is no copy.
+  const auto slow = recompose::LinkModel::symmetric(1e3);  // 1 ms per byte
+  CHECK(fits_window({5, 0, 100, 5}, CopyWindow{slow, 12e-3, 1}) ==
+        std::vector<bool>{true, false, false, true});
+  CHECK(fits_window({5, 5}, CopyWindow{slow, 1, 7e-3}) == std::vector<bool>{true, false});
+  CHECK(fits_window({5, 5}, CopyWindow{recompose::LinkModel::symmetric(1e15, 6e-3), 12.1e-3, 1}) ==
+        std::vector<bool>{true, true});
+
+  const auto link = recompose::LinkModel::symmetric(1e15, 1e-3);  // 1 ms per copy
+  auto window = [&](double forward) { return CopyWindow{link, forward, 2 * forward}; };
+  NeverStallPlan plan(4);
+  const std::vector<int64_t> shape{100, 200, 300};
+  // Three calls choose by their own windows; the fourth decides from the shortest (1.5 ms: one
+  // copy), however long its own window.
+  CHECK_FALSE(plan.choose(shape, window(5e-3)).moves);
+  CHECK_FALSE(plan.choose(shape, window(1.5e-3)).moves);
+  CHECK_FALSE(plan.choose(shape, window(9e-3)).moves);
+  const auto decided = plan.choose(shape, window(20e-3));
+  REQUIRE(decided.moves);
+  CHECK(decided.decided_now);
+  CHECK(*decided.moves == std::vector<bool>{true, false, false});
+  // Later windows, long or short, change nothing.
+  for (double forward : {100e-3, 0.1e-3, 2.5e-3}) {
+    const auto later = plan.choose(shape, window(forward));
+    CHECK(later.moves == decided.moves);
+    CHECK_FALSE(later.decided_now);
+  }
+  // Other bytes (new input sizes) are another shape, with a warm-up of its own.
+  CHECK_FALSE(plan.choose({200, 400, 600}, window(20e-3)).moves);
+  CHECK(plan.choose(shape, window(20e-3)).moves == decided.moves);
+  // Nothing saved to copy: nothing to decide, nothing to warm up.
+  const auto empty = plan.choose({}, window(1e-3));
+  REQUIRE(empty.moves);
+  CHECK(empty.moves->empty());
+  // Up to kMaxShapes shapes: the least recently used is forgotten and warms up again.
+  for (int64_t i = 0; i < NeverStallPlan::kMaxShapes; ++i) plan.choose({i + 1}, window(20e-3));
+  CHECK_FALSE(plan.choose(shape, window(20e-3)).moves);
+  // warmup 1: the first call decides from its own window.
+  NeverStallPlan at_once(1);
+  const auto first = at_once.choose(shape, window(2.5e-3));
+  REQUIRE(first.moves);
+  CHECK(*first.moves == std::vector<bool>{true, true, false});
+  CHECK_THROWS_AS(NeverStallPlan(0), std::invalid_argument);
+}
+
+TEST_CASE(
+    "apply_offload never-stall: after the warm-up the same bytes every step, however the windows "
+    "vary, and only bytes the shortest window hides") {
+  // Forward windows that change from step to step, as the host clock's did on the H100: blocks
+  // that sleep `long_ms` on even steps and `short_ms` on odd ones. The link costs `copy_ms` a copy
+  // (bandwidth unlimited): a block's two activations fit 2 * copy_ms.
+  struct Case {
+    const char* what;
+    int long_ms, short_ms;
+    double copy_ms;
+  };
+  const Case cases[] = {
+      // 20 ms fits both copies, 5 ms one: deciding per call moved 2, 1, 2, 1, ...
+      {"long and short windows", 20, 5, 4},
+      // 20 ms fits both, 2 ms none: bytes no short window hides must never move.
+      {"no short window hides a copy", 20, 2, 8},
+  };
+  constexpr int kSteps = 8;
+  constexpr int kWarmup = 4;  // OffloadOptions::warmup_calls' default
+  CHECK(recompose::OffloadOptions().warmup_calls() == kWarmup);
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    const auto link = recompose::LinkModel::symmetric(1e15, c.copy_ms * 1e-3);
+    Stack s(3);
+    auto x = torch::randn({kBatch, kWidth}, torch::requires_grad());
+    const auto expected = plain_grads(s, x);
+    auto manager = test_manager();
+    for (auto& b : s.blocks) {
+      recompose::apply_offload(
+          b, recompose::OffloadOptions().manager(manager).keep_last_on_device(false).never_stall(
+                 link));
+    }
+    std::vector<std::vector<recompose::OffloadStats>> steps(s.blocks.size());
+    for (int step = 0; step < kSteps; ++step) {
+      for (auto& b : s.blocks) {
+        b->sleep_ms = step % 2 == 0 ? c.long_ms : c.short_ms;
+        recompose::reset_offload_stats(*b);
+      }
+      CHECK(rt::bitwise_equal(plain_grads(s, x), expected));
+      for (size_t i = 0; i < s.blocks.size(); ++i) {
+        steps[i].push_back(recompose::offload_stats(*s.blocks[i]));
+      }
+    }
+    CHECK(manager->tensors_alive() == 0);
+    for (size_t i = 0; i < s.blocks.size(); ++i) {
+      CAPTURE(i);
+      double shortest = std::numeric_limits<double>::infinity();
+      for (int step = 0; step < kWarmup; ++step) {
+        shortest = std::min(shortest, steps[i][step].window_seconds);
+        CHECK(steps[i][step].warmup_calls == (step + 1 < kWarmup ? 1 : 0));
+        CHECK(steps[i][step].decisions == (step + 1 == kWarmup ? 1 : 0));
+      }
+      const auto& decided = steps[i][kWarmup - 1];
+      MESSAGE(std::string(c.what) << ", block " << i << ": shortest window " << shortest * 1e3
+                                  << " ms, moves " << decided.tensors_offloaded << " of 2");
+      // What it moves fits the shortest window measured (window_seconds is counted in whole
+      // nanoseconds: 1 ns of slack); one more copy would not.
+      CHECK(link.d2h_seconds(decided.bytes_offloaded, decided.tensors_offloaded) <=
+            shortest + 1e-9);
+      if (decided.tensors_offloaded < 2) {
+        CHECK(link.d2h_seconds(decided.bytes_offloaded + kActivationBytes,
+                               decided.tensors_offloaded + 1) > shortest - 1e-9);
+      }
+      // From the decision on: the same bytes every step, long window or short.
+      for (int step = kWarmup - 1; step < kSteps; ++step) {
+        CAPTURE(step);
+        const auto& st = steps[i][step];
+        CHECK(st.calls == 1);
+        CHECK(st.tensors_offloaded == decided.tensors_offloaded);
+        CHECK(st.bytes_offloaded == decided.bytes_offloaded);
+        CHECK(st.tensors_over_window == 2 - decided.tensors_offloaded);
+        CHECK(st.bytes_over_window == (2 - decided.tensors_offloaded) * kActivationBytes);
+        CHECK(st.warmup_calls == 0);
+        CHECK(st.bytes_landed == st.bytes_offloaded);
+      }
+    }
+    // The report says how many calls warmed up and how many decisions were made.
+    for (auto& b : s.blocks) recompose::reset_offload_stats(*b);
+    plain_grads(s, x);
+    CHECK(recompose::offload_report(*s.blocks[0]).find("never-stall: 0 of 1 calls") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "apply_offload never-stall: new input sizes warm up and decide again; a shape seen before "
+    "keeps its decision; gradients bitwise throughout") {
+  // A 1 ms forward window and 1.5 MB/s: batch 8's two 512-byte activations fit (0.68 ms), batch
+  // 16's two 1 KiB ones do not (1.37 ms), one does (0.68 ms).
+  Stack s(3);
+  auto x8 = torch::randn({kBatch, kWidth}, torch::requires_grad());
+  auto x16 = torch::randn({2 * kBatch, kWidth}, torch::requires_grad());
+  const auto expected8 = plain_grads(s, x8);
+  const auto expected16 = plain_grads(s, x16);
+  auto manager = test_manager();
+  for (auto& b : s.blocks) {
+    recompose::apply_offload(b, recompose::OffloadOptions()
+                                    .manager(manager)
+                                    .keep_last_on_device(false)
+                                    .never_stall(recompose::LinkModel::symmetric(1.5e6))
+                                    .forward_window_seconds(1e-3));
+  }
+  struct Phase {
+    const char* what;
+    torch::Tensor x;
+    const std::vector<torch::Tensor>& expected;
+    int steps;
+    int64_t warmup_calls, decisions, offloaded, over_window, activation_bytes;
+  };
+  const Phase phases[] = {
+      {"batch 8", x8, expected8, 5, 3, 1, 2 * 5, 0, kActivationBytes},
+      {"batch 16: a new shape", x16, expected16, 5, 3, 1, 1 * 5, 1 * 5, 2 * kActivationBytes},
+      {"batch 8 again: decided already", x8, expected8, 2, 0, 0, 2 * 2, 0, kActivationBytes},
+  };
+  for (const auto& phase : phases) {
+    CAPTURE(phase.what);
+    for (auto& b : s.blocks) recompose::reset_offload_stats(*b);
+    for (int step = 0; step < phase.steps; ++step) {
+      CHECK(rt::bitwise_equal(plain_grads(s, phase.x), phase.expected));
+    }
+    for (auto& b : s.blocks) {
+      const auto st = recompose::offload_stats(*b);
+      CHECK(st.calls == phase.steps);
+      CHECK(st.warmup_calls == phase.warmup_calls);
+      CHECK(st.decisions == phase.decisions);
+      CHECK(st.tensors_offloaded == phase.offloaded);
+      CHECK(st.bytes_offloaded == phase.offloaded * phase.activation_bytes);
+      CHECK(st.tensors_over_window == phase.over_window);
+    }
+    CHECK(manager->tensors_alive() == 0);
+  }
+  CHECK_THROWS_AS(
+      recompose::apply_offload(s.blocks[0], recompose::OffloadOptions().warmup_calls(0)),
+      std::invalid_argument);
 }
 
 TEST_CASE(

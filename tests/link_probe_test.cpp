@@ -129,11 +129,16 @@ TEST_CASE("never-stall offload on CUDA: gradients equal, copies landed, bandwidt
   for (auto& b : net->blocks) {
     recompose::apply_offload(b, recompose::OffloadOptions().manager(manager).never_stall(link));
   }
-  for (int step = 0; step < 3; ++step) {
+  // Six steps: three choose by their own windows, the fourth decides, and from it on every step
+  // moves the same bytes (Note [ Never-stall offload decides once ]).
+  std::vector<int64_t> moved;
+  for (int step = 0; step < 6; ++step) {
     for (auto& b : net->blocks) recompose::reset_offload_stats(*b);
     auto grads = rt::grads_of([&] { return net(x); }, net->parameters());
     CHECK(rt::bitwise_equal(grads, plain));
+    moved.push_back(recompose::total_offload_stats(*net).bytes_offloaded);
   }
+  for (size_t step = 3; step < moved.size(); ++step) CHECK(moved[step] == moved[3]);
   torch::cuda::synchronize();
   const auto total = recompose::total_offload_stats(*net);
   MESSAGE("\n" << recompose::offload_report(*net));

@@ -86,8 +86,8 @@ double median_step_seconds(const std::vector<StepRecord>& steps);
 // The median of forward + backward (--phase-times), the first step left out: the step a plan's
 // estimate prices (recompose::Plan::step_seconds), without the optimizer.
 double median_compute_seconds(const std::vector<StepRecord>& steps);
-// The same of StepRecord::bytes_swapped: what a step moved to host memory (its bytes change from
-// step to step under the never-stall offload, which moves what its copy windows allow).
+// The same of StepRecord::bytes_swapped: what a step moved to host memory (under the never-stall
+// offload they change in its first 3 steps, its warm-up, and are fixed from the 4th on).
 int64_t median_bytes_moved(const std::vector<StepRecord>& steps);
 
 struct TrainResult {

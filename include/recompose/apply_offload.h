@@ -27,14 +27,19 @@
 //   off it does nothing.
 //
 // Never-stall mode (OffloadOptions::never_stall, with the link's bandwidths and cost per copy):
-// a call's tensors go to host memory only while their copies fit in the compute that hides them:
+// a call's tensors go to host memory only where their copies fit in the compute that hides them:
 // out during the next offloaded call's forward (its window: forward_window_seconds, or the
 // call's own measured forward time, the next block of a stack of equal blocks taking as long),
 // back during the backward of the call after it (backward_window_seconds, or twice the forward
-// window). Tensors are taken in the order they were saved while the running total fits both
-// windows; the others stay on the device (OffloadStats::tensors_over_window). So offload never
-// makes compute wait for a copy that was predicted to fit; what it moves is reported per module
-// (offload_stats) and per step (offload_report).
+// window). It decides once: the first warmup_calls (4) calls of a module that save the same
+// tensors (a shape: their bytes in saved order) measure their windows, and from the last of them
+// on, what goes is fixed from the link and the shortest windows measured: tensors taken in saved
+// order while the running total fits both windows, the others staying on the device
+// (OffloadStats::tensors_over_window). So every later call of that shape moves the same bytes,
+// step after step, and only bytes that every measured window hides; the warm-up's earlier calls
+// choose by their own windows. New input sizes are a new shape, with a warm-up of its own.
+// See Note [ Never-stall offload decides once ] (lib/swap/never_stall_plan.h). What it moves is
+// reported per module (offload_stats) and per step (offload_report).
 //
 //   recompose::apply_offload(block, recompose::OffloadOptions().manager(manager)
 //                                        .never_stall(recompose::measure_link(device)));
@@ -86,6 +91,10 @@ struct OffloadOptions {
   TORCH_ARG(double, forward_window_seconds) = 0;
   // The backward compute in which a call's copies back must land; 0: twice the forward window.
   TORCH_ARG(double, backward_window_seconds) = 0;
+  // Never-stall mode: the calls of a module, per shape of what they save, whose windows are
+  // measured before what it moves is fixed (at least 1; 1 decides from the first call alone).
+  // Why 4: Note [ Never-stall offload decides once ].
+  TORCH_ARG(int64_t, warmup_calls) = 4;
 };
 
 // What the calls of one offloaded module did since apply_offload or reset_offload_stats.
@@ -104,6 +113,11 @@ struct OffloadStats {
   int64_t tensors_over_window = 0;
   int64_t bytes_over_window = 0;
   double window_seconds = 0;  // never-stall: the forward windows its calls offered, summed
+  // Never-stall: calls that chose their copies by their own windows while their shape warmed up,
+  // and decisions made (one per shape of saved tensors; the calls after a decision move what it
+  // fixed). See Note [ Never-stall offload decides once ].
+  int64_t warmup_calls = 0;
+  int64_t decisions = 0;
   // Copies to host seen landed: their bytes and the time from their launch until recompose saw
   // them landed (exact on CPU, where copies are synchronous; on a device an upper bound, checked
   // when the next offloaded call starts, so the bandwidth below is a lower bound there).

@@ -4,6 +4,7 @@
 #include "engine/checkpoint_depth.h"
 #include "engine/format_bytes.h"
 #include "engine/step_ledger.h"
+#include "swap/never_stall_plan.h"
 #include "swap/offload_batch.h"
 #include "swap/swap_access.h"
 #include "swap/swap_core.h"
@@ -26,6 +27,8 @@ struct OffloadState {
   OffloadOptions options;
   std::shared_ptr<SwapManager> manager;
   std::shared_ptr<detail::OffloadCounters> counters = std::make_shared<detail::OffloadCounters>();
+  // Never-stall mode: what the module's calls move, per shape of what they save.
+  std::unique_ptr<detail::NeverStallPlan> plan;
   std::atomic<bool> warned_moves_nothing{false};
 };
 
@@ -101,8 +104,15 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
   if (options.forward_window_seconds() < 0 || options.backward_window_seconds() < 0) {
     throw std::invalid_argument("apply_offload: copy windows cannot be negative (0 measures them)");
   }
+  if (options.warmup_calls() < 1) {
+    throw std::invalid_argument(
+        "apply_offload: OffloadOptions::warmup_calls must be at least 1 (the calls whose windows "
+        "the never-stall offload measures before it fixes what it moves)");
+  }
   auto state = std::make_shared<OffloadState>();
   state->options = options;
+  if (options.never_stall())
+    state->plan = std::make_unique<detail::NeverStallPlan>(options.warmup_calls());
   state->manager = options.manager() ? options.manager() : SwapManager::default_manager();
   offload_api().apply(
       module, std::move(state), [](hooks::ApiHooks& hooks, std::weak_ptr<OffloadState> weak) {
@@ -155,7 +165,13 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
                 const double took =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - c->start)
                         .count();
-                if (auto window = window_of(st->options, took)) c->batch->limit_to(*window);
+                if (auto window = window_of(st->options, took)) {
+                  // See Note [ Never-stall offload decides once ].
+                  auto choice = st->plan->choose(c->batch->saved_bytes(), *window);
+                  if (!choice.moves) st->counters->warmup_calls += 1;
+                  if (choice.decided_now) st->counters->decisions += 1;
+                  c->batch->limit_to(*window, std::move(choice.moves));
+                }
               }
               if (c->keep_last_on_device) {
                 detail::add_closed_batch(std::move(c->batch));

@@ -22,15 +22,18 @@ OffloadStats OffloadCounters::snapshot() const {
   s.tensors_over_window = tensors_over_window.load();
   s.bytes_over_window = bytes_over_window.load();
   s.window_seconds = static_cast<double>(window_nanoseconds.load()) * 1e-9;
+  s.warmup_calls = warmup_calls.load();
+  s.decisions = decisions.load();
   s.bytes_landed = bytes_landed.load();
   s.landing_seconds = static_cast<double>(landing_nanoseconds.load()) * 1e-9;
   return s;
 }
 
 void OffloadCounters::reset() {
-  for (auto* c : {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept,
-                  &tensors_left_on_device, &bytes_left_on_device, &tensors_over_window,
-                  &bytes_over_window, &window_nanoseconds, &bytes_landed, &landing_nanoseconds}) {
+  for (auto* c :
+       {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept,
+        &tensors_left_on_device, &bytes_left_on_device, &tensors_over_window, &bytes_over_window,
+        &window_nanoseconds, &warmup_calls, &decisions, &bytes_landed, &landing_nanoseconds}) {
     c->store(0);
   }
 }
@@ -143,6 +146,7 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
                                                  std::move(detached), std::move(ledger_row));
     std::lock_guard lock(batch_.mutex_);
     batch_.tensors_.push_back(deferred_);
+    batch_.saved_bytes_.push_back(static_cast<int64_t>(tensor.nbytes()));
   }
 
   at::Tensor call_unpack_hook() override {
@@ -184,8 +188,15 @@ SavedTensorPolicy& OffloadBatch::policy() { return *policy_; }
 
 bool OffloadBatch::moves_nothing() const { return !any_eligible_ && ineligible_tensors_ > 0; }
 
-void OffloadBatch::limit_to(const CopyWindow& window) {
+std::vector<int64_t> OffloadBatch::saved_bytes() {
+  std::lock_guard lock(mutex_);
+  return saved_bytes_;
+}
+
+void OffloadBatch::limit_to(const CopyWindow& window,
+                            std::shared_ptr<const std::vector<bool>> moves) {
   window_ = window;
+  moves_ = std::move(moves);
   counters_->window_nanoseconds += static_cast<int64_t>(window.forward_seconds * 1e9);
 }
 
@@ -223,29 +234,29 @@ void check_landings() {
 }
 
 void OffloadBatch::launch() {
-  std::vector<std::shared_ptr<DeferredTensor>> alive;
+  std::vector<std::shared_ptr<DeferredTensor>> alive;  // in saved order: positions count
   {
     std::lock_guard lock(mutex_);
-    for (auto& weak : tensors_) {
-      if (auto t = weak.lock()) alive.push_back(std::move(t));
-    }
+    for (auto& weak : tensors_) alive.push_back(weak.lock());
     tensors_.clear();
+    saved_bytes_.clear();
   }
   if (window_) {
-    // In saved order, while the running total's copies fit both windows; the rest stays.
-    int64_t bytes = 0, copies = 0;
-    std::erase_if(alive, [&](const std::shared_ptr<DeferredTensor>& t) {
-      const int64_t b = t->pending_bytes();
-      if (b == 0) return false;  // launch() will skip it anyway
-      if (window_->link.d2h_seconds(bytes + b, copies + 1) <= window_->forward_seconds &&
-          window_->link.h2d_seconds(bytes + b, copies + 1) <= window_->backward_seconds) {
-        bytes += b, copies += 1;
-        return false;
+    // The module's decision, or while it warms up, this call's windows: the rest stays.
+    // See Note [ Never-stall offload decides once ].
+    std::vector<int64_t> pending(alive.size(), 0);
+    for (size_t i = 0; i < alive.size(); ++i) {
+      if (alive[i]) pending[i] = alive[i]->pending_bytes();  // 0: launch() would skip it anyway
+    }
+    const std::vector<bool> goes = moves_ ? *moves_ : fits_window(pending, *window_);
+    for (size_t i = 0; i < alive.size(); ++i) {
+      if (pending[i] > 0 && !(i < goes.size() && goes[i])) {
+        alive[i]->stay();
+        alive[i].reset();
       }
-      t->stay();
-      return true;
-    });
+    }
   }
+  std::erase(alive, nullptr);
   if (alive.empty()) return;
   Landing landing{core_, counters_, {}, 0, std::chrono::steady_clock::now()};
   // One group per call: backward reloads groups in reverse forward order and prefetches ahead.

@@ -1,13 +1,15 @@
 // The saved tensors of one call of an offloaded module (apply_offload): collected during the
 // call, then copied to host memory as one swap group when the next offloaded call begins (or at
 // the call's end), so that the last call's tensors, which backward needs first, stay on the
-// device. In never-stall mode (CopyWindow) a batch launches only the tensors whose copies fit its
-// windows; the others stay on the device.
+// device. In never-stall mode a batch launches only the tensors its module's decision moves, or
+// while the module warms up, those whose copies fit the call's windows; the others stay on the
+// device (See Note [ Never-stall offload decides once ]).
 #pragma once
 
 #include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
 #include "engine/step_ledger.h"
+#include "swap/never_stall_plan.h"
 #include "swap/saved_version_check.h"
 
 #include <recompose/apply_offload.h>
@@ -36,6 +38,8 @@ struct OffloadCounters {
   std::atomic<int64_t> tensors_over_window{0};
   std::atomic<int64_t> bytes_over_window{0};
   std::atomic<int64_t> window_nanoseconds{0};
+  std::atomic<int64_t> warmup_calls{0};
+  std::atomic<int64_t> decisions{0};
   std::atomic<int64_t> bytes_landed{0};
   std::atomic<int64_t> landing_nanoseconds{0};
 
@@ -77,13 +81,6 @@ class DeferredTensor {
   bool stayed_ = false;  // stay() was called: counted over the window, not as left on the device
 };
 
-// The never-stall limit of a batch: the compute its copies must fit in, each way.
-struct CopyWindow {
-  LinkModel link;
-  double forward_seconds = 0;
-  double backward_seconds = 0;
-};
-
 class OffloadBatch {
  public:
   OffloadBatch(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
@@ -91,8 +88,11 @@ class OffloadBatch {
   ~OffloadBatch();
   // The saved-tensor policy of the call: every tensor saved while it is installed joins the batch.
   SavedTensorPolicy& policy();
-  // Never-stall mode: launch() copies only what fits `window` (set before launch()).
-  void limit_to(const CopyWindow& window);
+  // The bytes of the tensors it would copy, in saved order (the call's shape for NeverStallPlan).
+  std::vector<int64_t> saved_bytes();
+  // Never-stall mode (set before launch()): launch() copies the tensors at the positions `moves`
+  // marks (the module's decision) or, when it is null, those whose copies fit `window`.
+  void limit_to(const CopyWindow& window, std::shared_ptr<const std::vector<bool>> moves);
   // Copies the batch's tensors that are still alive and not asked for, as one swap group.
   void launch();
   // After the call: no saved tensor was eligible for a copy, though some were activations (not
@@ -110,7 +110,9 @@ class OffloadBatch {
   std::unique_ptr<Policy> policy_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<DeferredTensor>> tensors_;
+  std::vector<int64_t> saved_bytes_;  // of tensors_, when they were saved
   std::optional<CopyWindow> window_;
+  std::shared_ptr<const std::vector<bool>> moves_;
   bool any_eligible_ = false;
   int64_t ineligible_tensors_ = 0, ineligible_bytes_ = 0;  // activations only (not parameters)
 };

@@ -20,6 +20,8 @@ void add(OffloadStats& into, const OffloadStats& s) {
   into.tensors_over_window += s.tensors_over_window;
   into.bytes_over_window += s.bytes_over_window;
   into.window_seconds += s.window_seconds;
+  into.warmup_calls += s.warmup_calls;
+  into.decisions += s.decisions;
   into.bytes_landed += s.bytes_landed;
   into.landing_seconds += s.landing_seconds;
 }
@@ -66,6 +68,12 @@ std::string offload_report(const torch::nn::Module& root) {
     s << row(item.key().empty() ? "(root)" : item.key(), st);
   }
   s << row("total", total);
+  if (total.window_seconds > 0) {  // never-stall calls were made
+    // See Note [ Never-stall offload decides once ].
+    s << "never-stall: " << total.warmup_calls << " of " << total.calls
+      << " calls chose by their own windows (warm-up), " << total.decisions
+      << " decisions fixed what later calls move (one per module and shape of saved tensors)\n";
+  }
   return s.str();
 }
 
