@@ -104,34 +104,33 @@ double mean_without_first(const std::vector<StepRecord>& steps, Field field) {
   return total / static_cast<double>(steps.end() - first);
 }
 
+// The median of value_of(step) over the steps without the first (0 if none): an integer median
+// of an even count rounds down, as integer division does.
+template <class ValueOf>
+auto median_without_first(const std::vector<StepRecord>& steps, ValueOf value_of) {
+  using T = decltype(value_of(steps.front()));
+  std::vector<T> v;
+  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) v.push_back(value_of(steps[i]));
+  if (v.empty()) return T{0};
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / T{2};
+}
+
 }  // namespace
 
 double TrainResult::mean_step_seconds() const {
   return mean_without_first(steps, &StepRecord::seconds);
 }
 double median_step_seconds(const std::vector<StepRecord>& steps) {
-  std::vector<double> t;
-  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) t.push_back(steps[i].seconds);
-  if (t.empty()) return 0;
-  std::sort(t.begin(), t.end());
-  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  return median_without_first(steps, [](const StepRecord& r) { return r.seconds; });
 }
 double median_compute_seconds(const std::vector<StepRecord>& steps) {
-  std::vector<double> t;
-  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i)
-    t.push_back(steps[i].forward_seconds + steps[i].backward_seconds);
-  if (t.empty()) return 0;
-  std::sort(t.begin(), t.end());
-  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  return median_without_first(
+      steps, [](const StepRecord& r) { return r.forward_seconds + r.backward_seconds; });
 }
 int64_t median_bytes_moved(const std::vector<StepRecord>& steps) {
-  std::vector<int64_t> moved;
-  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i)
-    moved.push_back(steps[i].bytes_swapped);
-  if (moved.empty()) return 0;
-  std::sort(moved.begin(), moved.end());
-  const size_t n = moved.size();
-  return n % 2 ? moved[n / 2] : (moved[n / 2 - 1] + moved[n / 2]) / 2;
+  return median_without_first(steps, [](const StepRecord& r) { return r.bytes_swapped; });
 }
 double TrainResult::mean_step_cpu_seconds() const {
   return mean_without_first(steps, &StepRecord::cpu_seconds);

@@ -27,6 +27,7 @@
 #include "engine/format_bytes.h"
 #include "engine/memory_in_use.h"
 #include "engine/model_state_guard.h"
+#include "model_device.h"
 
 #include <recompose/device_memory.h>
 #include <recompose/planner.h>
@@ -55,11 +56,6 @@ constexpr double kStepMargin = 1.1;
 
 double elapsed_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-torch::Device device_of_model(torch::nn::Module& model) {
-  for (const auto& p : model.parameters()) return p.device();
-  return torch::kCPU;
 }
 
 void synchronize_device(const torch::Device& device) {
@@ -139,7 +135,7 @@ struct Candidate {
 class TrialRunner {
  public:
   TrialRunner(torch::nn::Module& model, const std::function<void()>& step)
-      : model_(model), step_(step), device_(device_of_model(model)), state_(model, device_) {}
+      : model_(model), step_(step), device_(detail::device_of(model)), state_(model, device_) {}
 
   // On a device the measuring step empties the cache first (its reserved peak is the plan's own,
   // not what earlier steps left reserved), which slows it: it is not timed, a timed step follows.
@@ -269,11 +265,12 @@ void run_trials(TrialRunner& runner, std::vector<Candidate>& cands, const TrialB
       measured += c.timed.back();
     });
   }
-  if (!budget.counted()) return;  // no plain step to count in: one step each
+  // No plain step to count in: one step each; one candidate: nothing to compare it with.
+  if (!budget.counted() || order.size() < 2) return;
   for (size_t round = 1;; ++round) {
     double round_cost = 0;
     for (Candidate* c : order) round_cost += c->timed.empty() ? 0 : median_of(c->timed);
-    if (order.size() < 2 || !budget.allows(kStepMargin * round_cost)) break;
+    if (!budget.allows(kStepMargin * round_cost)) break;
     for (size_t k = 0; k < order.size(); ++k) {
       Candidate* c = order[(k + round) % order.size()];  // rotated: drift spreads evenly
       attempt(c, [&] { c->timed.push_back(runner.timed(c->c.plan)); });
@@ -346,7 +343,7 @@ Plan choose_plan(torch::nn::Module& model, const std::function<void()>& step,
   std::vector<Candidate> cands =
       pick(candidate_plans(profile, budget, options.solve()), options.trials(), budget_text);
   if (std::any_of(cands.begin(), cands.end(), tried)) {
-    if (is_no_checkpointing(cands.front().c.plan) && !device_of_model(model).is_cuda()) {
+    if (is_no_checkpointing(cands.front().c.plan) && !detail::device_of(model).is_cuda()) {
       // It fits, and nothing is faster: no trial can choose another (on a device its reserved
       // peak is measured, as every candidate's).
       for (auto& c : cands) {

@@ -6,6 +6,7 @@
 #include "backward_spans.h"
 #include "engine/model_state_guard.h"
 #include "engine/tensor_accounting.h"
+#include "model_device.h"
 #include "planner_targets.h"
 #include "selective/op_traits.h"
 #include "selective/policy_warnings.h"
@@ -297,11 +298,6 @@ std::vector<detail::PlannerTarget> profiled_modules(torch::nn::Module& model,
   return targets;
 }
 
-torch::Device device_of(torch::nn::Module& model) {
-  for (const auto& p : model.parameters()) return p.device();
-  return torch::kCPU;
-}
-
 std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>& targets,
                                         const torch::Device& device) {
   auto rec = std::make_shared<Recorder>(device);
@@ -466,7 +462,7 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     throw std::invalid_argument("recompose: profile_memory: timed_steps must be at least 1");
   const auto t_begin = Clock::now();
   const auto targets = profiled_modules(model, options);
-  const torch::Device device = device_of(model);
+  const torch::Device device = detail::device_of(model);
   const auto rec = make_recorder(targets, device);
   MemoryProfile profile;
   profile.device = device.str();
