@@ -26,13 +26,24 @@
 
 namespace recompose {
 
-// The API name under which the checkpoint state is attached (see hooks::applied_apis).
+/// The API name under which the checkpoint state is attached (see hooks::applied_apis).
 inline constexpr const char* kCheckpointApi = "recompose.checkpoint";
 
-// Attaches checkpointing to `module` and returns it.
-// Throws hooks::CompositionError if the module is already checkpointed, std::invalid_argument if
-// its forward is not annotated with RECOMPOSE_FORWARD or it is not owned by a std::shared_ptr,
-// and CheckpointError if options are contradictory (policy together with context_fn).
+/// Attaches checkpointing to `module` (whose forward carries RECOMPOSE_FORWARD) with `options`
+/// and returns it: from then on, each forward of the module with grad mode on is a checkpointed
+/// region. Overloads take a std::shared_ptr<M> or a ModuleHolder (Block) and return it.
+///
+/// Throws hooks::CompositionError if the module is already checkpointed, std::invalid_argument if
+/// its forward is not annotated with RECOMPOSE_FORWARD or it is not owned by a std::shared_ptr,
+/// and CheckpointError if options are contradictory (policy together with context_fn) or need a
+/// component this build lacks (policy without selective checkpointing, swap_inputs without
+/// activation swap).
+///
+/// Example:
+/// ```
+/// for (auto& block : model->blocks) recompose::apply_checkpoint(block);
+/// recompose::apply_checkpoint(model->head, recompose::CheckpointOptions().early_stop(false));
+/// ```
 torch::nn::Module& apply_checkpoint(torch::nn::Module& module,
                                     const CheckpointOptions& options = {});
 
@@ -56,16 +67,20 @@ int64_t apply_checkpoint_where(torch::nn::Module& model,
                                const std::string& type_name, const CheckpointOptions& options);
 }  // namespace detail
 
-// Checkpoints every module of type M (BlockImpl, or its holder Block) in `model`'s tree, `model`
-// included, wherever it sits: private members, Sequential or ModuleList entries, nested blocks
-// (a block inside a block is a nested region). Returns how many modules it checkpointed.
-//
-//   recompose::apply_checkpoint_to<BlockImpl>(*model);   // model->blocks may well be private
-//
-// All or nothing: if one module cannot be checkpointed, those done are undone and the error goes
-// on. Throws std::invalid_argument if no module of type M is found (the wrong type, e.g. a base
-// class of nothing in the tree: checkpointing nothing silently would hide it), and what
-// apply_checkpoint throws (hooks::CompositionError if one is checkpointed already).
+/// Checkpoints every module of type M (BlockImpl, or its holder Block) in `model`'s tree, `model`
+/// included, wherever it sits: private members, Sequential or ModuleList entries, nested blocks
+/// (a block inside a block is a nested region), each with `options`. Returns how many modules it
+/// checkpointed.
+///
+/// All or nothing: if one module cannot be checkpointed, those done are undone and the error goes
+/// on. Throws std::invalid_argument if no module of type M is found (the wrong type, e.g. a base
+/// class of nothing in the tree: checkpointing nothing silently would hide it), and what
+/// apply_checkpoint throws (hooks::CompositionError if one is checkpointed already).
+///
+/// Example:
+/// ```
+/// recompose::apply_checkpoint_to<BlockImpl>(*model);   // model->blocks may well be private
+/// ```
 template <class M>
 int64_t apply_checkpoint_to(torch::nn::Module& model, const CheckpointOptions& options = {}) {
   return detail::apply_checkpoint_where(model, &hooks::is_module_of_type<M>,
@@ -77,15 +92,25 @@ int64_t apply_checkpoint_to(torch::nn::ModuleHolder<Root>& model,
   return apply_checkpoint_to<M>(static_cast<torch::nn::Module&>(*model), options);
 }
 
-// Detaches checkpointing from `module`; regions already recorded still recompute. Returns false
-// if the module was not checkpointed.
+/// Detaches checkpointing from `module`; regions already recorded still recompute. Returns false
+/// if the module was not checkpointed.
+///
+/// Example:
+/// ```
+/// for (auto& block : model->blocks) recompose::remove_checkpoint(block);
+/// ```
 bool remove_checkpoint(torch::nn::Module& module);
 template <class M>
 bool remove_checkpoint(torch::nn::ModuleHolder<M>& module) {
   return remove_checkpoint(static_cast<torch::nn::Module&>(*module));
 }
 
-// True if apply_checkpoint is attached to `module`.
+/// True if apply_checkpoint is attached to `module`.
+///
+/// Example:
+/// ```
+/// if (!recompose::is_checkpointed(block)) recompose::apply_checkpoint(block);
+/// ```
 bool is_checkpointed(const torch::nn::Module& module);
 template <class M>
 bool is_checkpointed(const torch::nn::ModuleHolder<M>& module) {

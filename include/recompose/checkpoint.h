@@ -1,9 +1,9 @@
 // Functional activation checkpointing: checkpoint(fn, args...) and checkpoint_sequential.
 //
 //   torch::Tensor y = recompose::checkpoint([&](const torch::Tensor& x) { return mlp(x); }, x);
-//   torch::Tensor z = recompose::checkpoint(recompose::CheckpointOptions().early_stop(false),
-//                                           [&](const torch::Tensor& a, double s) { return f(a) *
-//                                           s; }, x, 0.5);
+//   torch::Tensor z = recompose::checkpoint(
+//       recompose::CheckpointOptions().early_stop(false),
+//       [&](const torch::Tensor& a, double s) { return f(a) * s; }, x, 0.5);
 //   torch::Tensor out = recompose::checkpoint_sequential(seq, /*segments=*/4, x);
 //
 // Tensors that the body saves for backward are not kept: backward recomputes them by running
@@ -29,9 +29,23 @@
 
 namespace recompose {
 
-// Runs fn(args...) as a checkpointed region with `options` and returns what fn returns.
-// Throws CheckpointError during backward if the recomputation differs from the forward (see
-// DeterminismCheck), and whatever fn throws.
+/// Runs fn(args...) as a checkpointed region with `options` and returns what fn returns: the
+/// tensors fn saves for backward are dropped, and backward recomputes them by calling fn again
+/// with the same arguments. With grad mode off (or in inference mode) fn simply runs.
+///
+/// `fn`: any callable taking `args`; copied and kept until backward. `args`: types that
+/// recompose::hooks::ArgTraits supports (a compile error names one that is not).
+///
+/// Throws CheckpointError if `options` are contradictory (policy together with context_fn), and
+/// during backward if the recomputation differs from the forward (see DeterminismCheck); whatever
+/// fn throws goes through.
+///
+/// Example:
+/// ```
+/// torch::Tensor z = recompose::checkpoint(
+///     recompose::CheckpointOptions().early_stop(false),
+///     [&](const torch::Tensor& a, double s) { return f(a) * s; }, x, 0.5);
+/// ```
 template <class Fn, class... Args>
 decltype(auto) checkpoint(const CheckpointOptions& options, Fn fn, Args&&... args) {
   static_assert((hooks::Flattenable<std::decay_t<Args>> && ...),
@@ -71,17 +85,31 @@ decltype(auto) checkpoint(const CheckpointOptions& options, Fn fn, Args&&... arg
   }
 }
 
-// checkpoint with default options.
+/// checkpoint(fn, args...) with default CheckpointOptions.
+///
+/// Example:
+/// ```
+/// torch::Tensor y = recompose::checkpoint([&](const torch::Tensor& x) { return mlp(x); }, x);
+/// ```
 template <class Fn, class... Args>
 requires(!std::is_same_v<std::decay_t<Fn>, CheckpointOptions>) decltype(auto)
     checkpoint(Fn fn, Args&&... args) {
   return checkpoint(CheckpointOptions{}, std::move(fn), std::forward<Args>(args)...);
 }
 
-// Splits `sequential` into `segments` consecutive runs of modules and checkpoints every run but
-// the last (as torch.utils.checkpoint.checkpoint_sequential does); returns the output.
-// Each module must take and return one tensor. Throws std::invalid_argument if segments < 1
-// or segments > the number of modules.
+/// Splits `sequential` into `segments` consecutive runs of modules and checkpoints every run but
+/// the last (as torch.utils.checkpoint.checkpoint_sequential does: runs of size / segments
+/// modules, the last run taking what is left); returns the output for `input`. Each run is
+/// checkpoint()ed with `options`, its modules added to state_modules. Each module must take and
+/// return one tensor. Throws std::invalid_argument if segments < 1 or segments > the number of
+/// modules, and what checkpoint() throws.
+///
+/// Example:
+/// ```
+/// torch::nn::Sequential seq(torch::nn::Linear(64, 64), torch::nn::ReLU(),
+///                           torch::nn::Linear(64, 64), torch::nn::ReLU());
+/// torch::Tensor out = recompose::checkpoint_sequential(seq, /*segments=*/2, x);
+/// ```
 torch::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments,
                                     const torch::Tensor& input,
                                     const CheckpointOptions& options = {});

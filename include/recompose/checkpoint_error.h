@@ -25,10 +25,19 @@
 
 namespace recompose {
 
-// Thrown for checkpointing errors: recomputation that differs from the original forward
-// (determinism check), a saved tensor unpacked twice or modified in place, a region used in an
-// unsupported way, misuse of the API, a component missing from this build, and internal errors.
-// Derives from std::runtime_error, as PyTorch's CheckpointError derives from RuntimeError.
+/// Thrown for checkpointing errors: recomputation that differs from the original forward
+/// (determinism check), a saved tensor unpacked twice or modified in place, a region used in an
+/// unsupported way, misuse of the API, a component missing from this build, and internal errors.
+/// Derives from std::runtime_error, as PyTorch's CheckpointError derives from RuntimeError.
+///
+/// Example:
+/// ```
+/// try {
+///   loss.backward();
+/// } catch (const recompose::CheckpointError& e) {
+///   std::cerr << e.what() << "\n";   // what was wrong and how to fix it
+/// }
+/// ```
 class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -44,15 +44,36 @@
 
 namespace recompose {
 
+/// While alive, CPU tensor memory is counted (see the header comment: cost, nesting, threads).
+///
+/// Example:
+/// ```
+/// int main() {
+///   recompose::CpuMemoryCounting counting;   // before the model is made
+///   ...
+///   recompose::reset_peak_device_memory(torch::kCPU);
+///   train_step();
+///   std::cout << recompose::peak_device_memory(torch::kCPU) << " bytes at the peak\n";
+/// }
+/// ```
 class CpuMemoryCounting {
  public:
+  /// Starts counting (the first scope alive installs the counting wrapper). Throws
+  /// CheckpointError if another CPU allocator was set with a priority above 1, or if the current
+  /// allocator cannot be wrapped (it has no raw deleter).
   CpuMemoryCounting();
+  /// Stops counting when it is the last scope alive (the allocator from before is installed again).
   ~CpuMemoryCounting();
   CpuMemoryCounting(const CpuMemoryCounting&) = delete;
   CpuMemoryCounting& operator=(const CpuMemoryCounting&) = delete;
 };
 
-// Whether a CpuMemoryCounting is alive (CPU memory is counted).
+/// Whether a CpuMemoryCounting is alive (CPU memory is counted).
+///
+/// Example:
+/// ```
+/// if (!recompose::cpu_memory_counting()) std::puts("CPU peaks read -1: not counted");
+/// ```
 bool cpu_memory_counting();
 
 }  // namespace recompose

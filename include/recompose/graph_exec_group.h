@@ -22,16 +22,29 @@
 
 namespace recompose {
 
+/// RAII: while alive, the backward calls made on this thread recompute each checkpointed region
+/// at most once (see the header comment for the rules).
+///
+/// Example:
+/// ```
+/// auto [a, b] = model(x);
+/// {
+///   recompose::GraphExecGroup group;
+///   a.sum().backward();   // recomputes the region once
+///   b.sum().backward();   // uses the same recomputation
+/// }
+/// ```
 class GraphExecGroup {
  public:
-  // Opens a group on this thread. Throws CheckpointError if one is already open on it.
+  /// Opens a group on this thread. Throws CheckpointError if one is already open on it.
   GraphExecGroup();
-  // Closes it: later backward calls recompute again.
+  /// Closes it: later backward calls recompute again.
   ~GraphExecGroup();
   GraphExecGroup(const GraphExecGroup&) = delete;
   GraphExecGroup& operator=(const GraphExecGroup&) = delete;
 
-  // The key under which this group's recomputations are kept (distinct from every graph task id).
+  /// The key under which this group's recomputations are kept (distinct from every graph task
+  /// id).
   int64_t key() const { return key_; }
 
  private:

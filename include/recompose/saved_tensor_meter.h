@@ -27,23 +27,35 @@ class Tensor;
 
 namespace recompose {
 
+/// RAII: counts the bytes autograd holds for the tensors saved on this thread while it is alive
+/// (see the header comment). While it is alive, a saved tensor modified in place before backward
+/// unpacks it makes backward throw CheckpointError (LibTorch's own version check is skipped for
+/// hooked saved tensors; the meter does it).
+///
+/// Example:
+/// ```
+/// recompose::SavedTensorMeter meter;
+/// auto loss = model(x).sum();
+/// std::cout << meter.peak_bytes_held() << " bytes held for backward at most\n";
+/// ```
 class SavedTensorMeter {
  public:
-  // Starts counting tensors saved on this thread, outside of checkpointed regions. Throws
-  // CheckpointError if a misuse of this thread's saved-tensor scopes is pending.
+  /// Starts counting tensors saved on this thread, outside of checkpointed regions. Throws
+  /// CheckpointError if a misuse of this thread's saved-tensor scopes is pending.
   SavedTensorMeter();
   ~SavedTensorMeter();
   SavedTensorMeter(const SavedTensorMeter&) = delete;
   SavedTensorMeter& operator=(const SavedTensorMeter&) = delete;
 
-  // Bytes of the distinct storages currently held by tensors saved under this meter.
+  /// Bytes of the distinct storages currently held by tensors saved under this meter.
   int64_t bytes_held() const;
-  // Highest value bytes_held() reached.
+  /// Highest value bytes_held() reached.
   int64_t peak_bytes_held() const;
-  // Number of saved tensors currently held.
+  /// Number of saved tensors currently held.
   int64_t tensors_held() const;
-  // Whether the storage of `tensor` is currently held by a tensor saved under this meter (false
-  // for an undefined tensor).
+  /// Whether the storage of `tensor` is currently held by a tensor saved under this meter (false
+  /// for an undefined tensor).
+  /// Example: `bool kept = meter.holds(hidden);   // does backward still hold hidden's memory?`
   bool holds(const at::Tensor& tensor) const;
 
   struct Counters;

@@ -9,16 +9,7 @@
 // leaf), std::vector<at::Tensor>, std::tuple / std::pair of supported types, and plain values
 // (arithmetic types, enums, std::string, c10::Device, c10::ScalarType, and std::vector /
 // std::optional of those), which are copied and carry no leaves.
-//
-// Example: a forward that takes a struct of your own
-//
-//   struct Batch { at::Tensor tokens; int64_t pad; };
-//   template <> struct recompose::hooks::ArgTraits<Batch> {
-//     static void flatten(const Batch& b, std::vector<at::Tensor>& out) { out.push_back(b.tokens);
-//     } static Batch rebuild(const Batch& like, recompose::hooks::LeafCursor& c) {
-//       return Batch{c.next(), like.pad};
-//     }
-//   };
+// For a forward that takes a struct of your own, specialise ArgTraits (example at ArgTraits).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,10 +27,13 @@
 
 namespace recompose::hooks {
 
-// Hands out the replacement leaves one at a time, in flatten order.
+/// Hands out the replacement leaves one at a time, in flatten order (ArgTraits::rebuild takes
+/// one).
 class LeafCursor {
  public:
+  /// A cursor over `leaves`, which must outlive it.
   explicit LeafCursor(const std::vector<at::Tensor>& leaves) : leaves_(leaves) {}
+  /// The next leaf. Throws std::invalid_argument when every leaf was handed out already.
   const at::Tensor& next() {
     if (pos_ >= leaves_.size()) {
       throw std::invalid_argument(
@@ -49,6 +43,7 @@ class LeafCursor {
     }
     return leaves_[pos_++];
   }
+  /// How many leaves were handed out.
   std::size_t consumed() const { return pos_; }
 
  private:
@@ -56,8 +51,22 @@ class LeafCursor {
   std::size_t pos_ = 0;
 };
 
-// Primary template: left undefined so that an unsupported argument type is a compile error that
-// names the type (see Flattenable below) instead of a silently ignored tensor.
+/// How a T is split into tensor leaves (`flatten` appends them to `out`) and rebuilt from them
+/// (`rebuild` makes a T shaped like `like`, its tensors taken from the cursor in the same order).
+/// The primary template is left undefined so that an unsupported argument type is a compile error
+/// that names the type (see Flattenable below) instead of a silently ignored tensor.
+///
+/// Example: a forward that takes a struct of your own
+/// ```
+/// struct Batch { at::Tensor tokens; int64_t pad; };
+/// template <>
+/// struct recompose::hooks::ArgTraits<Batch> {
+///   static void flatten(const Batch& b, std::vector<at::Tensor>& out) { out.push_back(b.tokens); }
+///   static Batch rebuild(const Batch& like, recompose::hooks::LeafCursor& c) {
+///     return Batch{c.next(), like.pad};
+///   }
+/// };
+/// ```
 template <class T, class Enable = void>
 struct ArgTraits;
 
@@ -74,7 +83,8 @@ template <class T>
 inline constexpr bool is_plain_value_v = is_plain_value<T>::value;
 }  // namespace detail
 
-// True when ArgTraits<T> is defined for T.
+/// True when ArgTraits<T> is defined for T.
+/// Example: `static_assert(recompose::hooks::Flattenable<std::tuple<at::Tensor, double>>);`
 template <class T>
 concept Flattenable = requires(const T& v, std::vector<at::Tensor>& out, LeafCursor& c) {
   ArgTraits<T>::flatten(v, out);
@@ -173,7 +183,8 @@ struct ArgTraits<std::pair<A, B>, std::enable_if_t<Flattenable<A> && Flattenable
   }
 };
 
-// Tensor leaves of a value, in order.
+/// Tensor leaves of a value, in order.
+/// Example: `flatten_leaves(std::make_tuple(a, 2.0, std::optional<at::Tensor>{}))` is {a, {}}.
 template <Flattenable T>
 std::vector<at::Tensor> flatten_leaves(const T& value) {
   std::vector<at::Tensor> out;
@@ -181,7 +192,8 @@ std::vector<at::Tensor> flatten_leaves(const T& value) {
   return out;
 }
 
-// Tensor leaves of a forward's output, in order; none when its type has no ArgTraits.
+/// Tensor leaves of a forward's output, in order; none when its type has no ArgTraits.
+/// Example: `output_leaves_of(std::make_pair(a, b))` is {a, b}.
 template <class R>
 std::vector<at::Tensor> output_leaves_of(const R& out) {
   if constexpr (Flattenable<std::remove_cvref_t<R>>) {

@@ -282,6 +282,17 @@ class ForwardGate {
 
 }  // namespace recompose::hooks::detail
 
+/// Makes the forward it opens hookable (see the header comment): the FIRST statement of forward,
+/// naming every parameter in order. Types its ArgTraits do not support are a compile error; a
+/// statement placed before it makes the hooked call throw recompose::CheckpointError.
+///
+/// Example:
+/// ```
+/// torch::Tensor forward(torch::Tensor x, std::optional<torch::Tensor> mask, double scale) {
+///   RECOMPOSE_FORWARD(x, mask, scale);
+///   return attention(x, mask) * scale;
+/// }
+/// ```
 #define RECOMPOSE_FORWARD(...)                                                             \
   if (::recompose::hooks::detail::ForwardGate recompose_forward_gate_{                     \
           *this, ::recompose::hooks::detail::AnnotatedType<                                \

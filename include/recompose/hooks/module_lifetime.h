@@ -28,17 +28,20 @@
 
 namespace recompose::hooks {
 
-// A forward of an annotated module purges, on its thread, at least once every this many calls.
+/// A forward of an annotated module purges, on its thread, at least once every this many calls.
 inline constexpr unsigned kForwardPurgePeriod = 64;
 
-// Destroys, now and on this thread, the hooks and attached states of every module that has been
-// destroyed; use it to free what they hold (pinned host memory, for instance) at a known point.
-// Returns how many modules' entries were purged. Thread-safe, also from a hook or from a state's
-// destructor; cheap when nothing is to purge (one pass over the table under a shared lock).
-// Throws only std::bad_alloc.
-//
-//   model = nullptr;                              // the checkpointed blocks die
-//   auto n = recompose::hooks::purge_expired();  // their swap pools are released here
+/// Destroys, now and on this thread, the hooks and attached states of every module that has been
+/// destroyed; use it to free what they hold (pinned host memory, for instance) at a known point.
+/// Returns how many modules' entries were purged. Thread-safe, also from a hook or from a state's
+/// destructor; cheap when nothing is to purge (one pass over the table under a shared lock).
+/// Throws only std::bad_alloc.
+///
+/// Example:
+/// ```
+/// model = nullptr;                              // the checkpointed blocks die
+/// auto n = recompose::hooks::purge_expired();  // their swap pools are released here
+/// ```
 std::size_t purge_expired();
 
 }  // namespace recompose::hooks
