@@ -73,8 +73,9 @@ thread_local size_t t_visible_levels = std::numeric_limits<size_t>::max();
 // run_below restores) and the keys the op was dispatched with.
 class InterceptFrame {
  public:
-  InterceptFrame(size_t level, c10::DispatchKeySet op_keys)
-      : keys_(c10::impl::tls_local_dispatch_key_set()),
+  InterceptFrame(size_t level, c10::DispatchKeySet op_keys,
+                 const c10::impl::LocalDispatchKeySet& entry_keys)
+      : keys_(entry_keys),
         op_keys_(op_keys),
         level_(level),
         outer_(t_frame),
@@ -117,13 +118,16 @@ void intercept_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
   OpInterceptor* interceptor = t_installed[levels - 1];
   // The keys above ours are done with this op: what intercept() dispatches runs below autograd
-  // and autocast (autograd does not record it), as under a Python dispatch mode.
-  c10::impl::ExcludeDispatchKeyGuard below_autograd(kAboveIntercept);
-  InterceptFrame frame(levels - 1, keys);
+  // and autocast (autograd does not record it), as under a Python dispatch mode. run_below hands
+  // the op on in that key state (the frame's).
+  c10::impl::LocalDispatchKeySet entry_keys = c10::impl::tls_local_dispatch_key_set();
+  entry_keys.excluded_ = entry_keys.excluded_ | kAboveIntercept;
+  InterceptFrame frame(levels - 1, keys, entry_keys);
   // Ops that intercept() runs itself (clones, detaches, the policy's ops, swap copies...) are
   // not the program's: no interceptor, this one or an outer one, may see them. Only run_below
-  // hands an op on, with the key state restored.
-  c10::impl::ExcludeDispatchKeyGuard hide_own_ops(kModeKeys);
+  // hands an op on, with the key state restored. One guard for both sets: one write of the
+  // thread's key state, and on exit the keys it excluded, and only those, included again.
+  c10::impl::ExcludeDispatchKeyGuard below_autograd_own_ops_hidden(kAboveIntercept | kModeKeys);
   interceptor->intercept(op, stack);
 }
 

@@ -150,7 +150,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
         if (t.has_value()) fill_use(*t, u);
       }
     } else {
-      if (holds_tensor(v)) node.unsupported = true;
+      if (!v.isScalar() && !v.isNone() && holds_tensor(v)) node.unsupported = true;
       arg.constant = v;
     }
     arg.count = uses_so_far() - arg.first;
