@@ -6,6 +6,7 @@
 #include <recompose/checkpoint_error.h>
 
 #include "engine/internal_ops.h"
+#include "support/op_call_counter.h"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -131,6 +132,21 @@ TEST_SUITE("dispatch_interceptor") {
     CHECK(outer["aten::clone"] == 0);  // an outer interceptor must not mistake it for the program's
     CHECK(outer["aten::ones"] == 0);
     CHECK(torch::equal(y, torch::full({2, 2}, 2.0)));
+  }
+
+  TEST_CASE("an op handed on by the only interceptor reaches its kernel once, seen once") {
+    // run_below at the outermost level goes straight to the keys below the interceptor's: the
+    // kernel runs once, and RecordFunction (profilers) sees the op once, as without interception.
+    Counter counter;
+    torch::Tensor a = torch::ones({3}), y;
+    rt::OpCallCounter adds("aten::add");
+    {
+      InterceptorScope scope(counter);
+      y = torch::add(a, a);
+    }
+    CHECK(counter["aten::add"] == 1);
+    CHECK(adds.calls() == 1);
+    CHECK(torch::equal(y, torch::full({3}, 2.0)));
   }
 
   TEST_CASE("run_below outside intercept() throws") {

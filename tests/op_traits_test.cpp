@@ -84,6 +84,14 @@ TEST_CASE("op traits: the facts of known operators") {
   CHECK_FALSE(traits_of("aten::_softmax", "").cheaper_replay);
 }
 
+TEST_CASE("op traits: the name's hash, one for every overload of a name") {
+  const size_t add = std::hash<std::string>{}("aten::add");
+  CHECK(traits_of("aten::add", "Tensor").name_hash == add);
+  CHECK(traits_of("aten::add", "Scalar").name_hash == add);
+  CHECK(traits_of("aten::add_", "Tensor").name_hash == std::hash<std::string>{}("aten::add_"));
+  CHECK(traits_of("aten::mm", "").name_hash != add);
+}
+
 TEST_CASE("op traits: autocast's parameter casts are decided per call") {
   const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "");

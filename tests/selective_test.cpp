@@ -7,6 +7,7 @@
 #include <recompose/selective_checkpoint.h>
 
 #include <doctest/doctest.h>
+#include <torch/library.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -458,6 +459,55 @@ TEST_SUITE("selective") {
       CHECK(p(ctx, handle("aten::min", ""), no_args) == CheckpointPolicy::MUST_SAVE);
       CHECK(p(ctx, handle("aten::min", "dim"), no_args) == CheckpointPolicy::PREFER_RECOMPUTE);
     }
+  }
+
+  TEST_CASE("save lists: each policy matches its own names, also for operators defined later") {
+    auto handle = [](const char* name, const char* overload) {
+      return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+    };
+    const torch::jit::Stack no_args;
+    const SelectiveCheckpointContext ctx;
+    // Several lists in one process, asked in turn: names are matched per operator (by the hash
+    // OpTraits keeps), never from what another list asked.
+    SelectivePolicy mm_only({"aten::mm"});
+    SelectivePolicy add_and_max({"aten::add", "aten::max.dim"});
+    for (int round = 0; round < 2; ++round) {
+      CHECK(mm_only(ctx, handle("aten::mm", ""), no_args) == CheckpointPolicy::MUST_SAVE);
+      CHECK(mm_only(ctx, handle("aten::add", "Tensor"), no_args) ==
+            CheckpointPolicy::PREFER_RECOMPUTE);
+      CHECK(add_and_max(ctx, handle("aten::add", "Tensor"), no_args) ==
+            CheckpointPolicy::MUST_SAVE);
+      CHECK(add_and_max(ctx, handle("aten::add", "Scalar"), no_args) ==
+            CheckpointPolicy::MUST_SAVE);
+      CHECK(add_and_max(ctx, handle("aten::add_", "Tensor"), no_args) ==
+            CheckpointPolicy::PREFER_RECOMPUTE);  // another name
+      CHECK(add_and_max(ctx, handle("aten::mm", ""), no_args) ==
+            CheckpointPolicy::PREFER_RECOMPUTE);
+      CHECK(add_and_max(ctx, handle("aten::max", "dim"), no_args) == CheckpointPolicy::MUST_SAVE);
+      CHECK(add_and_max(ctx, handle("aten::max", ""), no_args) ==
+            CheckpointPolicy::PREFER_RECOMPUTE);
+    }
+    // An operator deregistered and defined again (a new handle, maybe at the same address) is
+    // matched by its name as before; another name never is.
+    auto probe = [&] { return handle("recompose_selective_test::probe", ""); };
+    std::optional<SelectivePolicy> probes;
+    {
+      torch::Library lib(torch::Library::FRAGMENT, "recompose_selective_test", std::nullopt,
+                         __FILE__, __LINE__);
+      lib.def("probe(Tensor self) -> Tensor");
+      lib.def("other(Tensor self) -> Tensor");
+      probes.emplace(std::vector<std::string>{"recompose_selective_test::probe"});
+      CHECK((*probes)(ctx, probe(), no_args) == CheckpointPolicy::MUST_SAVE);
+      CHECK((*probes)(ctx, handle("recompose_selective_test::other", ""), no_args) ==
+            CheckpointPolicy::PREFER_RECOMPUTE);
+    }
+    torch::Library lib(torch::Library::FRAGMENT, "recompose_selective_test", std::nullopt, __FILE__,
+                       __LINE__);
+    lib.def("other(Tensor self, Tensor x) -> Tensor");
+    lib.def("probe(Tensor self, Tensor x) -> Tensor");
+    CHECK((*probes)(ctx, probe(), no_args) == CheckpointPolicy::MUST_SAVE);
+    CHECK((*probes)(ctx, handle("recompose_selective_test::other", ""), no_args) ==
+          CheckpointPolicy::PREFER_RECOMPUTE);
   }
 
   TEST_CASE("transformer_policy") {

@@ -1,7 +1,8 @@
 // Selective activation checkpointing figures, in one run:
 //  1. the per-op cost of the interception: ns per op for a small op, plain and under a selective
 //     forward context (pass-through policy, save-everything policy) and under the recompute
-//     context (recompute / replay);
+//     context (recompute / replay), in regions of --region-ops ops (200 by default: issue 45's
+//     measure; the region's entry and exit are not timed);
 //  2. a stack of small transformer blocks, none / full / selective (transformer_policy)
 //     checkpointing: step time (forward + backward) and bytes held for backward, as ratios to
 //     none. Repetitions are interleaved; figures are medians;
@@ -12,9 +13,8 @@
 //     the replay's host time against the host time of the ops it ran (recompose::
 //     selective_replay_stats).
 //
-//   selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks L] [--batch B] [--seq
-//   T]
-//                   [--dim D] [--threads K] [--section 1|2|3 (default: all)]
+//   selective_bench [--device auto|cpu|cuda] [--ops N] [--region-ops M] [--reps R] [--blocks L]
+//                   [--batch B] [--seq T] [--dim D] [--threads K] [--section 1|2|3 (default: all)]
 //
 // glibc malloc is tuned as in the GPT example (examples/common/allocator_tuning.h): with glibc's
 // defaults the page faults of freed and re-faulted activations are charged to whichever
@@ -70,15 +70,23 @@ recompose::SelectivePolicy constant(recompose::CheckpointPolicy p) {
                                         const torch::jit::Stack&) { return p; });
 }
 
-void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
+void per_op_overhead(int64_t ops, int64_t region_ops, int reps, const torch::Device& device) {
   torch::NoGradGuard no_grad;  // the interception does not depend on autograd; keep the op cheap
   const torch::Tensor x = torch::ones({4}, torch::TensorOptions().device(device));
   const torch::Tensor y = torch::ones({4}, torch::TensorOptions().device(device));
   auto loop = [&] {
     torch::Tensor out;
-    for (int64_t i = 0; i < ops; ++i) out = at::add(x, y);
+    for (int64_t i = 0; i < region_ops; ++i) out = at::add(x, y);
     examples::synchronize(device);
     return out;
+  };
+  // `ops` ops in regions of `region_ops`: the seconds of the ops alone (entering and leaving a
+  // region, and making its contexts, are not timed).
+  const int64_t regions = std::max<int64_t>(ops / region_ops, 1);
+  auto in_regions = [regions](const std::function<double()>& one_region) {
+    double s = 0;
+    for (int64_t r = 0; r < regions; ++r) s += one_region();
+    return s;
   };
   const auto pass_through = constant(recompose::CheckpointPolicy::PREFER_RECOMPUTE);
   const auto save_all = constant(recompose::CheckpointPolicy::MUST_SAVE);
@@ -91,42 +99,36 @@ void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
   // The recompute rows need a forward over the same ops first (not timed).
   auto recompute_row = [&](const recompose::SelectivePolicy& policy) {
     return [&, policy] {
-      auto contexts = recompose::create_selective_checkpoint_contexts(policy);
-      {
+      return in_regions([&] {
+        auto contexts = recompose::create_selective_checkpoint_contexts(policy);
+        {
+          auto token = contexts->enter_forward();
+          loop();
+        }
+        auto token = contexts->enter_recompute();
+        return seconds(loop);
+      });
+    };
+  };
+  auto forward_row = [&](const recompose::SelectivePolicy& policy, bool replay) {
+    return [&, policy, replay] {
+      return in_regions([&] {
+        // Off: what a region pays when nothing records for a replay (the switch is read when
+        // the forward is entered).
+        recompose::set_selective_replay_enabled(replay);
+        auto contexts = recompose::create_selective_checkpoint_contexts(policy);
         auto token = contexts->enter_forward();
-        loop();
-      }
-      auto token = contexts->enter_recompute();
-      return seconds(loop);
+        recompose::set_selective_replay_enabled(true);
+        return seconds(loop);
+      });
     };
   };
   std::vector<Row> rows;
-  rows.push_back({"plain (no interception)", [&] { return seconds(loop); }, {}});
-  rows.push_back({"forward, pass-through policy",
-                  [&] {
-                    auto contexts = recompose::create_selective_checkpoint_contexts(pass_through);
-                    auto token = contexts->enter_forward();
-                    return seconds(loop);
-                  },
-                  {}});
-  rows.push_back({"forward, pass-through, replay off",
-                  [&] {
-                    // What a region pays when nothing records for a replay (the switch is read
-                    // when the forward is entered).
-                    recompose::set_selective_replay_enabled(false);
-                    auto contexts = recompose::create_selective_checkpoint_contexts(pass_through);
-                    auto token = contexts->enter_forward();
-                    recompose::set_selective_replay_enabled(true);
-                    return seconds(loop);
-                  },
-                  {}});
-  rows.push_back({"forward, save-everything policy",
-                  [&] {
-                    auto contexts = recompose::create_selective_checkpoint_contexts(save_all);
-                    auto token = contexts->enter_forward();
-                    return seconds(loop);
-                  },
-                  {}});
+  rows.push_back(
+      {"plain (no interception)", [&] { return in_regions([&] { return seconds(loop); }); }, {}});
+  rows.push_back({"forward, pass-through policy", forward_row(pass_through, true), {}});
+  rows.push_back({"forward, pass-through, replay off", forward_row(pass_through, false), {}});
+  rows.push_back({"forward, save-everything policy", forward_row(save_all, true), {}});
   rows.push_back({"recompute, op recomputed", recompute_row(pass_through), {}});
   rows.push_back({"recompute, op replayed (not run)", recompute_row(save_all), {}});
 
@@ -134,13 +136,16 @@ void per_op_overhead(int64_t ops, int reps, const torch::Device& device) {
   for (int rep = 0; rep < reps; ++rep) {
     for (auto& r : rows) r.samples.push_back(r.run());
   }
-  const double plain_ns = median(rows[0].samples) / static_cast<double>(ops) * 1e9;
+  const double timed_ops = static_cast<double>(regions * region_ops);
+  const double plain_ns = median(rows[0].samples) / timed_ops * 1e9;
   std::printf(
-      "1. Per-op cost of the interception (at::add on 4 floats on %s, %lld ops, median of %d)\n",
-      device.str().c_str(), static_cast<long long>(ops), reps);
+      "1. Per-op cost of the interception (at::add on 4 floats on %s, %lld ops in regions of "
+      "%lld, median of %d)\n",
+      device.str().c_str(), static_cast<long long>(regions * region_ops),
+      static_cast<long long>(region_ops), reps);
   std::printf("   %-36s %10s %14s\n", "", "ns/op", "overhead ns/op");
   for (const auto& r : rows) {
-    const double ns = median(r.samples) / static_cast<double>(ops) * 1e9;
+    const double ns = median(r.samples) / timed_ops * 1e9;
     std::printf("   %-36s %10.1f %14.1f\n", r.name, ns, ns - plain_ns);
   }
 }
@@ -450,8 +455,8 @@ void region_recompute_cost(int64_t layers, int64_t batch, int64_t seq, int64_t d
           (static_cast<double>(replay_stats.op_ns) / regions * 1e-9));
 }
 
-const char* kFlags[] = {"--device", "--ops", "--reps",    "--blocks", "--batch",
-                        "--seq",    "--dim", "--threads", "--section"};
+const char* kFlags[] = {"--device", "--ops", "--region-ops", "--reps",    "--blocks",
+                        "--batch",  "--seq", "--dim",        "--threads", "--section"};
 
 std::string string_arg(int argc, char** argv, const char* name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -481,7 +486,7 @@ void check_flags(int argc, char** argv) {
 int main(int argc, char** argv) {
   examples::tune_malloc_for_training();
   int64_t section = 0;
-  int64_t threads = 0, ops = 0, blocks = 0, batch = 0, seq = 0, dim = 0;
+  int64_t threads = 0, ops = 0, region_ops = 0, blocks = 0, batch = 0, seq = 0, dim = 0;
   int reps = 0;
   torch::Device device(torch::kCPU);
   try {
@@ -490,6 +495,9 @@ int main(int argc, char** argv) {
     threads = arg(argc, argv, "--threads", 0);
     reps = static_cast<int>(arg(argc, argv, "--reps", 7));
     ops = arg(argc, argv, "--ops", 200000);
+    region_ops = arg(argc, argv, "--region-ops", 200);
+    if (ops < 1 || region_ops < 1)
+      throw std::invalid_argument("--ops and --region-ops must be >= 1");
     blocks = arg(argc, argv, "--blocks", 4);
     batch = arg(argc, argv, "--batch", 4);
     seq = arg(argc, argv, "--seq", 128);
@@ -497,13 +505,14 @@ int main(int argc, char** argv) {
     section = arg(argc, argv, "--section", 0);
   } catch (const std::exception& e) {
     std::cerr << "selective_bench: " << e.what() << "\n"
-              << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--reps R] [--blocks "
-                 "L] [--batch B]\n"
-              << "                       [--seq T] [--dim D] [--threads K] [--section 1|2|3]\n";
+              << "usage: selective_bench [--device auto|cpu|cuda] [--ops N] [--region-ops M] "
+                 "[--reps R]\n"
+              << "                       [--blocks L] [--batch B] [--seq T] [--dim D] [--threads "
+                 "K] [--section 1|2|3]\n";
     return 2;
   }
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
-  if (section == 0 || section == 1) per_op_overhead(ops, reps, device);
+  if (section == 0 || section == 1) per_op_overhead(ops, region_ops, reps, device);
   if (section == 0 || section == 2) transformer_stack(blocks, batch, seq, dim, reps, device);
   if (section == 0 || section == 3) region_recompute_cost(blocks, batch, seq, dim, reps, device);
   return 0;

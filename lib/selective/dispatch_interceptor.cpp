@@ -68,31 +68,44 @@ thread_local std::vector<OpInterceptor*> t_installed;
 // While an interceptor's intercept() runs: its level in t_installed. Only the levels below it see
 // the op that run_below hands on; SIZE_MAX outside any intercept().
 thread_local size_t t_visible_levels = std::numeric_limits<size_t>::max();
-// The dispatch-key state the innermost intercept() was entered with: what run_below restores.
-thread_local const c10::impl::LocalDispatchKeySet* t_keys_on_entry = nullptr;
 
-// While intercept() runs: which levels see what it hands on, and the key state of its entry.
+// While intercept() runs: which levels see what it hands on, the key state of its entry (what
+// run_below restores) and the keys the op was dispatched with.
 class InterceptFrame {
  public:
-  explicit InterceptFrame(size_t level)
-      : keys_(c10::impl::tls_local_dispatch_key_set()),
-        outer_keys_(t_keys_on_entry),
+  InterceptFrame(size_t level, c10::DispatchKeySet op_keys,
+                 const c10::impl::LocalDispatchKeySet& entry_keys)
+      : keys_(entry_keys),
+        op_keys_(op_keys),
+        level_(level),
+        outer_(t_frame),
         outer_visible_(t_visible_levels) {
-    t_keys_on_entry = &keys_;
+    t_frame = this;
     t_visible_levels = level;
   }
   ~InterceptFrame() {
     t_visible_levels = outer_visible_;
-    t_keys_on_entry = outer_keys_;
+    t_frame = outer_;
   }
   InterceptFrame(const InterceptFrame&) = delete;
   InterceptFrame& operator=(const InterceptFrame&) = delete;
 
+  // The innermost intercept()'s frame; nullptr outside any.
+  static InterceptFrame* innermost() { return t_frame; }
+  const c10::impl::LocalDispatchKeySet& entry_keys() const { return keys_; }
+  c10::DispatchKeySet op_keys() const { return op_keys_; }
+  size_t level() const { return level_; }
+
  private:
+  static thread_local InterceptFrame* t_frame;
   c10::impl::LocalDispatchKeySet keys_;
-  const c10::impl::LocalDispatchKeySet* outer_keys_;
+  c10::DispatchKeySet op_keys_;
+  size_t level_;
+  InterceptFrame* outer_;
   size_t outer_visible_;
 };
+
+thread_local InterceptFrame* InterceptFrame::t_frame = nullptr;
 
 void intercept_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         torch::jit::Stack* stack) {
@@ -105,13 +118,16 @@ void intercept_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   }
   OpInterceptor* interceptor = t_installed[levels - 1];
   // The keys above ours are done with this op: what intercept() dispatches runs below autograd
-  // and autocast (autograd does not record it), as under a Python dispatch mode.
-  c10::impl::ExcludeDispatchKeyGuard below_autograd(kAboveIntercept);
-  InterceptFrame frame(levels - 1);
+  // and autocast (autograd does not record it), as under a Python dispatch mode. run_below hands
+  // the op on in that key state (the frame's).
+  c10::impl::LocalDispatchKeySet entry_keys = c10::impl::tls_local_dispatch_key_set();
+  entry_keys.excluded_ = entry_keys.excluded_ | kAboveIntercept;
+  InterceptFrame frame(levels - 1, keys, entry_keys);
   // Ops that intercept() runs itself (clones, detaches, the policy's ops, swap copies...) are
   // not the program's: no interceptor, this one or an outer one, may see them. Only run_below
-  // hands an op on, with the key state restored.
-  c10::impl::ExcludeDispatchKeyGuard hide_own_ops(kModeKeys);
+  // hands an op on, with the key state restored. One guard for both sets: one write of the
+  // thread's key state, and on exit the keys it excluded, and only those, included again.
+  c10::impl::ExcludeDispatchKeyGuard below_autograd_own_ops_hidden(kAboveIntercept | kModeKeys);
   interceptor->intercept(op, stack);
 }
 
@@ -141,15 +157,23 @@ void register_fallback_once() {
 }  // namespace
 
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (t_keys_on_entry == nullptr) {
+  const InterceptFrame* frame = InterceptFrame::innermost();
+  if (frame == nullptr) {
     throw CheckpointError(
         "recompose: detail::run_below called outside OpInterceptor::intercept(): call it "
         "only from an interceptor, for the op it was handed");
   }
   // The key state of intercept()'s entry (keys above ours excluded, ours included while any
-  // interceptor is installed): the op comes back to the fallback, which hands it to the next
-  // outer level, or, with none left, to the kernels.
-  c10::impl::ForceDispatchKeyGuard entry_keys(*t_keys_on_entry);
+  // interceptor is installed), which the op's kernels run under.
+  c10::impl::ForceDispatchKeyGuard entry_keys(frame->entry_keys());
+  if (frame->level() == 0) {
+    // No outer level to see it: straight on to the keys below ours, with the keys the op came
+    // with (its arguments are the ones it came with), rather than a second trip through the
+    // dispatcher and the fallback, which would only hand it on.
+    op.redispatchBoxed(frame->op_keys() & kBelowIntercept, stack);
+    return;
+  }
+  // The op comes back to the fallback, which hands it to the next outer level.
   op.callBoxed(stack);
 }
 

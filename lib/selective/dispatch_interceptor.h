@@ -43,8 +43,10 @@ class OpInterceptor {
 
 // Executes op beneath the interceptor that is currently handling it (outer
 // interceptors, if any, still see it), with the dispatch-key state the op
-// arrived with. Only valid inside intercept() on the same thread; throws
-// otherwise.
+// arrived with. Only valid inside intercept() on the same thread, for the op it
+// was handed, with the arguments it came with (beneath the outermost
+// interceptor the op goes on with the keys it was dispatched with); throws
+// outside intercept().
 void run_below(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // RAII: installs `interceptor` as the innermost interceptor of this thread;

@@ -83,8 +83,12 @@ class CachingInterceptor final : public OpInterceptor {
     const c10::FunctionSchema& schema = op.schema();
     const size_t n_args = schema.arguments().size();
     if (stack->size() < n_args) internal_stack_error(op);
-    // The policy sees the arguments after the op ran (upstream passes the outputs too).
-    torch::jit::Stack args(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+    // The policy sees the arguments after the op ran (upstream passes the outputs too): copies,
+    // in a stack reused from op to op (intercept() is never re-entered on one interceptor: the
+    // policy's ops, and those below run_below, reach no interceptor or only outer ones).
+    torch::jit::Stack& args = args_;
+    args.assign(stack->end() - static_cast<std::ptrdiff_t>(n_args), stack->end());
+    const ClearOnExit release_args{args};
     s_.trace.begin(op, traits, *stack);
     const uint32_t node = s_.trace.current_node();
     std::optional<GeneratorEffect> rng;
@@ -104,7 +108,7 @@ class CachingInterceptor final : public OpInterceptor {
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
     if (s_.keeps_nothing_inside_full && keeps_output(decision))
       decision = CheckpointPolicy::PREFER_RECOMPUTE;
-    s_.tally.asked(schema.name());
+    s_.tally.asked(op, traits);
     if (s_.tally.collect_names) s_.tally.asked_ops.insert(op);
     calls.nodes.push_back(node);
     if (!keeps_output(decision)) {
@@ -183,7 +187,14 @@ class CachingInterceptor final : public OpInterceptor {
     }
   }
 
+  // Drops the policy's copies of the arguments once it decided (or threw).
+  struct ClearOnExit {
+    torch::jit::Stack& values;
+    ~ClearOnExit() { values.clear(); }
+  };
+
   SacState& s_;
+  torch::jit::Stack args_;  // the policy's arguments (run_and_decide)
 };
 
 }  // namespace

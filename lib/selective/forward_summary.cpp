@@ -23,7 +23,7 @@ void ForwardTrace::add_summary_reads(const TensorUse& use, const std::vector<uin
   if (ops[entry_of[s.op]].kind == SummaryOp::Kind::Decided) {
     out.push_back(entry_of[s.op]);
   } else if (ops[entry_of[s.op]].kind == SummaryOp::Kind::AutocastCast) {
-    for (const TensorUse& u : nodes_[s.op].uses) add_summary_reads(u, entry_of, ops, out);
+    for (const TensorUse& u : uses_of(nodes_[s.op])) add_summary_reads(u, entry_of, ops, out);
   }
 }
 
@@ -50,7 +50,7 @@ std::vector<char> ForwardTrace::storages_carrying_writes() const {
   };
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     if (!nodes_[n].makes_values) continue;
-    for (const TensorUse& u : nodes_[n].uses) note_read(u, n);
+    for (const TensorUse& u : uses_of(nodes_[n])) note_read(u, n);
   }
   for (const Saved& s : saved_) note_read(s.use, nodes_.size());
   for (uint32_t id = 0; id < storages_.size(); ++id) {

@@ -39,11 +39,15 @@ void ForwardTrace::for_each_kept(
 
 TensorGeometry TensorGeometry::of(const at::Tensor& t) {
   TensorGeometry g;
-  g.sizes.assign(t.sizes().begin(), t.sizes().end());
-  g.strides.assign(t.strides().begin(), t.strides().end());
-  g.offset = t.storage_offset();
-  g.dtype = t.scalar_type();
+  g.set(t);
   return g;
+}
+
+void TensorGeometry::set(const at::Tensor& t) {
+  sizes.assign(t.sizes().begin(), t.sizes().end());
+  strides.assign(t.strides().begin(), t.strides().end());
+  offset = t.storage_offset();
+  dtype = t.scalar_type();
 }
 
 bool TensorGeometry::same_shape(const at::Tensor& t) const {
@@ -53,14 +57,13 @@ bool TensorGeometry::same_shape(const at::Tensor& t) const {
 
 uint32_t ForwardTrace::add_storage(const at::Tensor& t, Storage::Source source) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-  Storage s;
+  const auto id = static_cast<uint32_t>(storages_.size());
+  Storage& s = storages_.emplace_back();  // filled in place: no Storage moved
   s.source = source;
   s.key = impl;
   s.weak = c10::weak_intrusive_ptr<c10::StorageImpl>(
       c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
-  s.base = TensorGeometry::of(t);
-  const auto id = static_cast<uint32_t>(storages_.size());
-  storages_.push_back(std::move(s));
+  s.base.set(t);
   index_.emplace(impl, id);
   return id;
 }
@@ -77,16 +80,20 @@ uint32_t ForwardTrace::storage_of(const at::Tensor& t) {
 
 TensorUse ForwardTrace::use_of(const at::Tensor& t) {
   TensorUse u;
-  if (!t.defined()) return u;
+  fill_use(t, u);
+  return u;
+}
+
+void ForwardTrace::fill_use(const at::Tensor& t, TensorUse& u) {
+  if (!t.defined()) return;
   if (!t.has_storage() || t.layout() != at::kStrided || t.is_conj() || t.is_neg() ||
       t.is_nested()) {
     u.storage = TensorUse::kUnsupported;
-    return u;
+    return;
   }
   u.storage = storage_of(t);
   u.version = static_cast<uint32_t>(storages_[u.storage].writers.size());
-  u.geometry = TensorGeometry::of(t);
-  return u;
+  u.geometry.set(t);
 }
 
 void ForwardTrace::add_inputs(const std::vector<at::Tensor>& inputs) {
@@ -94,7 +101,7 @@ void ForwardTrace::add_inputs(const std::vector<at::Tensor>& inputs) {
     const at::Tensor& t = inputs[i];
     if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_conj() || t.is_neg())
       continue;
-    if (index_.contains(t.storage().unsafeGetStorageImpl()))
+    if (index_.find(t.storage().unsafeGetStorageImpl()) != index_.end())
       continue;  // a view of an earlier input
     storages_[add_storage(t, Storage::Source::Input)].input = static_cast<uint32_t>(i);
   }
@@ -114,11 +121,15 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
       hidden_writes ? native_batch_norm_training(op, stack) : std::nullopt;
   if (batch_norm_training) node.hidden_writes = false;
   const bool stand_in_running_stats = batch_norm_training.value_or(false);
-  node.args.resize(arguments.size());
+  node.first_arg = static_cast<uint32_t>(args_.size());
+  node.arg_count = static_cast<uint32_t>(arguments.size());
+  node.first_use = static_cast<uint32_t>(uses_.size());
+  args_.resize(args_.size() + arguments.size());
+  auto uses_so_far = [&] { return static_cast<uint32_t>(uses_.size()) - node.first_use; };
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& v = stack[base + i];
-    Arg& arg = node.args[i];
-    arg.first = static_cast<uint32_t>(node.uses.size());
+    Arg& arg = args_[node.first_arg + i];
+    arg.first = uses_so_far();
     if (stand_in_running_stats && (i == kBatchNormRunningMean || i == kBatchNormRunningVar)) {
       if (v.isTensor() && v.toTensor().defined()) {
         arg.kind = Arg::Kind::StandIn;
@@ -128,23 +139,24 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
     }
     if (v.isTensor()) {
       arg.kind = Arg::Kind::Tensor;
-      node.uses.push_back(use_of(v.toTensor()));
+      add_use(v.toTensor());
     } else if (v.isTensorList()) {
       arg.kind = Arg::Kind::TensorList;
-      for (const at::Tensor& t : v.toTensorList()) node.uses.push_back(use_of(t));
+      for (const at::Tensor& t : v.toTensorList()) add_use(t);
     } else if (v.isOptionalTensorList()) {
       arg.kind = Arg::Kind::OptionalTensorList;
       for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-        node.uses.push_back(t.has_value() ? use_of(*t) : TensorUse{});
+        TensorUse& u = uses_.emplace_back();
+        if (t.has_value()) fill_use(*t, u);
       }
     } else {
-      if (holds_tensor(v)) node.unsupported = true;
+      if (!v.isScalar() && !v.isNone() && holds_tensor(v)) node.unsupported = true;
       arg.constant = v;
     }
-    arg.count = static_cast<uint32_t>(node.uses.size()) - arg.first;
+    arg.count = uses_so_far() - arg.first;
     if (traits.writes(i)) {
       for (uint32_t u = arg.first; u < arg.first + arg.count; ++u) {
-        const uint32_t s = node.uses[u].storage;
+        const uint32_t s = uses_[node.first_use + u].storage;
         if (s == TensorUse::kUnsupported) node.unsupported = true;
         if (s >= TensorUse::kUnsupported) continue;
         bool seen = false;
@@ -153,6 +165,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
       }
     }
   }
+  node.use_count = uses_so_far();
 }
 
 void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutput> kept,
@@ -204,14 +217,14 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
   }
   node.makes_values = makes_values;
   if (makes_values) {
-    for (const TensorUse& u : node.uses) {
+    for (const TensorUse& u : uses_of(node)) {
       if (u.storage < TensorUse::kUnsupported) storages_[u.storage].read = true;
     }
   }
   node.kept = std::move(kept);
   if (!node.kept && for_replay_ && node.traits->cheaper_replay && !node.unsupported) {
     c10::SmallVector<c10::IValue, 4> constants;
-    for (const Arg& arg : node.args) constants.push_back(arg.constant);
+    for (const Arg& arg : args_of(node)) constants.push_back(arg.constant);
     const std::size_t n_out = node.op.schema().returns().size();
     if (n_out > 0 && n_out <= stack.size() && stack[stack.size() - n_out].isTensor()) {
       node.replay_as =
@@ -219,8 +232,8 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
     }
   }
   if (for_replay_) node.rng = std::move(rng);
-  if (for_replay_ && draw && !node.args.empty() && node.args[0].kind == Arg::Kind::Tensor &&
-      node.args[0].count == 1) {
+  if (for_replay_ && draw && node.arg_count > 0 && args_of(node)[0].kind == Arg::Kind::Tensor &&
+      args_of(node)[0].count == 1) {
     node.draw = std::move(draw);  // written into the first argument, as bernoulli_ draws into self
   }
   node.complete = true;
@@ -235,7 +248,7 @@ bool ForwardTrace::kept_output_unread(const at::Tensor& written, uint32_t node) 
 }
 
 void ForwardTrace::carry_write(const at::Tensor& written) {
-  Storage& s = storages_[index_.at(written.storage().unsafeGetStorageImpl())];
+  Storage& s = storages_[index_.at(written.storage().unsafeGetStorageImpl())];  // known
   s.kept_version = static_cast<uint32_t>(s.writers.size());
   ++writes_carried_;
   s.read = false;  // the writer's own read of the value before is behind the kept value now

@@ -26,6 +26,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
@@ -46,6 +47,8 @@ struct TensorGeometry {
   at::ScalarType dtype = at::kFloat;
 
   static TensorGeometry of(const at::Tensor& t);
+  // Becomes t's geometry, in place (a geometry moved is copied element by element).
+  void set(const at::Tensor& t);
   // Same sizes, strides and dtype (the storage offset apart).
   bool same_shape(const at::Tensor& t) const;
   bool operator==(const TensorGeometry& o) const {
@@ -188,7 +191,7 @@ class ForwardTrace {
     // StandIn: a tensor the replay makes anew (a training batch norm's running statistic).
     enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList, StandIn };
     Kind kind = Kind::Constant;
-    uint32_t first = 0;  // uses_[first, first + count)
+    uint32_t first = 0;  // its node's uses [first, first + count)
     uint32_t count = 0;
     c10::IValue constant;
     std::unique_ptr<RunningStatStandIn> stand_in;  // StandIn
@@ -197,8 +200,12 @@ class ForwardTrace {
     Node(const c10::OperatorHandle& o, const OpTraits& t) : op(o), traits(&t) {}
     c10::OperatorHandle op;
     const OpTraits* traits;  // never freed (OpTraits::of)
-    std::vector<Arg> args;
-    std::vector<TensorUse> uses;
+    // Its arguments and the tensors they use, in the trace's args_ and uses_ (args_of, uses_of):
+    // one array for every node, not two allocations per op.
+    uint32_t first_arg = 0;
+    uint32_t arg_count = 0;
+    uint32_t first_use = 0;
+    uint32_t use_count = 0;
     c10::SmallVector<uint32_t, 1> writes;  // storages written (one version each)
     c10::SmallVector<std::pair<uint32_t, uint32_t>, 2> created;  // (flattened output, storage)
     std::unique_ptr<KeptOutput> kept;                            // the forward kept its outputs
@@ -232,8 +239,15 @@ class ForwardTrace {
 
   class Executor;  // one run of a ReplayPlan (replay_executor.cpp)
 
+  c10::ArrayRef<Arg> args_of(const Node& node) const {
+    return {args_.data() + node.first_arg, node.arg_count};
+  }
+  c10::ArrayRef<TensorUse> uses_of(const Node& node) const {
+    return {uses_.data() + node.first_use, node.use_count};
+  }
+
   // plan_replay's steps (replay_plan.cpp); each returns why the region cannot be replayed, or "".
-  static c10::ArrayRef<TensorUse> uses_read(const Node& node);
+  c10::ArrayRef<TensorUse> uses_read(const Node& node) const;
   std::string mark_producer(const TensorUse& use, std::vector<char>& run) const;
   std::string why_not_runnable(const Node& node, bool rng_preserved) const;
   std::string mark_run_set(bool rng_preserved, const std::vector<bool>& needed,
@@ -249,12 +263,17 @@ class ForwardTrace {
   void note_writes_after(const std::vector<uint32_t>& entry_of, std::vector<SummaryOp>& ops) const;
 
   TensorUse use_of(const at::Tensor& t);
+  void fill_use(const at::Tensor& t, TensorUse& u);  // use_of, in place
+  void add_use(const at::Tensor& t) { fill_use(t, uses_.emplace_back()); }
   uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight
   uint32_t add_storage(const at::Tensor& t, Storage::Source source);
 
   std::vector<Storage> storages_;
-  std::unordered_map<const c10::StorageImpl*, uint32_t> index_;
+  // An open-addressing table: no allocation per storage, as a node-based map makes.
+  ska::flat_hash_map<const c10::StorageImpl*, uint32_t> index_;
   std::vector<Node> nodes_;
+  std::vector<Arg> args_;        // every node's arguments (Node::first_arg)
+  std::vector<TensorUse> uses_;  // every node's tensor uses (Node::first_use)
   std::vector<Saved> saved_;
   std::unordered_map<c10::OperatorHandle, OpCalls> calls_;
   std::vector<ViewCall> views_;  // only while summarizing_

@@ -118,6 +118,7 @@ OpTraits compute(const c10::OperatorHandle& op) {
       name.name == "aten::_safe_softmax" && name.overload_name.empty() && softmax_registered;
   t.inplace_argument = inplace_argument(op);
   t.carriable = !t.random && t.inplace_argument >= 0;
+  t.name_hash = std::hash<std::string>{}(name.name);
   return t;
 }
 

@@ -60,6 +60,9 @@ struct OpTraits {
   // A write into a kept output that the output's cache entry may carry: in place into one
   // argument (inplace_argument), and not random (a recomputation must draw as the forward drew).
   bool carriable = false;
+  // std::hash of the op's name ("aten::add", every overload alike): per-op name matching and
+  // hashing (save lists, the policy tally) without hashing the name at every call.
+  size_t name_hash = 0;
 
   // The traits of `op` (which has a schema): computed at its first call, then a lookup without
   // locks. Thread-safe. An operator whose schema is deregistered is forgotten (a later operator

@@ -196,14 +196,15 @@ class ForwardTrace::Executor {
   // drawing. The generators stay where backward found them, as after a redraw.
   void write_draw(const Node& node, ReplayOutcome& outcome) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (!node.draw->write_into(materialize(node.uses[node.args[0].first])))
+    if (!node.draw->write_into(materialize(t_.uses_of(node)[t_.args_of(node)[0].first])))
       replay_invariant_broken("the tensor a kept draw is written into is laid out otherwise");
     outcome.op_ns += replay_ns_since(t0);
     ++outcome.draws_written;
   }
 
   void push_args(const Node& node, torch::jit::Stack& stack) {
-    for (const Arg& arg : node.args) {
+    const c10::ArrayRef<TensorUse> uses = t_.uses_of(node);
+    for (const Arg& arg : t_.args_of(node)) {
       switch (arg.kind) {
         case Arg::Kind::Constant:
           stack.push_back(arg.constant);
@@ -212,13 +213,13 @@ class ForwardTrace::Executor {
           stack.emplace_back(arg.stand_in->make());
           break;
         case Arg::Kind::Tensor:
-          stack.emplace_back(materialize(node.uses[arg.first]));
+          stack.emplace_back(materialize(uses[arg.first]));
           break;
         case Arg::Kind::TensorList: {
           c10::List<at::Tensor> list;
           list.reserve(arg.count);
           for (uint32_t u = arg.first; u < arg.first + arg.count; ++u)
-            list.push_back(materialize(node.uses[u]));
+            list.push_back(materialize(uses[u]));
           stack.emplace_back(std::move(list));
           break;
         }
@@ -226,7 +227,7 @@ class ForwardTrace::Executor {
           c10::List<std::optional<at::Tensor>> list;
           list.reserve(arg.count);
           for (uint32_t u = arg.first; u < arg.first + arg.count; ++u) {
-            at::Tensor t = materialize(node.uses[u]);
+            at::Tensor t = materialize(uses[u]);
             list.push_back(t.defined() ? std::optional<at::Tensor>(std::move(t)) : std::nullopt);
           }
           stack.emplace_back(std::move(list));

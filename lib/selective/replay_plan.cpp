@@ -42,11 +42,10 @@ void replay_invariant_broken(const std::string& what) {
                         "; please report it with the region's code");
 }
 
-c10::ArrayRef<TensorUse> ForwardTrace::uses_read(const Node& node) {
+c10::ArrayRef<TensorUse> ForwardTrace::uses_read(const Node& node) const {
   // A kept draw reads only the tensor it is written into.
-  if (node.draw)
-    return c10::ArrayRef<TensorUse>(node.uses).slice(node.args[0].first, node.args[0].count);
-  return node.uses;
+  if (node.draw) return uses_of(node).slice(args_of(node)[0].first, args_of(node)[0].count);
+  return uses_of(node);
 }
 
 std::string ForwardTrace::mark_producer(const TensorUse& use, std::vector<char>& run) const {

@@ -40,9 +40,9 @@ struct PolicyTally {
   bool collect_names = false;
   std::unordered_set<c10::OperatorHandle> asked_ops;
 
-  void asked(const std::string& op) {
-    if (decisions++ == 0) first_decided_op = op;
-    op_signature = op_signature * 1000003u ^ std::hash<std::string>{}(op);
+  void asked(const c10::OperatorHandle& op, const OpTraits& traits) {
+    if (decisions++ == 0) first_decided_op = op.schema().name();
+    op_signature = op_signature * 1000003u ^ traits.name_hash;
   }
   void kept(const std::string& op, int64_t device_bytes) {
     if (first_kept_op.empty()) first_kept_op = op;

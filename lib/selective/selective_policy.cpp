@@ -10,23 +10,32 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 namespace recompose {
 namespace {
 
-// Ops to save, by name (every overload) or by resolved overload.
+// Ops to save, by name (every overload) or by resolved overload. Asked once per op of a region:
+// names are matched by the hash OpTraits keeps per operator, and compared only when it matches.
 struct SaveList {
-  std::unordered_set<std::string> any_overload;
+  struct Name {
+    std::string name;
+    size_t hash;
+  };
+  std::vector<Name> any_overload;
   std::vector<c10::OperatorHandle> overloads;
 
   bool contains(const c10::OperatorHandle& op) const {
     for (const c10::OperatorHandle& h : overloads) {
       if (h == op) return true;
     }
-    return !any_overload.empty() && any_overload.contains(op.operator_name().name);
+    if (any_overload.empty()) return false;
+    const size_t hash = detail::OpTraits::of(op).name_hash;
+    for (const Name& n : any_overload) {
+      if (n.hash == hash && n.name == op.operator_name().name) return true;
+    }
+    return false;
   }
 };
 
@@ -114,7 +123,8 @@ PolicyFn policy_from_names(const std::vector<std::string>& names) {
     if (ref.overload) {
       list->overloads.push_back(*ref.overload);
     } else {
-      list->any_overload.insert(std::move(ref.name));
+      const size_t hash = std::hash<std::string>{}(ref.name);
+      list->any_overload.push_back({std::move(ref.name), hash});
     }
   }
   return [list](const SelectiveCheckpointContext&, const c10::OperatorHandle& op,
