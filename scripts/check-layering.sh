@@ -17,21 +17,25 @@ def layer_of(path):
     p = path.replace(os.sep, '/')
     if p == 'include/recompose/checkpoint_error.h': return (0, 'base')
     if p.startswith('hooks/') or p.startswith('include/recompose/hooks/'): return (1, 'hooks')
+    # What a step did, emitted by the layers above and read by sinks that register.
+    if p.startswith('lib/events/'): return (2, 'events')
     if p.startswith('lib/engine/') or p in ('include/recompose/checkpoint_options.h', 'include/recompose/region_contexts.h',
             'include/recompose/region_run.h', 'include/recompose/checkpoint_state.h',
             'include/recompose/saved_tensor_meter.h', 'include/recompose/graph_exec_group.h',
-            'include/recompose/step_ledger.h', 'include/recompose/cpu_memory_counting.h'): return (2, 'engine')
-    if p.startswith('lib/plugin/'): return (3, 'plugin')
-    if p.startswith('lib/selective/') or p in ('include/recompose/selective_checkpoint.h', 'include/recompose/policy_report.h'): return (4, 'selective')
+            'include/recompose/cpu_memory_counting.h'): return (3, 'engine')
+    if p.startswith('lib/plugin/'): return (4, 'plugin')
+    if p.startswith('lib/selective/') or p in ('include/recompose/selective_checkpoint.h', 'include/recompose/policy_report.h'): return (5, 'selective')
     if p.startswith('lib/swap/') or p in ('include/recompose/swap.h', 'include/recompose/apply_offload.h',
-            'include/recompose/copy_link.h'): return (4, 'swap')
-    if p.startswith('lib/') and p.count('/') == 1: return (5, 'frontend')
+            'include/recompose/copy_link.h'): return (5, 'swap')
+    if p.startswith('lib/') and p.count('/') == 1: return (6, 'frontend')
     if p in ('include/recompose/apply_checkpoint.h', 'include/recompose/checkpoint.h',
-            'include/recompose/device_memory.h'): return (5, 'frontend')
+            'include/recompose/device_memory.h'): return (6, 'frontend')
+    # The step ledger: a sink of the events, beside the front ends (it reads the engine's memory).
+    if p.startswith('lib/ledger/') or p == 'include/recompose/step_ledger.h': return (6, 'ledger')
     # The memory-budget planner drives the front ends (apply_checkpoint, apply_offload): above them.
     if p.startswith('lib/planner/') or p in ('include/recompose/planner.h', 'include/recompose/memory_plan.h',
-            'include/recompose/memory_profile.h'): return (6, 'planner')
-    if p == 'include/recompose/recompose.h': return (7, 'umbrella')
+            'include/recompose/memory_profile.h'): return (7, 'planner')
+    if p == 'include/recompose/recompose.h': return (8, 'umbrella')
     return None
 
 # LibTorch internals and the only files allowed to use them (one adapter per internal).

@@ -2,6 +2,8 @@
 // timeline, on CPU: each figure against an independent count (the tensors the test allocates, the
 // allocator's peak over the step, the ledger's rows), the marks' order, the SVG's structure, and
 // results bitwise the same with counting on and off.
+#include "engine/format_bytes.h"
+
 #include <recompose/apply_checkpoint.h>
 #include <recompose/checkpoint_options.h>
 #include <recompose/cpu_memory_counting.h>
@@ -179,7 +181,20 @@ TEST_SUITE("memory timeline") {
     for (std::size_t i = 1; i < t.holders.size(); ++i)
       CHECK(t.holders[i].bytes <= t.holders[i - 1].bytes);
 
+    // At the turn, the rows hold what their rows say (nothing is refunded before backward); the
+    // rest of the step is everything else counted: at least the parameters and the net's output,
+    // which square() saved for its backward outside the regions.
+    int64_t held = 0;
+    for (const auto& r : regions) held += r.bytes_held;
+    CHECK(t.regions_at_turn == held);
+    CHECK(t.regions_at_turn + t.rest_at_turn == t.marks[t.turn].bytes);
+    int64_t parameters = 0;
+    for (const auto& p : net->parameters()) parameters += static_cast<int64_t>(p.nbytes());
+    CHECK(t.rest_at_turn >= parameters + 64 * 16 * 4);
+
     const std::string text = ledger.str();
+    CHECK(text.find("in use at the turn: the regions hold " +
+                    recompose::detail::format_bytes(held)) != std::string::npos);
     CHECK(text.find("memory timeline (CPU counting allocator, cpu)") != std::string::npos);
     CHECK(text.find("turn at \"backward\"") != std::string::npos);
     CHECK(text.find("largest holders there: blocks.2") != std::string::npos);
@@ -190,6 +205,9 @@ TEST_SUITE("memory timeline") {
     CHECK(json["timeline"]["turn"].get<int>() == t.turn);
     CHECK(json["timeline"]["marks"].size() == t.marks.size());
     CHECK(json["timeline"]["holders"][0]["region"] == 2);
+    CHECK(json["timeline"]["regions_at_turn"].get<int64_t>() == held);
+    CHECK(json["timeline"]["rest_at_turn"].get<int64_t>() == t.rest_at_turn);
+    CHECK(json["version"] == 2);
 #endif
   }
 
@@ -248,6 +266,13 @@ TEST_SUITE("memory timeline") {
     CHECK(t.marks.size() == 1 + 4 * 3 + 1);
     for (const auto& m : t.marks) CHECK(m.bytes == -1);
     CHECK(t.marks[t.turn].kind == "rebuild begin");
+    // What the rows hold at the turn is the ledger's own count, measured or not; the rest of the
+    // step needs the allocator's.
+    int64_t held = 0;
+    for (const auto& r : ledger.regions()) held += r.bytes_held;
+    CHECK(held > 0);
+    CHECK(t.regions_at_turn == held);
+    CHECK(t.rest_at_turn == -1);
     CHECK(ledger.str().find("memory timeline: not measured on cpu") != std::string::npos);
     const std::string svg = ledger.svg();
     CHECK(count_of(svg, "</svg>") == 1);

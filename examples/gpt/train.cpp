@@ -21,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -301,18 +302,24 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   const int64_t first_profiled = options.steps - std::min(options.profile_steps, options.steps) + 1;
   std::optional<OpProfile> profile;
   std::string last_ledger, last_ledger_json, last_ledger_svg;
+  int64_t last_ledger_bytes = -1;  // what the rows hold at the turn: the regions' share
+  // The last step's ledger, kept until the profile is saved: its Chrome trace joins the
+  // profiler's (nothing runs between the step and the save).
+  std::unique_ptr<recompose::StepLedger> last_step_ledger;
   for (int64_t step = 1; step <= options.steps; ++step) {
     if (options.profile_steps > 0 && step == first_profiled) {
       synchronize(options.device);
       profile.emplace(options.device.is_cuda());
     }
-    std::optional<recompose::StepLedger> ledger;
-    if (options.ledger) ledger.emplace(*trainer.model());
+    std::unique_ptr<recompose::StepLedger> ledger;
+    if (options.ledger) ledger = std::make_unique<recompose::StepLedger>(*trainer.model());
     result.steps.push_back(trainer.step(step));
     if (ledger && step == options.steps) {
       last_ledger = ledger->str();
       last_ledger_json = ledger->json();
       last_ledger_svg = ledger->svg();
+      last_ledger_bytes = ledger->timeline().regions_at_turn;
+      last_step_ledger = std::move(ledger);
     }
     ledger.reset();
     progress.update(step, status_line(result.steps.back(), result.tokens_per_step));
@@ -321,10 +328,21 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
   if (!last_ledger.empty()) {
     std::printf("ledger of step %lld:\n%s", static_cast<long long>(options.steps),
                 last_ledger.c_str());
+    // The status line's "held for backward" is the whole step's (its SavedTensorMeter); the
+    // ledger's total is the regions' share of it.
+    const int64_t whole = result.steps.back().bytes_held;
+    if (last_ledger_bytes >= 0) {
+      std::printf(
+          "whole step (SavedTensorMeter): %s held for backward = the regions' %s at the "
+          "turn + the rest of the step %s\n",
+          format_bytes(whole).c_str(), format_bytes(last_ledger_bytes).c_str(),
+          format_bytes(whole - last_ledger_bytes).c_str());
+    }
     if (!options.profile_dir.empty()) {
       std::filesystem::create_directories(options.profile_dir);
       std::ofstream(options.profile_dir / "ledger.json") << last_ledger_json << "\n";
       std::ofstream(options.profile_dir / "ledger-timeline.svg") << last_ledger_svg;
+      last_step_ledger->write_chrome_trace((options.profile_dir / "ledger-trace.json").string());
     }
   }
   if (profile) {
@@ -332,10 +350,12 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
     const std::string policy(policy_name(options.policy));
     const std::string title = "policy " + policy + ", steps " + std::to_string(first_profiled) +
                               "-" + std::to_string(options.steps);
-    std::fputs(
-        profile->finish(options.profile_dir / ("profile-" + policy + ".json"), title).c_str(),
-        stdout);
+    const auto trace = options.profile_dir / ("profile-" + policy + ".json");
+    std::fputs(profile->finish(trace, title).c_str(), stdout);
+    // One trace with the kernels and the ledger's slices and counters (--ledger).
+    if (last_step_ledger) last_step_ledger->write_chrome_trace(trace.string(), trace.string());
   }
+  last_step_ledger.reset();
   if (model_out) *model_out = trainer.model();
   return result;
 }

@@ -207,6 +207,13 @@ struct LedgerTimeline {
   // first mark (before the ledger: reset the peak before the step). -1 not measured.
   int peak_mark = -1;
   std::vector<LedgerHolder> holders;  // at the peak, most bytes first (at most 5)
+  // At the turn: what the rows hold then (as bytes held counts them; an offloaded call's
+  // tensors that left are no longer held: what stays until backward), and the rest of the
+  // memory in use (parameters, optimizer state, autograd's saved tensors outside the regions,
+  // the forward's outputs: whatever else the allocator counts). -1 when backward was not reached;
+  // rest_at_turn also when the memory is not measured.
+  int64_t regions_at_turn = -1;
+  int64_t rest_at_turn = -1;
   bool measured() const { return !source.empty(); }
 };
 
@@ -245,6 +252,23 @@ class StepLedger {
   // the peak. Throws CheckpointError if the file cannot be written. svg() returns the text.
   void write_svg(const std::string& path) const;
   std::string svg() const;
+
+  // The step as a Chrome trace, the JSON that Perfetto (ui.perfetto.dev) and chrome://tracing
+  // open: a slice per row's forward and per rebuild ("recompose: regions" track), a slice per
+  // swap copy from its launch to its landing seen ("recompose: swap copies"), the marks as
+  // instants, and counters: "recompose: held for backward by the regions" (the rows' bytes at
+  // each sample), "recompose: device memory" ("in use" and "peak since reset", when measured)
+  // and "recompose: swap" ("in flight", "on host"). Timestamps are on the system clock, LibTorch
+  // profiler's: the trace's baseTimeNanoseconds is the ledger's start.
+  std::string chrome_trace() const;
+  // Writes chrome_trace() to `path`. With `profiler_trace`, the path of a Chrome trace LibTorch's
+  // profiler saved (torch::autograd::profiler::ProfilerResult::save), the ledger's events are
+  // added to the profiler's, on its clock, and the whole is written to `path` (it may be the same
+  // file): one trace with the kernels and recompose's decisions.
+  //   ledger.write_chrome_trace("trace.json", "trace.json");
+  // Throws CheckpointError if a file cannot be read or written or `profiler_trace` is no Chrome
+  // trace (a JSON object with a traceEvents array).
+  void write_chrome_trace(const std::string& path, const std::string& profiler_trace = "") const;
 
   struct State;
 

@@ -169,24 +169,20 @@ void Frame::recompute(int64_t graph_task) {
   // Unpacking the inputs may recompute the enclosing regions first.
   // See Note [ Nestable Checkpoint ], rules 1 and 2.
   std::vector<at::Tensor> inputs = unpack_region_inputs(*inputs_);
-  if (!ledger_row_) {
-    rebuild(graph_task, inputs, nullptr);
-    return;
-  }
   // After the inputs: the enclosing regions' rebuilds are theirs.
-  LedgerRebuildScope ledger(ledger_row_.get());
+  events::RebuildScope rebuild_events(events_tag_);
   try {
-    rebuild(graph_task, inputs, &ledger);
+    rebuild(graph_task, inputs, rebuild_events);
   } catch (...) {
-    ledger_explain_oom(std::current_exception(), *ledger_row_, /*in_backward=*/true);
+    rebuild_events.end(std::current_exception());
     throw;
   }
 }
 
 void Frame::rebuild(int64_t graph_task, const std::vector<at::Tensor>& inputs,
-                    LedgerRebuildScope* ledger) {
+                    events::RebuildScope& rebuild_events) {
   if (replay_saved(graph_task, inputs)) return;
-  if (ledger) ledger->reran();
+  rebuild_events.reran();
   if (recompute_ops_) recompute_ops_->clear();
   SavedTensorPolicyBarrier
       barrier;  // as if no region were active: See Note [ Nestable Checkpoint ], rule 3

@@ -14,8 +14,8 @@
 #include "engine/region_inputs.h"
 #include "engine/rng_state.h"
 #include "engine/saved_tensor_replay.h"
-#include "engine/step_ledger.h"
 #include "engine/tensor_meta.h"
+#include "events/events.h"
 
 #include <recompose/checkpoint_options.h>
 #include <recompose/region_contexts.h>
@@ -72,8 +72,9 @@ class Frame : public std::enable_shared_from_this<Frame> {
   // The ops of the forward (debug mode only; null otherwise).
   std::shared_ptr<std::vector<std::string>> forward_ops() { return forward_ops_; }
   bool debug() const { return debug_; }
-  // The region's row in the step ledger recording it: its rebuilds are reported there.
-  void set_ledger_row(std::shared_ptr<LedgerRow> row) { ledger_row_ = std::move(row); }
+  // The region's tag for the sinks of events that listened when it began: its rebuilds are
+  // reported with it.
+  void set_events_tag(events::Tag tag) { events_tag_ = std::move(tag); }
   const std::shared_ptr<RegionContexts>& contexts() const { return contexts_; }
 
   // Backward side: the tensor Holder `index` stands for, recomputing the region first if this
@@ -90,7 +91,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   bool replay_saved(int64_t graph_task, const std::vector<at::Tensor>& inputs);
   // recompute() once the inputs are unpacked: the replay, or the forward run again.
   void rebuild(int64_t graph_task, const std::vector<at::Tensor>& inputs,
-               LedgerRebuildScope* ledger);
+               events::RebuildScope& rebuild_events);
   void check_recomputed_tensors_match(int64_t graph_task);
   [[noreturn]] void fail(const std::string& message);
 
@@ -131,7 +132,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   SavedTensorReplay* replay_ = nullptr;  // contexts_, when they replay
   bool contains_region_ = false;
   std::optional<ModuleStateSnapshot> module_state_;  // in place: no allocation of its own
-  std::shared_ptr<LedgerRow> ledger_row_;            // null unless a StepLedger records it
+  events::Tag events_tag_;                           // null unless a sink listened
   // Debug mode only (allocated by the constructor when debug is on).
   std::shared_ptr<std::vector<std::string>> forward_ops_;
   std::shared_ptr<std::vector<std::string>> recompute_ops_;

@@ -32,7 +32,7 @@ class MeterCharge {
   int64_t bytes_ = 0;
   at::Tensor tensor_;  // charged by storage instead of bytes_, when defined
   std::vector<std::shared_ptr<void>> meters_;
-  std::shared_ptr<void> ledger_;  // the StepLedger row's charge (engine/step_ledger.h), if any
+  std::shared_ptr<void> sinks_token_;  // the sinks' charge (events::bytes_charged), if any
 };
 
 class SavedTensorPolicy;

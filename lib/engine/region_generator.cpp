@@ -8,12 +8,12 @@
 #include "engine/enclosing_region.h"
 #include "engine/frame.h"
 #include "engine/op_trace.h"
+#include "engine/region_events.h"
 #include "engine/region_forward_policy.h"
 #include "engine/region_inputs.h"
 #include "engine/region_plugin.h"
 #include "engine/region_switches.h"
 #include "engine/rng_state.h"
-#include "engine/step_ledger.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/region_run.h>
@@ -134,20 +134,20 @@ RegionCoroutine region_protocol(const CheckpointOptions& options,
   if (options.preserve_module_state() && (owner || !options.state_modules().empty())) {
     frame->snapshot_module_state(options.state_modules(), owner);
   }
-  // The step ledger's row (null when none records this region); the meters' charges of the
+  // The region's tag for the sinks listening (null when none); the meters' charges of the
   // inputs and the body go to it.
-  std::shared_ptr<LedgerRow> ledger_row;
-  std::optional<LedgerForwardScope> ledger_scope;
-  if (any_ledger_alive()) {
-    ledger_row = ledger_begin_region(options, owner.get());
-    ledger_scope.emplace(ledger_row);
-    frame->set_ledger_row(ledger_row);
+  events::Tag tag;
+  std::optional<events::ForwardScope> tag_scope;
+  if (events::listening()) {
+    tag = events::region_begun(region_begun_event(options, owner.get()));
+    tag_scope.emplace(tag);
+    frame->set_events_tag(tag);
   }
   {
     // The plug-ins' saved-tensor policies for the inputs (swap_inputs).
     LifoList<std::unique_ptr<SavedTensorPolicyScope>> input_scopes;
     for (const auto& plugin : region_plugins()) input_scopes.push(plugin->input_policy(options));
-    if (ledger_row) ledger_inputs_saved(*ledger_row, ledger_classify_inputs(), inputs);
+    if (tag) events::inputs_saved(*tag, how_inputs_are_saved(), inputs);
     frame->set_inputs(save_region_inputs(inputs));
   }
   frame->set_contexts(make_contexts(options));
@@ -167,10 +167,7 @@ RegionCoroutine region_protocol(const CheckpointOptions& options,
 
   // ---- post-forward step ----
   if (!body_error) frame->mark_forward_completed();
-  if (ledger_row) {
-    if (body_error) ledger_explain_oom(body_error, *ledger_row, /*in_backward=*/false);
-    ledger_forward_ended(*ledger_row);
-  }
+  if (tag) events::forward_ended(*tag, body_error);
   if (preserve_rng) {
     if (auto device = device_initialised_since(frame->forward_state()); !device.empty())
       frame->set_rng_problem(device);

@@ -3,8 +3,8 @@
 #include "engine/internal_ops.h"
 #include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
-#include "engine/step_ledger.h"
 #include "engine/tensor_accounting.h"
+#include "events/events.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/saved_tensor_meter.h>
@@ -129,7 +129,7 @@ bool is_meter_policy(const SavedTensorPolicy& policy) {
 }
 
 void MeterCharge::charge_meters() {
-  if (any_ledger_alive()) ledger_ = ledger_charge(tensor_, bytes_);
+  if (events::listening()) sinks_token_ = events::bytes_charged(tensor_, bytes_);
   // Every meter open on this thread, also behind barriers (their policies are on the stack).
   for_each_policy([&](SavedTensorPolicy& policy) {
     if (auto* meter = dynamic_cast<MeterPolicy*>(&policy)) {
@@ -165,7 +165,7 @@ MeterCharge& MeterCharge::operator=(MeterCharge&& other) noexcept {
     tensor_ = std::move(other.tensor_);
     bytes_ = std::exchange(other.bytes_, 0);
     meters_ = std::move(other.meters_);
-    ledger_ = std::move(other.ledger_);
+    sinks_token_ = std::move(other.sinks_token_);
   }
   return *this;
 }
@@ -180,7 +180,7 @@ void MeterCharge::refund() noexcept {
     }
   }
   meters_.clear();
-  ledger_.reset();
+  sinks_token_.reset();
   bytes_ = 0;
   tensor_ = at::Tensor();
 }

@@ -4,7 +4,7 @@
 // plan attached, and nothing a user attached by hand afterwards.
 #include "planner_targets.h"
 
-#include "engine/step_ledger.h"
+#include "ledger/plan_entry.h"
 
 #include <recompose/apply_checkpoint.h>
 #include <recompose/apply_offload.h>

@@ -14,7 +14,7 @@
 
 #include "batch_norm_replay.h"
 #include "draw_mask.h"
-#include "engine/replay_outcome.h"
+#include "events/replay_outcome.h"
 #include "forward_summary.h"
 #include "generator_effect.h"
 #include "kept_output.h"
@@ -137,9 +137,9 @@ class ForwardTrace {
   // plan (replay_executor.cpp). See Note [ The replay's contract ] (replay_plan.cpp).
   using ReplayKept =
       std::function<bool(const c10::OperatorHandle& op, KeptOutput& kept, torch::jit::Stack* out)>;
-  ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
-                       const std::vector<bool>& needed, const ReplayKept& replay_kept,
-                       std::vector<at::Tensor>& out) const;
+  events::ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
+                               const std::vector<bool>& needed, const ReplayKept& replay_kept,
+                               std::vector<at::Tensor>& out) const;
 
   // The replay that rebuilding saved tensor i for each needed[i] would run, or why the region
   // cannot be replayed (ReplayPlan::fallback). Runs nothing. Throws CheckpointError only for a

@@ -61,7 +61,7 @@ class ForwardTrace::Executor {
 
   // Runs the plan to its end: whatever could make it stop was decided before (plan_replay,
   // check_sources). Throws CheckpointError if an op returns another layout than in the forward.
-  void run(ReplayOutcome& outcome) {
+  void run(events::ReplayOutcome& outcome) {
     out_.assign(needed_.size(), at::Tensor());
     for (std::size_t n = 0; n < t_.nodes_.size(); ++n) {
       emit_saved(n);
@@ -194,7 +194,7 @@ class ForwardTrace::Executor {
 
   // The forward's draw, written back where it drew (its first argument): the op's result without
   // drawing. The generators stay where backward found them, as after a redraw.
-  void write_draw(const Node& node, ReplayOutcome& outcome) {
+  void write_draw(const Node& node, events::ReplayOutcome& outcome) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!node.draw->write_into(materialize(t_.uses_of(node)[t_.args_of(node)[0].first])))
       replay_invariant_broken("the tensor a kept draw is written into is laid out otherwise");
@@ -237,7 +237,7 @@ class ForwardTrace::Executor {
     }
   }
 
-  void run_op(const Node& node, ReplayOutcome& outcome) {
+  void run_op(const Node& node, events::ReplayOutcome& outcome) {
     torch::jit::Stack stack;
     push_args(node, stack);
     if (node.rng) node.rng->rewind();
@@ -286,10 +286,11 @@ std::string ForwardTrace::check_sources(const ReplayPlan& plan,
   return {};
 }
 
-ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
-                                   const std::vector<bool>& needed, const ReplayKept& replay_kept,
-                                   std::vector<at::Tensor>& out) const {
-  ReplayOutcome outcome;
+events::ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs,
+                                           bool rng_preserved, const std::vector<bool>& needed,
+                                           const ReplayKept& replay_kept,
+                                           std::vector<at::Tensor>& out) const {
+  events::ReplayOutcome outcome;
   const ReplayPlan plan = plan_replay(rng_preserved, needed);
   std::string why = plan.replayable() ? check_sources(plan, inputs) : plan.fallback;
   if (why.empty()) {
@@ -306,7 +307,7 @@ ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs, bool r
     return outcome;
   }
   out.clear();
-  outcome = ReplayOutcome{};
+  outcome = events::ReplayOutcome{};
   outcome.fallback_reason = std::move(why);
   return outcome;
 }

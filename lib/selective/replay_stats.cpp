@@ -1,6 +1,6 @@
 #include "replay_stats.h"
 
-#include "engine/step_ledger.h"
+#include "events/events.h"
 
 #include <recompose/selective_checkpoint.h>
 
@@ -19,10 +19,8 @@ SelectiveReplayStats g_stats;  // under g_mutex
 
 namespace detail {
 
-void count_replay(const ReplayOutcome& outcome, int64_t replay_ns) {
-  if (any_ledger_alive() && ledger_rebuilding()) {
-    ledger_replayed(outcome);
-  }
+void count_replay(const events::ReplayOutcome& outcome, int64_t replay_ns) {
+  if (events::listening()) events::replayed(outcome);
   std::lock_guard lock(g_mutex);
   if (outcome.replayed) {
     ++g_stats.replayed;

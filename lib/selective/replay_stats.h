@@ -10,6 +10,6 @@ namespace recompose::detail {
 
 // Counts one recomputation of a selective region: replayed (with its ops and times) or fallen
 // back (with its reason).
-void count_replay(const ReplayOutcome& outcome, int64_t replay_ns);
+void count_replay(const events::ReplayOutcome& outcome, int64_t replay_ns);
 
 }  // namespace recompose::detail

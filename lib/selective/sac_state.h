@@ -35,7 +35,7 @@ struct PolicyTally {
   size_t op_signature = 0;        // a hash of the op names asked about, in order (the region's)
   std::string first_kept_op;      // empty: the forward kept nothing
   int64_t kept_device_bytes = 0;  // of the kept outputs at capture (CacheEntry::bytes)
-  // While a StepLedger records the region and the policy is a save list: the ops asked about
+  // While a sink of events listens and the policy is a save list: the ops asked about
   // (each once; named only at the forward's end), for the names of the list that matched none.
   bool collect_names = false;
   std::unordered_set<c10::OperatorHandle> asked_ops;

@@ -10,8 +10,8 @@
 #include "dispatch_interceptor.h"
 #include "engine/enclosing_region.h"
 #include "engine/saved_tensor_replay.h"
-#include "engine/step_ledger.h"
 #include "engine/tensor_accounting.h"
+#include "events/events.h"
 #include "op_names.h"
 #include "replay_stats.h"
 #include "sac_state.h"
@@ -52,8 +52,7 @@ struct Entered {
         std::vector<std::string> asked;
         for (const c10::OperatorHandle& op : state->tally.asked_ops)
           asked.push_back(detail::overload_name(op));
-        detail::ledger_policy_unmatched(
-            detail::unmatched_op_names(state->policy.op_names(), asked));
+        events::policy_unmatched(detail::unmatched_op_names(state->policy.op_names(), asked));
       }
     }
   }
@@ -90,7 +89,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
   }
   void not_replayed(const char* why) override {
     state_->trace.release_draws();  // the forward runs again and draws anew
-    detail::ReplayOutcome outcome;
+    events::ReplayOutcome outcome;
     outcome.fallback_reason = why;
     detail::count_replay(outcome, 0);
   }
@@ -140,7 +139,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       kept.consume();
       return own;
     };
-    detail::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
+    events::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
     s.trace.release_draws();  // one recomputation per region; a second backward draws again
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - start);
@@ -166,7 +165,7 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
     state_->keeps_nothing_inside_full = detail::enclosing_region_reruns_its_forward();
     state_->trace.record_for_replay(selective_replay_enabled());
     state_->trace.record_summary(static_cast<bool>(state_->summary_sink));
-    state_->tally.collect_names = detail::any_ledger_alive() && !state_->policy.op_names().empty();
+    state_->tally.collect_names = events::listening() && !state_->policy.op_names().empty();
     return std::make_shared<Entered>(state_, Entered::Kind::Forward);
   }
 

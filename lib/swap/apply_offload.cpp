@@ -3,7 +3,7 @@
 // call begins.
 #include "engine/checkpoint_depth.h"
 #include "engine/format_bytes.h"
-#include "engine/step_ledger.h"
+#include "events/events.h"
 #include "swap/never_stall_plan.h"
 #include "swap/offload_batch.h"
 #include "swap/swap_access.h"
@@ -64,10 +64,10 @@ const hooks::ComposableApi<OffloadState>& offload_api() {
 
 // What one call keeps from its pre-hook to its post-hook.
 struct CallOffload {
-  // The step ledger's row of the call (null when none records it); its forward is this call's
-  // while the scope lives.
-  std::shared_ptr<detail::LedgerRow> ledger_row;
-  std::optional<detail::LedgerForwardScope> ledger_scope;
+  // The events' tag of the call (null when no sink listens); its forward is this call's while
+  // the scope lives.
+  events::Tag region;
+  std::optional<events::ForwardScope> region_scope;
   std::shared_ptr<detail::OffloadBatch> batch;
   std::unique_ptr<detail::SavedTensorPolicyScope> scope;
   bool keep_last_on_device = true;
@@ -126,9 +126,10 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
               detail::launch_closed_batches();  // the previous calls' tensors leave as this one
                                                 // starts
               auto c = std::make_shared<CallOffload>();
-              if (detail::any_ledger_alive()) {
-                c->ledger_row = detail::ledger_begin_offload(call.module());
-                if (c->ledger_row) c->ledger_scope.emplace(c->ledger_row);
+              if (events::listening()) {
+                c->region = events::region_begun(
+                    {.kind = events::RegionKind::OffloadCall, .module = &call.module()});
+                if (c->region) c->region_scope.emplace(c->region);
               }
               c->keep_last_on_device = st->options.keep_last_on_device();
               c->batch = std::make_shared<detail::OffloadBatch>(
@@ -145,19 +146,19 @@ torch::nn::Module& apply_offload(torch::nn::Module& module, const OffloadOptions
               if (!c) return;
               call.slot(kOffloadApi).reset();
               c->scope.reset();
-              c->ledger_scope.reset();
-              // The row holds what stays after the launch below (keep_last_on_device(false)).
-              struct EndRow {
-                std::shared_ptr<detail::LedgerRow> row;
-                ~EndRow() {
-                  // A destructor, possibly during unwinding: a sample that cannot be taken (out
-                  // of memory) leaves the row without its end, rather than end the program.
+              c->region_scope.reset();
+              // The call ends after the launch below: what stays (keep_last_on_device(false)).
+              struct EndCall {
+                events::Tag region;
+                ~EndCall() {
+                  // A destructor, possibly during unwinding: a sink that cannot record the end
+                  // (out of memory) leaves it unrecorded, rather than end the program.
                   try {
-                    if (row) detail::ledger_offload_ended(*row);
-                  } catch (...) {
+                    if (region) events::forward_ended(*region, nullptr);
+                  } catch (...) {  // NOLINT(bugprone-empty-catch)
                   }
                 }
-              } end_row{c->ledger_row};
+              } end_call{c->region};
               if (call.error())
                 return;  // the forward failed: its graph, and the tensors, are dropped
               if (auto st = weak.lock()) {

@@ -16,32 +16,36 @@ std::string unsupported_for_swap(const at::Tensor& tensor) {
 }
 
 bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options) {
-  return kept_reason(tensor, options) == nullptr;
+  return !kept_reason(tensor, options).has_value();
 }
 
-const char* ineligible_reason(const at::Tensor& tensor, const SwapOptions& options) {
+events::KeptReason ineligible_reason(const at::Tensor& tensor, const SwapOptions& options) {
   // The filter said no (it ran once, in worth_offloading): not asked again, whose answer could
   // differ (a filter counting what it accepted).
-  const char* why = kept_reason(tensor, options, /*ask_filter=*/false);
-  return why != nullptr ? why : "rejected by the filter";
+  return kept_reason(tensor, options, /*ask_filter=*/false)
+      .value_or(events::KeptReason::RejectedByFilter);
 }
 
-const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options, bool ask_filter) {
-  if (!unsupported_for_swap(tensor).empty()) return "not supported";
+std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor, const SwapOptions& options,
+                                              bool ask_filter) {
+  using events::KeptReason;
+  if (!unsupported_for_swap(tensor).empty()) return KeptReason::NotSupported;
   // Parameters and their views: the module keeps them anyway (whatever their size).
-  if (tensor.is_leaf() && tensor.requires_grad()) return "parameter";
+  if (tensor.is_leaf() && tensor.requires_grad()) return KeptReason::Parameter;
   if (tensor.is_view()) {
     const auto& base = tensor._base();
-    if (base.is_leaf() && base.requires_grad()) return "parameter";
+    if (base.is_leaf() && base.requires_grad()) return KeptReason::Parameter;
   }
   const auto nbytes = static_cast<int64_t>(tensor.nbytes());
-  if (nbytes == 0 || nbytes < options.min_bytes()) return "below min_bytes";
+  if (nbytes == 0 || nbytes < options.min_bytes()) return KeptReason::BelowMinBytes;
   // Slices and broadcasts: the storage outlives the offload, so nothing would be freed.
-  if (!tensor.is_non_overlapping_and_dense()) return "part of a larger storage";
-  if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes) return "part of a larger storage";
-  if (tensor.is_conj() || tensor.is_neg()) return "not supported";
-  if (ask_filter && options.filter() && !options.filter()(tensor)) return "rejected by the filter";
-  return nullptr;
+  if (!tensor.is_non_overlapping_and_dense()) return KeptReason::PartOfLargerStorage;
+  if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes)
+    return KeptReason::PartOfLargerStorage;
+  if (tensor.is_conj() || tensor.is_neg()) return KeptReason::NotSupported;
+  if (ask_filter && options.filter() && !options.filter()(tensor))
+    return KeptReason::RejectedByFilter;
+  return std::nullopt;
 }
 
 SwapOptions check_swap_options(SwapOptions options) {

@@ -1,10 +1,13 @@
 // Which tensors a SwapManager offloads (see recompose/swap.h, "What stays on the device").
 #pragma once
 
+#include "events/kept_reason.h"
+
 #include <recompose/swap.h>
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 
 namespace recompose::detail {
@@ -18,14 +21,14 @@ std::string unsupported_for_swap(const at::Tensor& tensor);
 // filter.
 bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options);
 
-// Why `tensor` is not worth offloading under `options` (the step ledger's reasons: "below
-// min_bytes", "parameter", "part of a larger storage", "not supported", "rejected by the filter"),
-// or nullptr if it is. worth_offloading is this returning nullptr: one rule. `ask_filter` false:
-// the filter is not called (nullptr then means only the filter could still refuse it).
-const char* kept_reason(const at::Tensor& tensor, const SwapOptions& options,
-                        bool ask_filter = true);
+// Why `tensor` is not worth offloading under `options` (BelowMinBytes, Parameter,
+// PartOfLargerStorage, NotSupported, RejectedByFilter), or nothing if it is. worth_offloading is
+// this returning nothing: one rule. `ask_filter` false: the filter is not called (nothing then
+// means only the filter could still refuse it).
+std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor, const SwapOptions& options,
+                                              bool ask_filter = true);
 // The reason of a tensor worth_offloading refused, without calling the filter a second time.
-const char* ineligible_reason(const at::Tensor& tensor, const SwapOptions& options);
+events::KeptReason ineligible_reason(const at::Tensor& tensor, const SwapOptions& options);
 
 // `options`, or std::invalid_argument naming the first option out of range (SwapManager::create).
 SwapOptions check_swap_options(SwapOptions options);

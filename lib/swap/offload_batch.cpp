@@ -40,12 +40,12 @@ void OffloadCounters::reset() {
 
 DeferredTensor::DeferredTensor(std::shared_ptr<SwapCore> core,
                                std::shared_ptr<OffloadCounters> counters, at::Tensor tensor,
-                               std::shared_ptr<LedgerRow> ledger_row)
+                               events::Tag region)
     : core_(std::move(core)),
       counters_(std::move(counters)),
       on_device_(std::move(tensor)),
       charge_(on_device_),  // by storage: two saves of one tensor are held once
-      ledger_row_(std::move(ledger_row)) {}
+      region_(std::move(region)) {}
 
 DeferredTensor::~DeferredTensor() {
   if (swapped_) core_->drop_user(*swapped_, served_);
@@ -54,7 +54,7 @@ DeferredTensor::~DeferredTensor() {
 void DeferredTensor::launch() {
   std::lock_guard lock(mutex_);
   if (!on_device_.defined() || asked_ || stayed_) return;
-  swapped_ = core_->offload(on_device_, std::move(ledger_row_));
+  swapped_ = core_->offload(on_device_, std::move(region_));
   counters_->tensors_offloaded += 1;
   counters_->bytes_offloaded += static_cast<int64_t>(on_device_.nbytes());
   on_device_.reset();  // device memory goes once the copy has landed (the core holds it till then)
@@ -71,9 +71,9 @@ at::Tensor DeferredTensor::get() {
     if (!stayed_) {
       counters_->tensors_left_on_device += 1;
       counters_->bytes_left_on_device += static_cast<int64_t>(on_device_.nbytes());
-      if (ledger_row_) {
-        ledger_kept(*ledger_row_, "asked for before it left",
-                    static_cast<int64_t>(on_device_.nbytes()));
+      if (region_) {
+        events::kept(*region_, events::KeptReason::AskedForBeforeItLeft,
+                     static_cast<int64_t>(on_device_.nbytes()));
       }
     }
   }
@@ -93,8 +93,9 @@ void DeferredTensor::stay() {
   stayed_ = true;
   counters_->tensors_over_window += 1;
   counters_->bytes_over_window += static_cast<int64_t>(on_device_.nbytes());
-  if (ledger_row_) {
-    ledger_kept(*ledger_row_, "over the copy window", static_cast<int64_t>(on_device_.nbytes()));
+  if (region_) {
+    events::kept(*region_, events::KeptReason::OverCopyWindow,
+                 static_cast<int64_t>(on_device_.nbytes()));
   }
 }
 
@@ -119,8 +120,8 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
     }
     const bool swap =
         eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
-    // The step ledger's row of the call (or of the region inside it) that saves the tensor.
-    std::shared_ptr<LedgerRow> ledger_row = any_ledger_alive() ? ledger_swap_row() : nullptr;
+    // The events' tag of the call (or of the region inside it) that saves the tensor.
+    events::Tag region = events::listening() ? events::forward_tag() : nullptr;
     at::Tensor detached;
     {
       InternalOpsGuard internal;  // recompose's detach, not the user's op
@@ -135,15 +136,16 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       batch_.core_->note_kept(tensor);
       batch_.counters_->tensors_kept += 1;
       batch_.counters_->bytes_kept += static_cast<int64_t>(tensor.nbytes());
-      if (ledger_row) {
-        ledger_kept(*ledger_row,
-                    eligible ? "policy" : ineligible_reason(tensor, batch_.core_->options()),
-                    static_cast<int64_t>(tensor.nbytes()));
+      if (region) {
+        events::kept(*region,
+                     eligible ? events::KeptReason::Policy
+                              : ineligible_reason(tensor, batch_.core_->options()),
+                     static_cast<int64_t>(tensor.nbytes()));
       }
       return;
     }
     deferred_ = std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_,
-                                                 std::move(detached), std::move(ledger_row));
+                                                 std::move(detached), std::move(region));
     std::lock_guard lock(batch_.mutex_);
     batch_.tensors_.push_back(deferred_);
     batch_.saved_bytes_.push_back(static_cast<int64_t>(tensor.nbytes()));

@@ -8,7 +8,7 @@
 
 #include "engine/meter_charge.h"
 #include "engine/saved_tensor_policy.h"
-#include "engine/step_ledger.h"
+#include "events/events.h"
 #include "swap/never_stall_plan.h"
 #include "swap/saved_version_check.h"
 
@@ -52,9 +52,9 @@ struct OffloadCounters {
 // unpack on another thread.
 class DeferredTensor {
  public:
-  // `ledger_row`: the step ledger's row of the call that saved it (null for none).
+  // `region`: the events' tag of the call that saved it (null for none).
   DeferredTensor(std::shared_ptr<SwapCore> core, std::shared_ptr<OffloadCounters> counters,
-                 at::Tensor tensor, std::shared_ptr<LedgerRow> ledger_row);
+                 at::Tensor tensor, events::Tag region);
   ~DeferredTensor();
   // Starts the copy to host, unless it started already or backward asked for the tensor.
   void launch();
@@ -75,7 +75,7 @@ class DeferredTensor {
   MeterCharge
       charge_;  // on_device_ is held for backward on the device, as SavedTensorMeter sees it
   std::shared_ptr<SwappedTensor> swapped_;  // after launch()
-  std::shared_ptr<LedgerRow> ledger_row_;   // handed to the core at launch()
+  events::Tag region_;                      // handed to the core at launch()
   int64_t served_ = -1;                     // reload generation the last get() was served from
   bool asked_ = false;                      // get() was called: launching now would be pointless
   bool stayed_ = false;  // stay() was called: counted over the window, not as left on the device

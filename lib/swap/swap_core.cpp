@@ -2,16 +2,15 @@
 
 #include "engine/internal_ops.h"
 #include "swap/eligibility.h"
+#include "swap/entry_events.h"
 #include "swap/swap_access.h"
 
 #include <recompose/checkpoint_error.h>
-#include <recompose/step_ledger.h>
 
 #include <ATen/ops/empty_strided.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -57,27 +56,11 @@ void SwapCore::note_kept(const at::Tensor& tensor) {
   });
 }
 
-namespace {
-
-// Adds `swap` to the ledger's row of `entry`, if a ledger records it.
-void tell_ledger(const SwapEntry& entry, const LedgerSwap& swap) {
-  if (entry.ledger_row) ledger_swapped(*entry.ledger_row, swap);
-}
-
-int64_t ns_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-      .count();
-}
-
-}  // namespace
-
 std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
-  return offload(tensor, any_ledger_alive() ? ledger_swap_row() : nullptr);
+  return offload(tensor, events::listening() ? events::forward_tag() : nullptr);
 }
 
-std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor,
-                                                 std::shared_ptr<LedgerRow> ledger_row) {
+std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor, events::Tag region) {
   if (const auto why = unsupported_for_swap(tensor); !why.empty()) {
     throw CheckpointError("recompose: SwapManager::offload: cannot offload this tensor: " + why);
   }
@@ -88,7 +71,7 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor,
   // lock is given back.
   auto swapped = SwapAccess::make(shared_from_this(), std::make_unique<SwapEntry>(source));
   SwapEntry& entry = SwapAccess::entry(*swapped);
-  entry.ledger_row = std::move(ledger_row);
+  entry.region = std::move(region);
   std::lock_guard lock(mutex_);
   poll_locked();
   if (SwapEntry* alias = aliases_.find(source)) {
@@ -122,7 +105,7 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
   e.host_view = source.is_non_overlapping_and_dense()
                     ? e.host_buffer.as_strided(source.sizes(), source.strides())
                     : e.host_buffer.view(source.sizes());
-  if (e.ledger_row) e.copy_launched = std::chrono::steady_clock::now();
+  copy_launching(e);
   auto copy = copies_.launch(e.device, e.pinned, /*after_current_work=*/true,
                              [&](bool non_blocking, const c10::Stream* stream) {
                                e.host_view.copy_(source, non_blocking);
@@ -139,21 +122,7 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
     ++s.tensors_offloaded;
     s.bytes_offloaded += e.nbytes;
   });
-  e.landing_reported = false;
-  tell_ledger(e, {.tensors_offloaded = 1,
-                  .bytes_offloaded = e.nbytes,
-                  .offload_wait_ns = static_cast<int64_t>(copy.host_seconds * 1e9)});
-}
-
-void SwapCore::report_landing_locked(SwapEntry& e) {
-  if (!e.ledger_row || e.landing_reported || !e.fence->done()) return;
-  e.landing_reported = true;
-  const int64_t ns = ns_since(e.copy_launched);
-  if (e.state == SwapState::Offloading) {
-    tell_ledger(e, {.bytes_to_host_landed = e.nbytes, .to_host_ns = ns});
-  } else if (e.state == SwapState::Reloaded) {
-    tell_ledger(e, {.bytes_to_device_landed = e.nbytes, .to_device_ns = ns});
-  }
+  copy_launched(e, events::CopyCause::Offload, copy.host_seconds);
 }
 
 void SwapCore::poll_locked() {
@@ -162,7 +131,7 @@ void SwapCore::poll_locked() {
     if (e.state == SwapState::Offloading && !e.fence->done())
       break;  // copies on one stream land in order
     in_flight_.pop_front();
-    report_landing_locked(e);
+    report_landing(e);
     // Prefetched before its copy landed: backward gets the device tensor itself; finished
     // when its last user has it (get).
     if (e.state == SwapState::Offloading && !e.keep_on_device) {
@@ -217,10 +186,10 @@ void SwapCore::synchronize() {
   poll_locked();
 }
 
-void SwapCore::launch_reload_locked(SwapEntry& e) {
+void SwapCore::launch_reload_locked(SwapEntry& e, events::CopyCause cause) {
   at::NoGradGuard no_grad;
   const auto options = at::TensorOptions().dtype(e.host_view.scalar_type()).device(e.device);
-  if (e.ledger_row) e.copy_launched = std::chrono::steady_clock::now();
+  copy_launching(e);
   auto copy = copies_.launch(
       e.device, e.pinned, /*after_current_work=*/false, [&](bool non_blocking, const c10::Stream*) {
         // Allocated on the copy stream; get() records it on the stream that consumes it.
@@ -235,19 +204,15 @@ void SwapCore::launch_reload_locked(SwapEntry& e) {
     s.wait_seconds += copy.host_seconds;
     ++s.tensors_reloaded;
     s.bytes_reloaded += e.nbytes;
+    ++(cause == events::CopyCause::Prefetch ? s.prefetched : s.sync_loads);
   });
-  e.landing_reported = false;
-  tell_ledger(e, {.tensors_reloaded = 1,
-                  .bytes_reloaded = e.nbytes,
-                  .reload_wait_ns = static_cast<int64_t>(copy.host_seconds * 1e9)});
-  report_landing_locked(e);  // a synchronous copy has landed already
+  copy_launched(e, cause, copy.host_seconds);
+  report_landing(e);  // a synchronous copy has landed already
 }
 
 void SwapCore::reload_ahead_locked(SwapEntry& e) {
   if (e.state == SwapState::Offloaded) {
-    launch_reload_locked(e);
-    counters_.update([](SwapStats& s) { ++s.prefetched; });
-    tell_ledger(e, {.prefetched = 1});
+    launch_reload_locked(e, events::CopyCause::Prefetch);
   } else if (e.state == SwapState::Offloading) {
     e.keep_on_device = true;
   }
@@ -291,9 +256,7 @@ at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
     return result;
   }
   if (e.state == SwapState::Offloaded) {
-    launch_reload_locked(e);
-    counters_.update([](SwapStats& s) { ++s.sync_loads; });
-    tell_ledger(e, {.sync_loads = 1});
+    launch_reload_locked(e, events::CopyCause::OnDemand);
   }
   if (generation) *generation = e.generation;
   at::Tensor result = e.reloaded;
@@ -303,9 +266,9 @@ at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
       ++s.late_reloads;
       s.wait_seconds += waited;
     });
-    tell_ledger(e, {.late_reloads = 1, .reload_wait_ns = static_cast<int64_t>(waited * 1e9)});
+    if (e.region) events::reload_late(*e.region, static_cast<int64_t>(waited * 1e9));
   }
-  report_landing_locked(e);
+  report_landing(e);
   copies_.hand_over(result, *e.fence, e.device);
   if (++e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
   return result;
@@ -323,7 +286,7 @@ void SwapCore::let_device_copy_go_locked(SwapEntry& e) {
       in_flight_.push_back(&e);  // the next poll after its copy lands lets it go
       return;
     }
-    report_landing_locked(e);
+    report_landing(e);
     e.device_copy.reset();
     e.state = SwapState::Offloaded;
   }

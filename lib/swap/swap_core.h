@@ -43,11 +43,10 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void close_implicit_group();
 
   bool eligible(const at::Tensor& tensor) const;
-  // `ledger_row`: the step ledger's row the copies are reported to (the saver's, null for none);
-  // without it, the row whose forward runs on this thread.
+  // `region`: the events' tag the copies are reported with (the saver's region, null for none);
+  // without it, the region whose forward runs on this thread.
   std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor);
-  std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor,
-                                         std::shared_ptr<LedgerRow> ledger_row);
+  std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor, events::Tag region);
   // Counts a saved tensor that a policy left on the device.
   void note_kept(const at::Tensor& tensor);
 
@@ -87,7 +86,7 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
 
  private:
   void launch_offload_locked(SwapEntry& entry, const at::Tensor& source);
-  void launch_reload_locked(SwapEntry& entry);
+  void launch_reload_locked(SwapEntry& entry, events::CopyCause cause);
   // Reload on behalf of the lookahead (no-op unless offloaded).
   void reload_ahead_locked(SwapEntry& entry);
   // Reloads ahead every live tensor of `group` but `asking`; false if it has none left.
@@ -100,8 +99,6 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void throttle_offloads_locked(int64_t group);
   // Every user of a reloaded or kept device copy has it: let it go with autograd's reference.
   void let_device_copy_go_locked(SwapEntry& entry);
-  // The step ledger's row of `entry`: its last copy's landing, once, when its fence is done.
-  void report_landing_locked(SwapEntry& entry);
 
   const SwapOptions options_;
   SwapCounters counters_;

@@ -3,7 +3,7 @@
 // See Note [ Swap lifetimes ].
 #pragma once
 
-#include "engine/step_ledger.h"
+#include "events/events.h"
 #include "swap/copy_fence.h"
 
 #include <recompose/swap.h>
@@ -40,9 +40,9 @@ struct SwapEntry {
   int64_t users = 0;              // holders that share this offload (one per offload() call)
   int64_t gets_since_reload = 0;  // users served from the current device copy
   int64_t generation = 0;         // reloads launched so far
-  // The step ledger's row of the region that saved it (null when no ledger records it): its
-  // copies are reported there. The last copy's launch, and whether its landing was reported.
-  std::shared_ptr<LedgerRow> ledger_row;
+  // The events' tag of the region that saved it (null when no sink listened): its copies are
+  // reported with it. The last copy's launch, and whether its landing was reported.
+  events::Tag region;
   std::chrono::steady_clock::time_point copy_launched;
   bool landing_reported = true;
 };

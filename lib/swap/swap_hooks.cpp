@@ -25,10 +25,10 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
     InternalOpsGuard internal;  // recompose's detach, not the user's op
     kept_ = tensor.detach();
     core_->note_kept(tensor);
-    if (any_ledger_alive()) {
-      if (auto row = ledger_swap_row()) {
-        ledger_kept(*row, ineligible_reason(tensor, core_->options()),
-                    static_cast<int64_t>(tensor.nbytes()));
+    if (events::listening()) {
+      if (auto region = events::forward_tag()) {
+        events::kept(*region, ineligible_reason(tensor, core_->options()),
+                     static_cast<int64_t>(tensor.nbytes()));
       }
     }
     return;
@@ -42,7 +42,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
       deferred_->tensor = tensor.detach();
     }
     deferred_->next_node_at_save = next_autograd_sequence_nr();
-    if (any_ledger_alive()) deferred_->ledger_row = ledger_swap_row();
+    if (events::listening()) deferred_->region = events::forward_tag();
     defer_(deferred_);
     defer_ = nullptr;  // it refers to the policy, which may end before this saved tensor
     return;
@@ -71,7 +71,7 @@ void SwapPolicy::offload_deferred(bool all) {
     std::lock_guard lock(d->mutex);
     if (!all && d->next_node_at_save == now) break;  // its op may still be running
     if (d->tensor.defined() && !d->swapped) {
-      d->swapped = core_->offload(d->tensor, std::move(d->ledger_row));
+      d->swapped = core_->offload(d->tensor, std::move(d->region));
       d->tensor = at::Tensor();
     }
   }

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "engine/saved_tensor_policy.h"
-#include "engine/step_ledger.h"
+#include "events/events.h"
 #include "swap/saved_version_check.h"
 
 #include <recompose/swap.h>
@@ -25,8 +25,8 @@ struct DeferredOffload {
   std::mutex mutex;
   at::Tensor tensor;  // until offloaded
   std::shared_ptr<SwappedTensor> swapped;
-  uint64_t next_node_at_save = 0;         // the autograd node counter when it was saved
-  std::shared_ptr<LedgerRow> ledger_row;  // the step ledger's row that saved it (or null)
+  uint64_t next_node_at_save = 0;  // the autograd node counter when it was saved
+  events::Tag region;              // the events' tag of the region that saved it (or null)
 };
 
 // One saved tensor: offloaded through the core if eligible, else kept (detached: a saved output

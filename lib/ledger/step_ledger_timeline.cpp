@@ -2,11 +2,12 @@
 // marks, and the step's peak, turn and largest holders from them. See
 // include/recompose/step_ledger.h.
 #include "engine/memory_in_use.h"
-#include "engine/step_ledger_state.h"
+#include "ledger/ledger_state.h"
 
 #include <recompose/step_ledger.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace recompose {
 namespace detail {
@@ -22,19 +23,24 @@ LedgerSample take_sample(const LedgerState& ledger, const char* kind, const Ledg
   const MemoryReading reading = read_memory(ledger.device);
   sample.mark.bytes = reading.current;
   sample.mark.peak = reading.peak;
-  if (reading.current >= 0) {
-    for (const auto& r : ledger.rows) {
-      if (r->live != 0) sample.live.emplace_back(r->index, r->live);
-    }
+  sample.time_ns = ledger_now_ns();
+  for (const auto& r : ledger.rows) {
+    if (r->live != 0) sample.live.emplace_back(r->index, r->live);
   }
   return sample;
 }
 
 }  // namespace
 
+int64_t ledger_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 void ledger_sample(LedgerState& ledger, const char* kind, const LedgerRow* row,
                    const std::string& label) {
-  if (!ledger.open.load(std::memory_order_acquire)) return;
+  if (!ledger.is_open()) return;
   ledger.samples.push_back(take_sample(ledger, kind, row, label));
 }
 
@@ -52,6 +58,12 @@ LedgerTimeline StepLedger::timeline() const {
     const LedgerMark& m = t.marks[i];
     if ((m.kind == "mark" && m.label == "backward") || m.kind == "rebuild begin")
       t.turn = static_cast<int>(i);
+  }
+  if (t.turn >= 0) {
+    int64_t regions = 0;
+    for (const auto& [index, bytes] : samples[t.turn].live) regions += bytes;
+    t.regions_at_turn = regions;
+    if (t.measured()) t.rest_at_turn = t.marks[t.turn].bytes - regions;
   }
   if (!t.measured()) return t;
   // The allocator's peak only grows between resets: the last reading is the step's peak, first

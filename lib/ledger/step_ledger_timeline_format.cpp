@@ -1,8 +1,8 @@
-// engine/step_ledger_timeline_format.h: the timeline as a short section of text and as JSON.
-#include "engine/step_ledger_timeline_format.h"
+// ledger/step_ledger_timeline_format.h: the timeline as a short section of text and as JSON.
+#include "ledger/step_ledger_timeline_format.h"
 
 #include "engine/format_bytes.h"
-#include "engine/json_string.h"
+#include "ledger/json_string.h"
 
 #include <map>
 #include <sstream>
@@ -53,6 +53,15 @@ std::string timeline_text(const LedgerTimeline& t) {
     out << ", backward not reached";
   }
   out << ", read " << format_bytes(t.marks.back().bytes) << "\n";
+  if (t.regions_at_turn >= 0) {
+    out << "  in use at the turn: the regions hold " << format_bytes(t.regions_at_turn);
+    if (t.rest_at_turn >= 0) {
+      out << ", the rest of the step " << format_bytes(t.rest_at_turn)
+          << " (parameters, optimizer state, saved tensors outside the regions, outputs)\n";
+    } else {  // the rows hold storages allocated before the allocator counted
+      out << ", more than the allocator counts (memory allocated before counting began)\n";
+    }
+  }
   out << "  peak " << format_bytes(t.peak_bytes);
   if (t.peak_mark == 0) {
     out << " at or before the ledger's start (reset_peak_device_memory before the step)";
@@ -76,6 +85,7 @@ std::string timeline_json(const LedgerTimeline& t) {
   out << "{\"device\": " << json_string(t.device) << ", \"source\": " << json_string(t.source)
       << ", \"measured\": " << (t.measured() ? "true" : "false") << ", \"turn\": " << t.turn
       << ", \"peak_bytes\": " << t.peak_bytes << ", \"peak_mark\": " << t.peak_mark
+      << ", \"regions_at_turn\": " << t.regions_at_turn << ", \"rest_at_turn\": " << t.rest_at_turn
       << ", \"marks\": [";
   for (std::size_t i = 0; i < t.marks.size(); ++i) {
     const LedgerMark& m = t.marks[i];

@@ -1,12 +1,12 @@
 // ReplayOutcome: how one recomputation of a region by its contexts' replay went (selective
 // checkpointing's, SavedTensorReplay), for the process's counters (selective_replay_stats) and
-// the step ledger's row being rebuilt.
+// the sinks of the region being rebuilt (events.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace recompose::detail {
+namespace recompose::events {
 
 struct ReplayOutcome {
   bool replayed = false;
@@ -19,4 +19,4 @@ struct ReplayOutcome {
   int64_t writes_carried = 0;   // writes of the forward its kept outputs carried (carry_write)
 };
 
-}  // namespace recompose::detail
+}  // namespace recompose::events

@@ -1,9 +1,10 @@
-// StepLedger as text (a table with a totals line) and as JSON. Written by hand: the engine has
-// no JSON dependency (nlohmann/json is the planner's), and the ledger's values are flat.
+// StepLedger as text (a table with a totals line) and as JSON (format "recompose.step_ledger",
+// versioned: the version goes up when a member changes). Written by hand: the ledger's values are
+// flat.
 #include "engine/format_bytes.h"
-#include "engine/json_string.h"
-#include "engine/step_ledger_state.h"
-#include "engine/step_ledger_timeline_format.h"
+#include "ledger/json_string.h"
+#include "ledger/ledger_state.h"
+#include "ledger/step_ledger_timeline_format.h"
 
 #include <recompose/step_ledger.h>
 
@@ -200,8 +201,13 @@ std::string StepLedger::str() const {
       out << "\n";
     }
   }
-  out << "total: " << detail::format_bytes(t.bytes_held) << " held for backward; " << t.replays
-      << " replayed, " << t.reruns << " ran the forward again, " << t.not_rebuilt
+  // The regions' share only: what the rest of the step holds is the timeline's (at the turn) or
+  // a SavedTensorMeter's around the whole step.
+  out << "total of the " << regions.size() << " row" << (regions.size() == 1 ? "" : "s") << ": "
+      << detail::format_bytes(t.bytes_held)
+      << " held when their forwards ended (inputs and kept outputs, each storage once; before "
+         "offload's copies left; the rest of the step is not counted here); "
+      << t.replays << " replayed, " << t.reruns << " ran the forward again, " << t.not_rebuilt
       << " not rebuilt yet; replays ran " << t.ops_run << " ops, skipped " << t.ops_skipped
       << ", substituted " << t.ops_substituted << ", wrote back " << t.draws_written
       << " draws; rebuilds took " << ledger_ms(t.host_ns) << "\n";
@@ -220,7 +226,8 @@ std::string StepLedger::str() const {
 std::string StepLedger::json() const {
   const std::vector<LedgerRegion> regions = this->regions();
   std::ostringstream out;
-  out << "{\"regions\": [";
+  // Version 2: the timeline's regions_at_turn and rest_at_turn, totals' bytes_held_covers.
+  out << "{\"format\": \"recompose.step_ledger\", \"version\": 2, \"regions\": [";
   using detail::json_string;
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const LedgerRegion& r = regions[i];
@@ -248,6 +255,8 @@ std::string StepLedger::json() const {
   }
   const LedgerTotals t(regions);
   out << "], \"totals\": {\"regions\": " << regions.size() << ", \"bytes_held\": " << t.bytes_held
+      << ", \"bytes_held_covers\": \"the rows' inputs and kept outputs when their forwards "
+         "ended, each storage once; not the rest of the step (timeline.rest_at_turn)\""
       << ", \"rebuilds\": " << t.rebuilds << ", \"replays\": " << t.replays
       << ", \"reruns\": " << t.reruns << ", \"not_rebuilt\": " << t.not_rebuilt
       << ", \"ops_run\": " << t.ops_run << ", \"ops_skipped\": " << t.ops_skipped

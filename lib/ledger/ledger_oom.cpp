@@ -2,7 +2,7 @@
 // what the regions held for backward then, and what they could hold less, appended to the
 // error's message (c10::Error::add_context keeps its type, so a caller's catch still matches).
 #include "engine/format_bytes.h"
-#include "engine/step_ledger_state.h"
+#include "ledger/ledger_state.h"
 
 #include <c10/util/Exception.h>
 
@@ -94,8 +94,10 @@ namespace recompose {
 
 std::string StepLedger::explain_out_of_memory() const {
   bool in_backward = false;
-  const detail::LedgerRow* at = detail::ledger_row_running_here(in_backward);
-  if (at != nullptr && at->ledger.get() != state_.get()) at = nullptr;  // another ledger's row
+  const events::RegionTag* here = events::running_here(in_backward);
+  // This ledger's row of the region running here (none: another ledger's region, or none).
+  const auto* at =
+      here != nullptr ? static_cast<const detail::LedgerRow*>(here->context_of(*state_)) : nullptr;
   return detail::view(*state_, at, in_backward);
 }
 

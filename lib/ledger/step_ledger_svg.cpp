@@ -2,7 +2,7 @@
 // white plot area, light grid, sans-serif): memory in use over the marks, equally spaced, with
 // the regions' forward boundaries (grey) and rebuilds (orange), the turn and the peak (red).
 #include "engine/format_bytes.h"
-#include "engine/step_ledger_timeline_format.h"
+#include "ledger/step_ledger_timeline_format.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/step_ledger.h>
