@@ -89,12 +89,16 @@ void write_trials(std::ostringstream& s, const Plan& plan) {
 }
 
 ModuleChoice choice_from(const std::string& name) {
-  for (ModuleChoice c : {ModuleChoice::None, ModuleChoice::Full, ModuleChoice::Selective,
-                         ModuleChoice::Offload, ModuleChoice::FullSwapInputs}) {
+  constexpr ModuleChoice kChoices[] = {ModuleChoice::None, ModuleChoice::Full,
+                                       ModuleChoice::Selective, ModuleChoice::Offload,
+                                       ModuleChoice::FullSwapInputs};
+  std::string known;  // from the same list, so that the message names every choice read
+  for (ModuleChoice c : kChoices) {
     if (module_choice_name(c) == name) return c;
+    known += (known.empty() ? "" : ", ") + std::string(module_choice_name(c));
   }
   throw std::invalid_argument("recompose: Plan::from_json: unknown choice '" + name +
-                              "' (none, full, selective, offload)");
+                              "' (one of: " + known + ")");
 }
 
 }  // namespace
