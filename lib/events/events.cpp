@@ -29,6 +29,17 @@ void drop_closed_sinks() {
   std::erase_if(t_sinks, [](const std::shared_ptr<Sink>& s) { return !s->is_open(); });
 }
 
+// Calls `f(sink)` for each open sink listening on this thread. Over a copy: a sink may register
+// or close another from its callback (one closed meanwhile is skipped).
+template <typename F>
+void each_listening(F&& f) {
+  drop_closed_sinks();
+  const auto sinks = t_sinks;
+  for (const auto& sink : sinks) {
+    if (sink->is_open()) f(sink);
+  }
+}
+
 }  // namespace
 
 Sink::~Sink() { close(); }
@@ -55,17 +66,12 @@ void* RegionTag::context_of(const Sink& sink) const {
 }
 
 Tag region_begun(const RegionBegun& event) {
-  drop_closed_sinks();
-  if (t_sinks.empty()) return nullptr;
   auto tag = std::make_shared<RegionTag>();
-  // A copy: a sink may register or close another from its callback.
-  const auto sinks = t_sinks;
-  for (const auto& sink : sinks) {
-    if (!sink->is_open()) continue;
+  each_listening([&](const std::shared_ptr<Sink>& sink) {
     void* enclosing = t_forward != nullptr ? t_forward->context_of(*sink) : nullptr;
     if (auto context = sink->region_begun(event, enclosing))
       tag->entries_.push_back({sink, std::move(context)});
-  }
+  });
   if (tag->entries_.empty()) return nullptr;
   return tag;
 }
@@ -158,13 +164,11 @@ void kept(const RegionTag& tag, KeptReason reason, int64_t bytes) {
 }
 
 void mark(const std::string& label) {
-  drop_closed_sinks();
-  const auto sinks = t_sinks;
-  for (const auto& sink : sinks) sink->mark(label);
+  each_listening([&](const std::shared_ptr<Sink>& sink) { sink->mark(label); });
 }
 
 Tag forward_tag() {
-  if (t_forward == nullptr) return nullptr;
+  if (!listening() || t_forward == nullptr) return nullptr;
   // The scope that set it holds a reference; the caller gets its own.
   for (const auto& entry : t_forward->entries()) {
     if (entry.sink->is_open()) return t_forward->shared_from_this();

@@ -210,7 +210,8 @@ void kept(const RegionTag& tag, KeptReason reason, int64_t bytes);
 // To the sinks listening on this thread.
 void mark(const std::string& label);
 
-// The tag of the region whose forward runs on this thread (null if none): swap keeps it with the
+// The tag of the region whose forward runs on this thread (null if none, or when nothing listens:
+// then one relaxed load, so callers need not check listening() first): swap keeps it with the
 // tensors saved now.
 Tag forward_tag();
 // The region being rebuilt on this thread (`in_backward` true), else the one whose forward runs

@@ -41,6 +41,12 @@ struct LedgerSample {
   LedgerMark mark;
   std::vector<std::pair<int, int64_t>> live;  // (row index, bytes)
   int64_t time_ns = 0;                        // system clock, since the epoch (Kineto's clock)
+  // What the rows held then, together.
+  int64_t held() const {
+    int64_t bytes = 0;
+    for (const auto& [row, row_bytes] : live) bytes += row_bytes;
+    return bytes;
+  }
 };
 
 // A copy of a row's saved tensor, from its launch to its landing seen (the Chrome trace's

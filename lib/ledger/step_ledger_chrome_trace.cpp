@@ -54,10 +54,8 @@ Json trace_events(const detail::LedgerState& ledger, const TraceClock& clock) {
   for (const detail::LedgerSample& s : ledger.samples) {
     const LedgerMark& m = s.mark;
     const double ts = clock.us(s.time_ns);
-    int64_t held = 0;
-    for (const auto& [row, bytes] : s.live) held += bytes;
     events.push_back(
-        counter(pid, "recompose: held for backward by the regions", ts, {{"bytes", held}}));
+        counter(pid, "recompose: held for backward by the regions", ts, {{"bytes", s.held()}}));
     if (m.bytes >= 0) {
       events.push_back(counter(pid, "recompose: device memory", ts,
                                {{"in use", m.bytes}, {"peak since reset", m.peak}}));

@@ -60,10 +60,8 @@ LedgerTimeline StepLedger::timeline() const {
       t.turn = static_cast<int>(i);
   }
   if (t.turn >= 0) {
-    int64_t regions = 0;
-    for (const auto& [index, bytes] : samples[t.turn].live) regions += bytes;
-    t.regions_at_turn = regions;
-    if (t.measured()) t.rest_at_turn = t.marks[t.turn].bytes - regions;
+    t.regions_at_turn = samples[t.turn].held();
+    if (t.measured()) t.rest_at_turn = t.marks[t.turn].bytes - t.regions_at_turn;
   }
   if (!t.measured()) return t;
   // The allocator's peak only grows between resets: the last reading is the step's peak, first

@@ -121,7 +121,7 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
     const bool swap =
         eligible && (!batch_.decide_ || batch_.decide_(tensor) == ActivationPolicy::SWAP);
     // The events' tag of the call (or of the region inside it) that saves the tensor.
-    events::Tag region = events::listening() ? events::forward_tag() : nullptr;
+    events::Tag region = events::forward_tag();
     at::Tensor detached;
     {
       InternalOpsGuard internal;  // recompose's detach, not the user's op

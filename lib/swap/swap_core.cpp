@@ -57,7 +57,7 @@ void SwapCore::note_kept(const at::Tensor& tensor) {
 }
 
 std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
-  return offload(tensor, events::listening() ? events::forward_tag() : nullptr);
+  return offload(tensor, events::forward_tag());
 }
 
 std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor, events::Tag region) {

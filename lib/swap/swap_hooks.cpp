@@ -25,11 +25,9 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
     InternalOpsGuard internal;  // recompose's detach, not the user's op
     kept_ = tensor.detach();
     core_->note_kept(tensor);
-    if (events::listening()) {
-      if (auto region = events::forward_tag()) {
-        events::kept(*region, ineligible_reason(tensor, core_->options()),
-                     static_cast<int64_t>(tensor.nbytes()));
-      }
+    if (auto region = events::forward_tag()) {
+      events::kept(*region, ineligible_reason(tensor, core_->options()),
+                   static_cast<int64_t>(tensor.nbytes()));
     }
     return;
   }
@@ -42,7 +40,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
       deferred_->tensor = tensor.detach();
     }
     deferred_->next_node_at_save = next_autograd_sequence_nr();
-    if (events::listening()) deferred_->region = events::forward_tag();
+    deferred_->region = events::forward_tag();
     defer_(deferred_);
     defer_ = nullptr;  // it refers to the policy, which may end before this saved tensor
     return;
