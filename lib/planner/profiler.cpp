@@ -271,15 +271,20 @@ double measure_copy_bandwidth(const torch::Device& device) {
 // both its recomputation (the dropped ops' times) and its fixed cost (intercepted forward - plain
 // forward) with it: transformer_policy was estimated at 1.42x of none where it trained at 1.11x.
 // So the ops' times are scaled to sum to the plain forward, and the intercepted forward keeps only
-// what lies outside the ops (the region's set-up and end), above the plain forward.
+// what lies outside the ops (the region's set-up and end), above the plain forward. Either way the
+// intercepted forward is never below the plain one: it runs the same ops and more, and a plain run
+// that a busy machine slowed must not make interception look like a gain (the pricing reads the
+// difference as the fixed cost of a selective module).
 void scale_op_times_to_plain_forward(ModuleProfile& m) {
   double ops = 0;
   for (const auto& op : m.ops) ops += std::max(0.0, op.seconds);
-  if (!(m.forward_seconds > 0) || !(ops > m.forward_seconds)) return;
-  const double scale = m.forward_seconds / ops;
-  for (auto& op : m.ops) op.seconds *= scale;
-  m.selective_forward_seconds =
-      m.forward_seconds + std::max(0.0, m.selective_forward_seconds - ops);
+  if (m.forward_seconds > 0 && ops > m.forward_seconds) {
+    const double scale = m.forward_seconds / ops;
+    for (auto& op : m.ops) op.seconds *= scale;
+    m.selective_forward_seconds =
+        m.forward_seconds + std::max(0.0, m.selective_forward_seconds - ops);
+  }
+  m.selective_forward_seconds = std::max(m.selective_forward_seconds, m.forward_seconds);
 }
 
 // The modules to profile; none may carry a recompose API already.
