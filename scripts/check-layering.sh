@@ -17,6 +17,8 @@ def layer_of(path):
     p = path.replace(os.sep, '/')
     if p == 'include/recompose/checkpoint_error.h': return (0, 'base')
     if p.startswith('hooks/') or p.startswith('include/recompose/hooks/'): return (1, 'hooks')
+    # JSON documents (nlohmann/json): read and written by the ledger and the planner.
+    if p.startswith('lib/json/'): return (1, 'json')
     # What a step did, emitted by the layers above and read by sinks that register.
     if p.startswith('lib/events/'): return (2, 'events')
     if p.startswith('lib/engine/') or p in ('include/recompose/checkpoint_options.h', 'include/recompose/region_contexts.h',

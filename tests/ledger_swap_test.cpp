@@ -181,9 +181,10 @@ TEST_SUITE("step ledger: swap and offload") {
       CAPTURE(i);
       CHECK(r.name.starts_with("blocks." + std::to_string(i) + " ("));
       CHECK(r.name.ends_with("SwapBlockImpl)"));
-      CHECK(r.mode == "offload");
+      CHECK(r.mode == recompose::LedgerMode::Offload);
+      CHECK(r.mode_text() == "offload");
       CHECK_FALSE(r.checkpointed);
-      CHECK(r.rebuilt() == "not checkpointed");
+      CHECK(r.rebuilt() == recompose::LedgerRebuilt::NotCheckpointed);
       CHECK(r.bytes_held == plain[i].bytes);
       CHECK(r.swap.tensors_offloaded == 0);
       const recompose::LedgerKept* below = kept_for(r, "below min_bytes");
@@ -297,10 +298,13 @@ TEST_SUITE("step ledger: swap and offload") {
     for (std::size_t i = 0; i < 3; ++i) {
       const LedgerRegion& r = rows[i];
       CAPTURE(i);
-      CHECK(r.mode == "full + offload");
+      CHECK(r.mode == recompose::LedgerMode::Full);
+      CHECK(r.offloaded);
+      CHECK_FALSE(r.swap_inputs);
+      CHECK(r.mode_text() == "full + offload");
       CHECK(r.checkpointed);
       CHECK(r.depth == 0);
-      CHECK(r.rebuilt() == "ran the forward again");
+      CHECK(r.rebuilt() == recompose::LedgerRebuilt::RanForwardAgain);
       const recompose::OffloadStats stats = recompose::offload_stats(net->block(i));
       CHECK(r.swap.tensors_offloaded == stats.tensors_offloaded);
       CHECK(r.swap.bytes_offloaded == stats.bytes_offloaded);
@@ -333,11 +337,13 @@ TEST_SUITE("step ledger: swap and offload") {
     const SwapStats after_forward = manager->stats();
     auto rows = ledger.regions();
     REQUIRE(rows.size() == 2);
-    CHECK(rows[0].mode == "selective");
+    CHECK(rows[0].mode == recompose::LedgerMode::Selective);
     CHECK(rows[0].swap.tensors_offloaded == minus(after_first, before).tensors_offloaded);
     CHECK(rows[0].swap.bytes_offloaded == minus(after_first, before).bytes_offloaded);
     CHECK(rows[0].swap.tensors_offloaded == 2);  // the two mm outputs
-    CHECK(rows[1].mode == "full + swap inputs");
+    CHECK(rows[1].mode == recompose::LedgerMode::Full);
+    CHECK(rows[1].swap_inputs);
+    CHECK(rows[1].mode_text() == "full + swap inputs");
     CHECK(rows[1].swap.bytes_offloaded == minus(after_forward, after_first).bytes_offloaded);
     CHECK(rows[1].swap.bytes_offloaded == 4 * 6 * 4);  // y * 3; b is a leaf that requires grad
     const recompose::LedgerKept* parameter = kept_for(rows[1], "parameter");
@@ -366,6 +372,12 @@ TEST_SUITE("step ledger: swap and offload") {
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& j = json["regions"][i];
       CHECK(j["checkpointed"] == rows[i].checkpointed);
+      // Version 3: the mode alone, its flags beside it (apply_offload only: "offload").
+      CHECK(j["mode"] == "offload");
+      CHECK(j["swap_inputs"] == false);
+      CHECK(j["offloaded"] == false);
+      CHECK(j["inputs"] == "-");
+      CHECK(j["rebuilt"] == "not checkpointed");
       CHECK(j["swap"]["tensors_offloaded"] == rows[i].swap.tensors_offloaded);
       CHECK(j["swap"]["bytes_offloaded"] == rows[i].swap.bytes_offloaded);
       CHECK(j["swap"]["tensors_reloaded"] == rows[i].swap.tensors_reloaded);

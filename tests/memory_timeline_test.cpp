@@ -207,7 +207,7 @@ TEST_SUITE("memory timeline") {
     CHECK(json["timeline"]["holders"][0]["region"] == 2);
     CHECK(json["timeline"]["regions_at_turn"].get<int64_t>() == held);
     CHECK(json["timeline"]["rest_at_turn"].get<int64_t>() == t.rest_at_turn);
-    CHECK(json["version"] == 2);
+    CHECK(json["version"] == 3);
 #endif
   }
 

@@ -362,7 +362,7 @@ TEST_SUITE("pitfalls of other libraries") {
     REQUIRE(full.rows.size() == 4);
     for (std::size_t i = 0; i < 4; ++i) {
       CAPTURE(i);
-      CHECK(full.rows[i].mode == "full");
+      CHECK(full.rows[i].mode == recompose::LedgerMode::Full);
       CHECK(full.rows[i].bytes_held == distinct_bytes({full.step.inputs[i]}));
     }
     // The memory the forward left in use: the four boundaries and the output, once each.

@@ -121,4 +121,33 @@ TEST_SUITE("planner") {
     CHECK_THROWS_AS(MemoryProfile::from_json(good), std::invalid_argument);  // a plan is no profile
   }
 
+  TEST_CASE(
+      "planner: a profile of format version 2 has every member; version 1 may lack the later "
+      "ones") {
+    const std::string v2 =
+        MemoryProfile::load(kSource / "tests/data/profile-v1.json").to_json();  // written as 2
+    REQUIRE(v2.find("\"version\": 2") != std::string::npos);
+    auto without = [&](std::string text, const std::string& member) {
+      const auto at = text.find("\"" + member + "\": ");
+      REQUIRE(at != std::string::npos);
+      return text.replace(at, member.size() + 2, "\"unknown_" + member + "\"");
+    };
+    for (const char* member :
+         {"resident_bytes", "draw_bytes", "backward_seconds", "carries_write", "reads"}) {
+      CAPTURE(member);
+      const std::string damaged = without(v2, member);
+      const std::string missing = "missing member '" + std::string(member) + "'";
+      CHECK_THROWS_WITH_AS(MemoryProfile::from_json(damaged), doctest::Contains(missing.c_str()),
+                           std::invalid_argument);
+      // The same file as version 1: the member reads as absent.
+      std::string old = damaged;
+      old.replace(old.find("\"version\": 2"), 12, "\"version\": 1");
+      CHECK_NOTHROW(MemoryProfile::from_json(old));
+    }
+    std::string future = v2;
+    future.replace(future.find("\"version\": 2"), 12, "\"version\": 3");
+    CHECK_THROWS_WITH_AS(MemoryProfile::from_json(future),
+                         doctest::Contains("profile format version 3"), std::invalid_argument);
+  }
+
 }  // TEST_SUITE

@@ -153,18 +153,19 @@ TEST_SUITE("step ledger") {
     REQUIRE(before.size() == 3);
     for (int i = 0; i < 3; ++i) {
       CHECK(before[i].name == "blocks." + std::to_string(i) + " (rt::TinyBlockImpl)");
-      CHECK(before[i].mode == "full");
-      CHECK(before[i].inputs == "held");
+      CHECK(before[i].mode == recompose::LedgerMode::Full);
+      CHECK(before[i].mode_text() == "full");
+      CHECK(before[i].inputs == recompose::LedgerInputs::Held);
       CHECK(before[i].depth == 0);
       CHECK(before[i].bytes_held == expected[i]);
-      CHECK(before[i].rebuilt() == "not rebuilt yet");
+      CHECK(before[i].rebuilt() == recompose::LedgerRebuilt::NotRebuiltYet);
     }
     CHECK(expected[0] == 4 * 8 * 4);  // the input x, and nothing else
     CHECK(ledger.bytes_held() == meter_after_forward);
     CHECK(ledger.str().find("not rebuilt yet") != std::string::npos);
     loss.backward();
     for (const auto& r : ledger.regions()) {
-      CHECK(r.rebuilt() == "ran the forward again");
+      CHECK(r.rebuilt() == recompose::LedgerRebuilt::RanForwardAgain);
       CHECK(r.rebuilds == 1);
       CHECK(r.reruns == 1);
       CHECK(r.replays == 0);
@@ -193,14 +194,15 @@ TEST_SUITE("step ledger") {
     CHECK(rows[1].depth == 1);
     CHECK(rows[2].depth == 1);
     // The inner regions' inputs are the outer region's to recompute: they hold nothing.
-    CHECK(rows[1].inputs == "enclosing region");
+    CHECK(rows[1].inputs == recompose::LedgerInputs::EnclosingRegion);
     CHECK(rows[1].bytes_held == 0);
     CHECK(rows[2].bytes_held == 0);
     CHECK(rows[0].bytes_held == x.nbytes());
     CHECK(rows[3].bytes_held == y.nbytes());
     CHECK(ledger.bytes_held() == meter.bytes_held());
     z.sum().backward();
-    for (const auto& r : ledger.regions()) CHECK(r.rebuilt() == "ran the forward again");
+    for (const auto& r : ledger.regions())
+      CHECK(r.rebuilt() == recompose::LedgerRebuilt::RanForwardAgain);
   }
 
   TEST_CASE("checkpoint_sequential: each checkpointed segment is a row naming its modules") {
@@ -269,7 +271,7 @@ TEST_SUITE("step ledger") {
     auto rows = ledger.regions();
     REQUIRE(rows.size() == 3);
     for (int i = 0; i < 3; ++i) {
-      CHECK(rows[i].mode == "selective");
+      CHECK(rows[i].mode == recompose::LedgerMode::Selective);
       CHECK(rows[i].bytes_held == expected[i]);
     }
     // Each region keeps addmm's output beside its input.
@@ -279,7 +281,7 @@ TEST_SUITE("step ledger") {
     rows = ledger.regions();
     int64_t replays = 0, ops_run = 0, ops_skipped = 0, substituted = 0, draws = 0;
     for (const auto& r : rows) {
-      CHECK(r.rebuilt() == "replayed");
+      CHECK(r.rebuilt() == recompose::LedgerRebuilt::Replayed);
       replays += r.replays;
       ops_run += r.ops_run;
       ops_skipped += r.ops_skipped;
@@ -310,7 +312,7 @@ TEST_SUITE("step ledger") {
     CHECK(stats.fallbacks == 3);
     for (const auto& r : ledger.regions()) {
       CHECK(r.bytes_held > x.nbytes());  // kept outputs all the same
-      CHECK(r.rebuilt() == "ran the forward again");
+      CHECK(r.rebuilt() == recompose::LedgerRebuilt::RanForwardAgain);
       CHECK(r.fallback_reason == stats.last_fallback_reason);
       CHECK(r.fallback_reason.find("set_selective_replay_enabled(false)") != std::string::npos);
     }

@@ -11,9 +11,9 @@
 // installed before it: each allocation goes to that allocator and its size is added to a current
 // and a peak count; its free subtracts it. The readers of recompose/device_memory.h
 // (current_device_memory, peak_device_memory, reset_peak_device_memory) report these counts for
-// a CPU device while counting is on, and -1 ("not measured") as before when it is off. Memory
-// allocated while counting is off is never counted; memory allocated while it was on is
-// subtracted when freed, whenever that is.
+// a CPU device while counting is on, and -1 ("not measured") when it is off, as for any device they
+// cannot measure. Memory allocated while counting is off is never counted; memory allocated while
+// it was on is subtracted when freed, whenever that is.
 //
 // Cost: per CPU allocation and free, a mutex-guarded hash-map insert or erase and two atomic
 // updates (a few hundred nanoseconds); nothing when off. Results are bitwise the same: the

@@ -134,8 +134,10 @@ struct Plan {
   /// One row per module: choice, kept/swapped/recomputed op counts, estimated bytes and time;
   /// then the totals against no checkpointing, and the trials' table where there is one.
   std::string to_table() const;
-  /// JSON with every field above; from_json reads it back (plan == from_json(plan.to_json())).
-  /// from_json throws std::invalid_argument on text that is not such a plan.
+  /// JSON with every field above ("format": "recompose.plan", "version": 2); from_json reads it
+  /// back (plan == from_json(plan.to_json())), and version 1 files (no trials). from_json throws
+  /// std::invalid_argument on text that is not such a plan, of another version, or lacking a
+  /// member its version has.
   std::string to_json() const;
   static Plan from_json(std::string_view json);
   /// Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the

@@ -175,9 +175,10 @@ struct MemoryProfile {
 
   /// A table per module and, below it, the ops of each module.
   std::string to_string() const;
-  /// JSON with every field above; from_json reads it back. from_json throws
-  /// std::invalid_argument on text that is not such a profile (the message says what is wrong and
-  /// where).
+  /// JSON with every field above ("format": "recompose.profile", "version": 2); from_json reads
+  /// it back, and version 1 files (whose later members read as absent). from_json throws
+  /// std::invalid_argument on text that is not such a profile, of another version, or lacking a
+  /// member its version has (the message says what is wrong and where).
   std::string to_json() const;
   static MemoryProfile from_json(std::string_view json);
   /// Writes/reads to_json() to/from a file. Throws CheckpointError (a std::runtime_error) if the

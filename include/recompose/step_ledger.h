@@ -19,16 +19,18 @@
 //   mode         "full", "selective" (a policy), "custom contexts" (context_fn), with
 //                " + swap inputs" when swap_inputs is on and " + offload" when the module also
 //                has apply_offload (one row for both); "offload" for a module with
-//                apply_offload only (not checkpointed: nothing to rebuild);
+//                apply_offload only (not checkpointed: nothing to rebuild). In C++ the enum
+//                LedgerMode and the flags swap_inputs, offloaded (mode_text() joins them);
 //   bytes held   the device bytes the region left held for backward when its forward ended,
 //                each storage once in the whole ledger (the first region holding it has it), as
 //                SavedTensorMeter counts: its inputs (when saved as autograd saves them; a nested
 //                region's inputs are its parent's to recompute, and inputs an outer swap or
 //                offload policy takes count as that policy charges the meters), the outputs a
 //                selective policy keeps and its kept draws. Parameters are not counted;
-//   rebuilt      what backward did: "replayed" (selective replay: ops run, skipped, substituted,
-//                draws written back, writes carried), "ran the forward again" (with the reason,
-//                for a selective region that fell back), or "not rebuilt yet" (backward has not
+//   rebuilt      what backward did (LedgerRebuilt): "replayed" (selective replay: ops run,
+//                skipped, substituted, draws written back, writes carried), "ran the forward
+//                again" (with the reason, for a selective region that fell back), or "not
+//                rebuilt yet" (backward has not
 //                reached it, or the ledger was read or destroyed before); the host time of the
 //                rebuilds, and how many (retain_graph: a second backward rebuilds again);
 //   plan         for a module apply_plan configured: what the plan chose for it and the plan's
@@ -131,13 +133,40 @@ struct LedgerSwap {
   LedgerSwap& operator+=(const LedgerSwap& other);
 };
 
+// How a row's region recomputes: checkpointing of every op ("full"), a SelectivePolicy
+// ("selective"), a context_fn ("custom contexts"); "offload" for a call of a module with
+// apply_offload only (not checkpointed). to_string gives the words in quotes.
+enum class LedgerMode { Full, Selective, CustomContexts, Offload };
+
+// How a row's inputs are saved for backward: held by the region as autograd saves them ("held"),
+// recomputed by the enclosing region ("enclosing region"), taken by an outer swap or offload
+// policy ("outer policy"); "-" (None) for an apply_offload call, or before the forward saved them.
+enum class LedgerInputs { Held, EnclosingRegion, OuterPolicy, None };
+
+// What backward did to a row (LedgerRegion::rebuilt): "replayed", "ran the forward again",
+// "replayed and ran the forward again" (two backwards, retain_graph), "not rebuilt yet",
+// "not checkpointed" (apply_offload only).
+enum class LedgerRebuilt {
+  Replayed,
+  RanForwardAgain,
+  ReplayedAndRanForwardAgain,
+  NotRebuiltYet,
+  NotCheckpointed
+};
+
+std::string to_string(LedgerMode mode);
+std::string to_string(LedgerInputs inputs);
+std::string to_string(LedgerRebuilt rebuilt);
+
 // One row of a StepLedger: one checkpointed region invocation, or one call of a module with
 // apply_offload only.
 struct LedgerRegion {
-  int depth = 0;       // 0 for a region begun outside any other, 1 inside one, ...
-  std::string name;    // see StepLedger
-  std::string mode;    // "full", "selective", "custom contexts" (+ " + swap inputs")
-  std::string inputs;  // "held", "enclosing region" (recomputed by it), "outer policy"
+  int depth = 0;     // 0 for a region begun outside any other, 1 inside one, ...
+  std::string name;  // see StepLedger
+  LedgerMode mode = LedgerMode::Full;
+  bool swap_inputs = false;  // the region's swap_inputs option: its inputs go to host memory
+  bool offloaded = false;    // a checkpointed module that also has apply_offload (one row)
+  LedgerInputs inputs = LedgerInputs::None;
   int64_t bytes_held = 0;
   int64_t rebuilds = 0;         // recomputations (one per backward that needed the region)
   int64_t replays = 0;          // of which answered by the selective replay
@@ -172,9 +201,10 @@ struct LedgerRegion {
   // tensor are two here, one storage in bytes_held.
   std::vector<LedgerKept> kept;
 
-  // "replayed", "ran the forward again", "replayed and ran the forward again",
-  // "not rebuilt yet", or "not checkpointed" (apply_offload only).
-  std::string rebuilt() const;
+  // What backward did, from the counts above (to_string(rebuilt()) for the words).
+  LedgerRebuilt rebuilt() const;
+  // The mode as the table prints it: "full", "selective + swap inputs", "full + offload", ...
+  std::string mode_text() const;
   int64_t tensors_kept() const;
   int64_t bytes_kept() const;
 };

@@ -1,6 +1,6 @@
 // Ops that recompose runs for itself (copies to and from host memory, stashes of module state,
 // copy-on-write clones of kept outputs, the views a swap re-creates) are not the user's ops:
-// no region's op policy may decide on them and no op log may record them, or a nested or
+// no region's op policy may decide on them and no region's trace may record them, or a nested or
 // enclosing selective region would mistake them for the user's and replay the wrong tensors.
 // See Note [ Internal ops ].
 //

@@ -16,7 +16,9 @@ namespace {
 // The first line of the view: an error that passes through nested regions gets it once.
 constexpr const char* kHeading = "recompose step ledger at this out-of-memory error";
 
-std::string label(const LedgerRow& row) { return row.region.name + " (" + row.region.mode + ")"; }
+std::string label(const LedgerRow& row) {
+  return row.region.name + " (" + row.region.mode_text() + ")";
+}
 
 std::string view(LedgerState& ledger, const LedgerRow* at, bool in_backward) {
   std::lock_guard lock(ledger.mutex);
@@ -42,7 +44,7 @@ std::string view(LedgerState& ledger, const LedgerRow* at, bool in_backward) {
     by_bytes.push_back(r.get());
     held += r->live;
     inputs += std::min(r->input_bytes, r->live);
-    if (r->region.mode.starts_with("selective")) kept_outputs += r->live - r->input_bytes;
+    if (r->region.mode == LedgerMode::Selective) kept_outputs += r->live - r->input_bytes;
   }
   std::stable_sort(by_bytes.begin(), by_bytes.end(),
                    [](const LedgerRow* a, const LedgerRow* b) { return a->live > b->live; });

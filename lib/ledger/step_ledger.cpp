@@ -63,12 +63,12 @@ void note_plan(LedgerRow& row, const torch::nn::Module& module) {
   }
 }
 
-std::string region_mode(const events::RegionBegun& event) {
-  std::string mode = event.kind == events::RegionKind::CustomContexts ? "custom contexts"
-                     : event.kind == events::RegionKind::Selective    ? "selective"
-                                                                      : "full";
-  if (event.swap_inputs) mode += " + swap inputs";
-  return mode;
+// The row's mode and swap_inputs for a checkpointed region's `event`.
+void set_region_mode(LedgerRegion& region, const events::RegionBegun& event) {
+  region.mode = event.kind == events::RegionKind::CustomContexts ? LedgerMode::CustomContexts
+                : event.kind == events::RegionKind::Selective    ? LedgerMode::Selective
+                                                                 : LedgerMode::Full;
+  region.swap_inputs = event.swap_inputs;
 }
 
 // Charges `bytes` of `storage` (null: bytes of no storage) to `row`, each storage once in the
@@ -124,11 +124,10 @@ std::shared_ptr<LedgerRow> new_row(LedgerState& ledger, const events::RegionBegu
   row->region.depth = enclosing != nullptr ? enclosing->region.depth + 1 : 0;
   if (event.kind == events::RegionKind::OffloadCall) {
     row->offload_module = event.module;
-    row->region.mode = "offload";
-    row->region.inputs = "-";
+    row->region.mode = LedgerMode::Offload;
     row->region.checkpointed = false;
   } else {
-    row->region.mode = region_mode(event);
+    set_region_mode(row->region, event);
   }
   if (event.module != nullptr) note_plan(*row, *event.module);
   std::lock_guard lock(ledger.mutex);
@@ -151,7 +150,8 @@ std::shared_ptr<void> LedgerState::region_begun(const events::RegionBegun& event
     std::lock_guard lock(mutex);
     outer->offload_module = nullptr;
     outer->region.checkpointed = true;
-    outer->region.mode = region_mode(event) + " + offload";
+    set_region_mode(outer->region, event);
+    outer->region.offloaded = true;
     return outer->shared_from_this();
   }
   return new_row(*this, event, outer);
@@ -161,9 +161,9 @@ void LedgerState::inputs_saved(void* region, events::InputsSaved how,
                                const std::vector<at::Tensor>& inputs) {
   LedgerRow& row = row_of(region);
   std::lock_guard lock(mutex);
-  row.region.inputs = how == events::InputsSaved::Held        ? "held"
-                      : how == events::InputsSaved::Enclosing ? "enclosing region"
-                                                              : "outer policy";
+  row.region.inputs = how == events::InputsSaved::Held        ? LedgerInputs::Held
+                      : how == events::InputsSaved::Enclosing ? LedgerInputs::EnclosingRegion
+                                                              : LedgerInputs::OuterPolicy;
   if (how != events::InputsSaved::Held) return;
   // As the meter counts saved tensors: by storage, parameters not at all. Inputs are held until
   // backward; their entries are never refunded (an entry whose storage died is reused).

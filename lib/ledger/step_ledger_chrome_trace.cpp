@@ -2,22 +2,20 @@
 // swap's copies as slices, what the rows hold, what is on host and in flight, and the memory in
 // use as counters, on the clock of LibTorch's profiler (the system clock: a trace it saved keeps
 // its events at baseTimeNanoseconds + ts), so that the two can be one file.
+#include "json/json_io.h"
 #include "ledger/ledger_state.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/step_ledger.h>
 
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 namespace recompose {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using detail::json::Json;
 
 // recompose's tracks: threads of their own in the process's group.
 constexpr int kRegionsTrack = 0x7ec0;
@@ -79,9 +77,9 @@ Json trace_events(const detail::LedgerState& ledger, const TraceClock& clock) {
     auto it = open.find({m.region, rebuild});
     if (it == open.end()) continue;
     const auto& row = ledger.rows[m.region]->region;
-    events.push_back(slice(pid, kRegionsTrack, m.label, rebuild ? "rebuild" : "forward",
-                           clock.us(it->second), ts,
-                           {{"mode", row.mode}, {"rebuilt", row.rebuilt()}, {"bytes", m.bytes}}));
+    events.push_back(slice(
+        pid, kRegionsTrack, m.label, rebuild ? "rebuild" : "forward", clock.us(it->second), ts,
+        {{"mode", row.mode_text()}, {"rebuilt", to_string(row.rebuilt())}, {"bytes", m.bytes}}));
     open.erase(it);
   }
   for (const detail::LedgerCopy& c : ledger.copies) {
@@ -95,14 +93,6 @@ Json trace_events(const detail::LedgerState& ledger, const TraceClock& clock) {
                              {{"in flight", l.in_flight}, {"on host", l.on_host}}));
   }
   return events;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("recompose: StepLedger::write_chrome_trace: cannot read " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace
@@ -122,7 +112,8 @@ void StepLedger::write_chrome_trace(const std::string& path,
   if (profiler_trace.empty()) {
     text = chrome_trace();
   } else {
-    Json trace = Json::parse(read_file(profiler_trace), nullptr, /*allow_exceptions=*/false);
+    Json trace = Json::parse(detail::json::read_text(profiler_trace), nullptr,
+                             /*allow_exceptions=*/false);
     if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
       throw CheckpointError("recompose: StepLedger::write_chrome_trace: " + profiler_trace +
                             " is not a Chrome trace (a JSON object with a traceEvents array)");
@@ -133,11 +124,7 @@ void StepLedger::write_chrome_trace(const std::string& path,
     for (auto& event : trace_events(*state_, {base})) trace["traceEvents"].push_back(event);
     text = trace.dump();
   }
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out.flush()) {
-    throw CheckpointError("recompose: StepLedger::write_chrome_trace: cannot write " + path);
-  }
+  detail::json::write_text(path, text);
 }
 
 }  // namespace recompose

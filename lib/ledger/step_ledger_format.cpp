@@ -2,7 +2,7 @@
 // versioned: the version goes up when a member changes). Written by hand: the ledger's values are
 // flat.
 #include "engine/format_bytes.h"
-#include "ledger/json_string.h"
+#include "json/json_io.h"
 #include "ledger/ledger_state.h"
 #include "ledger/step_ledger_timeline_format.h"
 
@@ -64,11 +64,59 @@ std::string cell(const std::string& s, std::size_t width) {
 
 }  // namespace
 
-std::string LedgerRegion::rebuilt() const {
-  if (!checkpointed) return "not checkpointed";
-  if (rebuilds == 0) return "not rebuilt yet";
-  if (replays != 0 && reruns != 0) return "replayed and ran the forward again";
-  return replays != 0 ? "replayed" : "ran the forward again";
+std::string to_string(LedgerMode mode) {
+  switch (mode) {
+    case LedgerMode::Full:
+      return "full";
+    case LedgerMode::Selective:
+      return "selective";
+    case LedgerMode::CustomContexts:
+      return "custom contexts";
+    case LedgerMode::Offload:
+      return "offload";
+  }
+  return "?";
+}
+
+std::string to_string(LedgerInputs inputs) {
+  switch (inputs) {
+    case LedgerInputs::Held:
+      return "held";
+    case LedgerInputs::EnclosingRegion:
+      return "enclosing region";
+    case LedgerInputs::OuterPolicy:
+      return "outer policy";
+    case LedgerInputs::None:
+      return "-";
+  }
+  return "?";
+}
+
+std::string to_string(LedgerRebuilt rebuilt) {
+  switch (rebuilt) {
+    case LedgerRebuilt::Replayed:
+      return "replayed";
+    case LedgerRebuilt::RanForwardAgain:
+      return "ran the forward again";
+    case LedgerRebuilt::ReplayedAndRanForwardAgain:
+      return "replayed and ran the forward again";
+    case LedgerRebuilt::NotRebuiltYet:
+      return "not rebuilt yet";
+    case LedgerRebuilt::NotCheckpointed:
+      return "not checkpointed";
+  }
+  return "?";
+}
+
+LedgerRebuilt LedgerRegion::rebuilt() const {
+  if (!checkpointed) return LedgerRebuilt::NotCheckpointed;
+  if (rebuilds == 0) return LedgerRebuilt::NotRebuiltYet;
+  if (replays != 0 && reruns != 0) return LedgerRebuilt::ReplayedAndRanForwardAgain;
+  return replays != 0 ? LedgerRebuilt::Replayed : LedgerRebuilt::RanForwardAgain;
+}
+
+std::string LedgerRegion::mode_text() const {
+  return to_string(mode) + (swap_inputs ? " + swap inputs" : "") + (offloaded ? " + offload" : "");
 }
 
 double LedgerSwap::to_host_gb_per_s() const { return gb_per_s(bytes_to_host_landed, to_host_ns); }
@@ -139,21 +187,75 @@ void swap_lines(std::ostream& out, const LedgerRegion& r) {
 }
 
 // A LedgerSwap as a JSON object.
-std::string swap_json(const LedgerSwap& w) {
-  std::ostringstream out;
-  out << "{\"tensors_offloaded\": " << w.tensors_offloaded
-      << ", \"bytes_offloaded\": " << w.bytes_offloaded
-      << ", \"tensors_reloaded\": " << w.tensors_reloaded
-      << ", \"bytes_reloaded\": " << w.bytes_reloaded << ", \"prefetched\": " << w.prefetched
-      << ", \"sync_loads\": " << w.sync_loads << ", \"late_reloads\": " << w.late_reloads
-      << ", \"reload_stalled\": " << (w.reload_stalled() ? "true" : "false")
-      << ", \"offload_wait_ns\": " << w.offload_wait_ns
-      << ", \"reload_wait_ns\": " << w.reload_wait_ns
-      << ", \"bytes_to_host_landed\": " << w.bytes_to_host_landed
-      << ", \"to_host_ns\": " << w.to_host_ns
-      << ", \"bytes_to_device_landed\": " << w.bytes_to_device_landed
-      << ", \"to_device_ns\": " << w.to_device_ns << "}";
-  return out.str();
+detail::json::Json swap_json(const LedgerSwap& w) {
+  return {{"tensors_offloaded", w.tensors_offloaded},
+          {"bytes_offloaded", w.bytes_offloaded},
+          {"tensors_reloaded", w.tensors_reloaded},
+          {"bytes_reloaded", w.bytes_reloaded},
+          {"prefetched", w.prefetched},
+          {"sync_loads", w.sync_loads},
+          {"late_reloads", w.late_reloads},
+          {"reload_stalled", w.reload_stalled()},
+          {"offload_wait_ns", w.offload_wait_ns},
+          {"reload_wait_ns", w.reload_wait_ns},
+          {"bytes_to_host_landed", w.bytes_to_host_landed},
+          {"to_host_ns", w.to_host_ns},
+          {"bytes_to_device_landed", w.bytes_to_device_landed},
+          {"to_device_ns", w.to_device_ns}};
+}
+
+// One row as a JSON object.
+detail::json::Json region_json(const LedgerRegion& r) {
+  detail::json::Json kept = detail::json::Json::array();
+  for (const LedgerKept& k : r.kept)
+    kept.push_back({{"reason", k.reason}, {"tensors", k.tensors}, {"bytes", k.bytes}});
+  return {{"name", r.name},
+          {"depth", r.depth},
+          {"mode", to_string(r.mode)},
+          {"swap_inputs", r.swap_inputs},
+          {"offloaded", r.offloaded},
+          {"inputs", to_string(r.inputs)},
+          {"bytes_held", r.bytes_held},
+          {"rebuilt", to_string(r.rebuilt())},
+          {"rebuilds", r.rebuilds},
+          {"replays", r.replays},
+          {"reruns", r.reruns},
+          {"fallback_reason", r.fallback_reason},
+          {"ops_run", r.ops_run},
+          {"ops_skipped", r.ops_skipped},
+          {"ops_substituted", r.ops_substituted},
+          {"draws_written", r.draws_written},
+          {"writes_carried", r.writes_carried},
+          {"host_ns", r.host_ns},
+          {"unmatched_policy_names", r.unmatched_policy_names},
+          {"checkpointed", r.checkpointed},
+          {"plan_entry", r.plan_entry},
+          {"plan_bytes", r.plan_bytes},
+          {"swap", swap_json(r.swap)},
+          {"kept", std::move(kept)}};
+}
+
+// The totals line as a JSON object.
+detail::json::Json totals_json(const LedgerTotals& t, std::size_t rows) {
+  return {{"regions", rows},
+          {"bytes_held", t.bytes_held},
+          {"bytes_held_covers",
+           "the rows' inputs and kept outputs when their forwards ended, each storage once; not "
+           "the rest of the step (timeline.rest_at_turn)"},
+          {"rebuilds", t.rebuilds},
+          {"replays", t.replays},
+          {"reruns", t.reruns},
+          {"not_rebuilt", t.not_rebuilt},
+          {"ops_run", t.ops_run},
+          {"ops_skipped", t.ops_skipped},
+          {"ops_substituted", t.ops_substituted},
+          {"draws_written", t.draws_written},
+          {"writes_carried", t.writes_carried},
+          {"host_ns", t.host_ns},
+          {"offload_only", t.offload_only},
+          {"swap", swap_json(t.swap)},
+          {"tensors_kept", t.tensors_kept},
+          {"bytes_kept", t.bytes_kept}};
 }
 
 }  // namespace
@@ -181,12 +283,13 @@ std::string StepLedger::str() const {
                                 ? "-"
                                 : std::to_string(r.ops_run) + "/" + std::to_string(r.ops_skipped) +
                                       "/" + std::to_string(r.ops_substituted);
-    std::string rebuilt = r.rebuilt();
+    std::string rebuilt = to_string(r.rebuilt());
     if (r.rebuilds > 1) rebuilt += " (" + std::to_string(r.rebuilds) + "x)";
     out << cell(std::to_string(i + 1), 4)
-        << cell(std::string(2 * r.depth, ' ') + r.name, name_width) << cell(r.mode, 18)
-        << cell(r.inputs, 18) << cell(detail::format_bytes(r.bytes_held), 12) << cell(rebuilt, 24)
-        << cell(ops, 22) << cell(r.replays == 0 ? "-" : std::to_string(r.draws_written), 7)
+        << cell(std::string(2 * r.depth, ' ') + r.name, name_width) << cell(r.mode_text(), 18)
+        << cell(to_string(r.inputs), 18) << cell(detail::format_bytes(r.bytes_held), 12)
+        << cell(rebuilt, 24) << cell(ops, 22)
+        << cell(r.replays == 0 ? "-" : std::to_string(r.draws_written), 7)
         << (r.rebuilds == 0 ? "-" : ledger_ms(r.host_ns)) << "\n";
     if (!r.plan_entry.empty()) {
       out << "    plan: " << r.plan_entry << "; estimated " << detail::format_bytes(r.plan_bytes)
@@ -223,50 +326,24 @@ std::string StepLedger::str() const {
   return out.str();
 }
 
+// Note [ The ledger's JSON format ]
+// "recompose.step_ledger", versioned: a reader checks the version it knows. Version 2: the
+// timeline's regions_at_turn and rest_at_turn, totals.bytes_held_covers. Version 3: a row's mode
+// is the LedgerMode alone ("full", "selective", "custom contexts", "offload"), with swap_inputs
+// and offloaded beside it (version 2 wrote "full + swap inputs + offload" in mode).
+constexpr int kLedgerFormatVersion = 3;
+
 std::string StepLedger::json() const {
   const std::vector<LedgerRegion> regions = this->regions();
-  std::ostringstream out;
-  // Version 2: the timeline's regions_at_turn and rest_at_turn, totals' bytes_held_covers.
-  out << "{\"format\": \"recompose.step_ledger\", \"version\": 2, \"regions\": [";
-  using detail::json_string;
-  for (std::size_t i = 0; i < regions.size(); ++i) {
-    const LedgerRegion& r = regions[i];
-    out << (i == 0 ? "" : ", ") << "{\"name\": " << json_string(r.name)
-        << ", \"depth\": " << r.depth << ", \"mode\": " << json_string(r.mode)
-        << ", \"inputs\": " << json_string(r.inputs) << ", \"bytes_held\": " << r.bytes_held
-        << ", \"rebuilt\": " << json_string(r.rebuilt()) << ", \"rebuilds\": " << r.rebuilds
-        << ", \"replays\": " << r.replays << ", \"reruns\": " << r.reruns
-        << ", \"fallback_reason\": " << json_string(r.fallback_reason)
-        << ", \"ops_run\": " << r.ops_run << ", \"ops_skipped\": " << r.ops_skipped
-        << ", \"ops_substituted\": " << r.ops_substituted
-        << ", \"draws_written\": " << r.draws_written
-        << ", \"writes_carried\": " << r.writes_carried << ", \"host_ns\": " << r.host_ns
-        << ", \"unmatched_policy_names\": [";
-    for (std::size_t k = 0; k < r.unmatched_policy_names.size(); ++k)
-      out << (k == 0 ? "" : ", ") << json_string(r.unmatched_policy_names[k]);
-    out << "], \"checkpointed\": " << (r.checkpointed ? "true" : "false")
-        << ", \"plan_entry\": " << json_string(r.plan_entry) << ", \"plan_bytes\": " << r.plan_bytes
-        << ", \"swap\": " << swap_json(r.swap) << ", \"kept\": [";
-    for (std::size_t k = 0; k < r.kept.size(); ++k) {
-      out << (k == 0 ? "" : ", ") << "{\"reason\": " << json_string(r.kept[k].reason)
-          << ", \"tensors\": " << r.kept[k].tensors << ", \"bytes\": " << r.kept[k].bytes << "}";
-    }
-    out << "]}";
-  }
-  const LedgerTotals t(regions);
-  out << "], \"totals\": {\"regions\": " << regions.size() << ", \"bytes_held\": " << t.bytes_held
-      << ", \"bytes_held_covers\": \"the rows' inputs and kept outputs when their forwards "
-         "ended, each storage once; not the rest of the step (timeline.rest_at_turn)\""
-      << ", \"rebuilds\": " << t.rebuilds << ", \"replays\": " << t.replays
-      << ", \"reruns\": " << t.reruns << ", \"not_rebuilt\": " << t.not_rebuilt
-      << ", \"ops_run\": " << t.ops_run << ", \"ops_skipped\": " << t.ops_skipped
-      << ", \"ops_substituted\": " << t.ops_substituted
-      << ", \"draws_written\": " << t.draws_written << ", \"writes_carried\": " << t.writes_carried
-      << ", \"host_ns\": " << t.host_ns << ", \"offload_only\": " << t.offload_only
-      << ", \"swap\": " << swap_json(t.swap) << ", \"tensors_kept\": " << t.tensors_kept
-      << ", \"bytes_kept\": " << t.bytes_kept
-      << "}, \"timeline\": " << detail::timeline_json(timeline()) << "}";
-  return out.str();
+  detail::json::Json rows = detail::json::Json::array();
+  for (const LedgerRegion& r : regions) rows.push_back(region_json(r));
+  const detail::json::Json document = {
+      {"format", "recompose.step_ledger"},
+      {"version", kLedgerFormatVersion},
+      {"regions", std::move(rows)},
+      {"totals", totals_json(LedgerTotals(regions), regions.size())},
+      {"timeline", detail::timeline_json(timeline())}};
+  return detail::json::dump(document);
 }
 
 std::ostream& operator<<(std::ostream& out, const StepLedger& ledger) {

@@ -2,7 +2,6 @@
 #include "ledger/step_ledger_timeline_format.h"
 
 #include "engine/format_bytes.h"
-#include "ledger/json_string.h"
 
 #include <map>
 #include <sstream>
@@ -80,27 +79,28 @@ std::string timeline_text(const LedgerTimeline& t) {
   return out.str();
 }
 
-std::string timeline_json(const LedgerTimeline& t) {
-  std::ostringstream out;
-  out << "{\"device\": " << json_string(t.device) << ", \"source\": " << json_string(t.source)
-      << ", \"measured\": " << (t.measured() ? "true" : "false") << ", \"turn\": " << t.turn
-      << ", \"peak_bytes\": " << t.peak_bytes << ", \"peak_mark\": " << t.peak_mark
-      << ", \"regions_at_turn\": " << t.regions_at_turn << ", \"rest_at_turn\": " << t.rest_at_turn
-      << ", \"marks\": [";
-  for (std::size_t i = 0; i < t.marks.size(); ++i) {
-    const LedgerMark& m = t.marks[i];
-    out << (i == 0 ? "" : ", ") << "{\"kind\": " << json_string(m.kind)
-        << ", \"label\": " << json_string(m.label) << ", \"region\": " << m.region
-        << ", \"bytes\": " << m.bytes << ", \"peak\": " << m.peak << "}";
+json::Json timeline_json(const LedgerTimeline& t) {
+  json::Json marks = json::Json::array();
+  for (const LedgerMark& m : t.marks) {
+    marks.push_back({{"kind", m.kind},
+                     {"label", m.label},
+                     {"region", m.region},
+                     {"bytes", m.bytes},
+                     {"peak", m.peak}});
   }
-  out << "], \"holders\": [";
-  for (std::size_t i = 0; i < t.holders.size(); ++i) {
-    const LedgerHolder& h = t.holders[i];
-    out << (i == 0 ? "" : ", ") << "{\"region\": " << h.region
-        << ", \"name\": " << json_string(h.name) << ", \"bytes\": " << h.bytes << "}";
-  }
-  out << "]}";
-  return out.str();
+  json::Json holders = json::Json::array();
+  for (const LedgerHolder& h : t.holders)
+    holders.push_back({{"region", h.region}, {"name", h.name}, {"bytes", h.bytes}});
+  return {{"device", t.device},
+          {"source", t.source},
+          {"measured", t.measured()},
+          {"turn", t.turn},
+          {"peak_bytes", t.peak_bytes},
+          {"peak_mark", t.peak_mark},
+          {"regions_at_turn", t.regions_at_turn},
+          {"rest_at_turn", t.rest_at_turn},
+          {"marks", std::move(marks)},
+          {"holders", std::move(holders)}};
 }
 
 }  // namespace recompose::detail

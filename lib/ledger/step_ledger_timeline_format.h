@@ -2,6 +2,8 @@
 // (the "timeline" member of StepLedger::json()).
 #pragma once
 
+#include "json/json_io.h"
+
 #include <recompose/step_ledger.h>
 
 #include <string>
@@ -9,7 +11,7 @@
 namespace recompose::detail {
 
 std::string timeline_text(const LedgerTimeline& timeline);
-std::string timeline_json(const LedgerTimeline& timeline);
+json::Json timeline_json(const LedgerTimeline& timeline);
 // "blocks.0 forward end", "backward", "start".
 std::string mark_name(const LedgerMark& mark);
 

@@ -1,6 +1,6 @@
 // Plan as a table and as JSON.
 #include "engine/format_bytes.h"
-#include "json_io.h"
+#include "json/json_io.h"
 
 #include <recompose/memory_plan.h>
 
@@ -202,14 +202,13 @@ Plan Plan::from_json(std::string_view text) {
   json::read_members(v, "budget_bytes", p.budget_bytes, "bytes", p.bytes, "step_seconds",
                      p.step_seconds, "none_bytes", p.none_bytes, "none_step_seconds",
                      p.none_step_seconds, "solve_seconds", p.solve_seconds);
-  if (v.contains("peak_bytes"))
-    json::read(v, "peak_bytes", p.peak_bytes);  // absent before issue 27
-  if (v.contains("backward_measured"))
-    json::read(v, "backward_measured", p.backward_measured);  // issue 25
   if (version >= 2) {
-    json::read_members(v, "planning_seconds", p.planning_seconds, "planning_steps",
-                       p.planning_steps);
+    json::read_members(v, "peak_bytes", p.peak_bytes, "backward_measured", p.backward_measured,
+                       "planning_seconds", p.planning_seconds, "planning_steps", p.planning_steps);
     p.trials = trials_from(v);
+  } else {  // version 1: no trials; its earliest files lack peak_bytes and backward_measured
+    if (v.contains("peak_bytes")) json::read(v, "peak_bytes", p.peak_bytes);
+    if (v.contains("backward_measured")) json::read(v, "backward_measured", p.backward_measured);
   }
   for (const auto& m : json::array(v, "modules")) {
     ModulePlan mp;

@@ -1,6 +1,6 @@
 // MemoryProfile as text and as JSON.
 #include "engine/format_bytes.h"
-#include "json_io.h"
+#include "json/json_io.h"
 
 #include <recompose/memory_profile.h>
 
@@ -13,7 +13,75 @@
 namespace recompose {
 namespace {
 
-constexpr int kProfileFormatVersion = 1;
+// Version 2 writes every member and reads them all; version 1 files (before the profile measured
+// backward, shared inputs, kept draws and the replay's dependencies) lack some of them, which read
+// as absent: no input shared, no draw kept, recomputations taken as reruns, backward unmeasured,
+// no dependency recorded.
+constexpr int kProfileFormatVersion = 2;
+
+// A member version 1 may lack: read if present, else left as it is.
+template <class T>
+void read_if_present(const detail::json::Json& object, const char* key, T& out) {
+  if (object.contains(key)) detail::json::read(object, key, out);
+}
+
+OpProfile op_from(const detail::json::Json& o, int64_t version) {
+  namespace json = detail::json;
+  OpProfile op;
+  json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes", op.output_bytes,
+                     "seconds", op.seconds, "random", op.random, "inplace", op.inplace, "view",
+                     op.view, "mutated", op.mutated);
+  if (version >= 2) {
+    json::read_members(o, "carries_write", op.carries_write, "saved_for_backward",
+                       op.saved_for_backward);
+  } else {
+    read_if_present(o, "carries_write", op.carries_write);
+    read_if_present(o, "saved_for_backward", op.saved_for_backward);
+  }
+  if (version >= 2 || o.contains("reads")) {
+    for (const auto& r : json::array(o, "reads")) {
+      if (!r.is_number_integer() || r.get<int64_t>() < 0) {
+        throw std::invalid_argument(
+            "recompose: MemoryProfile::from_json: an op's reads must be op indices, got " +
+            r.dump());
+      }
+      op.reads.push_back(r.get<int64_t>());
+    }
+  }
+  return op;
+}
+
+ModuleProfile module_from(const detail::json::Json& m, int64_t version) {
+  namespace json = detail::json;
+  ModuleProfile mp;
+  json::read_members(m, "name", mp.name, "type", mp.type, "calls", mp.calls, "input_bytes",
+                     mp.input_bytes, "saved_bytes", mp.saved_bytes, "forward_seconds",
+                     mp.forward_seconds, "selective_forward_seconds", mp.selective_forward_seconds,
+                     "replay_seconds", mp.replay_seconds);
+  if (version >= 2) {
+    json::read_members(m, "shared_input_bytes", mp.shared_input_bytes, "draw_bytes", mp.draw_bytes,
+                       "replayed", mp.replayed, "backward_seconds", mp.backward_seconds,
+                       "dependencies_recorded", mp.dependencies_recorded);
+  } else {
+    read_if_present(m, "shared_input_bytes", mp.shared_input_bytes);
+    read_if_present(m, "draw_bytes", mp.draw_bytes);
+    read_if_present(m, "replayed", mp.replayed);
+    read_if_present(m, "backward_seconds", mp.backward_seconds);
+    read_if_present(m, "dependencies_recorded", mp.dependencies_recorded);
+  }
+  for (const auto& o : json::array(m, "ops")) mp.ops.push_back(op_from(o, version));
+  for (size_t k = 0; k < mp.ops.size(); ++k) {
+    for (const int64_t r : mp.ops[k].reads) {
+      if (r >= static_cast<int64_t>(mp.ops.size()) || r == static_cast<int64_t>(k)) {
+        throw std::invalid_argument("recompose: MemoryProfile::from_json: module '" + mp.name +
+                                    "': op " + std::to_string(k) + " reads op " +
+                                    std::to_string(r) + ", not another op of " +
+                                    std::to_string(mp.ops.size()));
+      }
+    }
+  }
+  return mp;
+}
 
 }  // namespace
 
@@ -134,66 +202,20 @@ MemoryProfile MemoryProfile::from_json(std::string_view text) {
   }
   int64_t version = 0;
   json::read(v, "version", version);
-  if (version != kProfileFormatVersion) {
+  if (version != 1 && version != kProfileFormatVersion) {
     throw std::invalid_argument("recompose: MemoryProfile::from_json: profile format version " +
                                 v["version"].dump() + ", this recompose reads version " +
-                                std::to_string(kProfileFormatVersion));
+                                std::to_string(kProfileFormatVersion) + " (and 1)");
   }
   MemoryProfile p;
   json::read_members(v, "device", p.device, "bytes_held", p.bytes_held, "other_bytes",
                      p.other_bytes, "step_seconds", p.step_seconds, "copy_bandwidth",
                      p.copy_bandwidth, "profile_seconds", p.profile_seconds);
-  if (v.contains("resident_bytes"))
-    json::read(v, "resident_bytes", p.resident_bytes);  // absent before issue 27
-  for (const auto& m : json::array(v, "modules")) {
-    ModuleProfile mp;
-    json::read_members(m, "name", mp.name, "type", mp.type, "calls", mp.calls, "input_bytes",
-                       mp.input_bytes, "saved_bytes", mp.saved_bytes, "forward_seconds",
-                       mp.forward_seconds, "selective_forward_seconds",
-                       mp.selective_forward_seconds, "replay_seconds", mp.replay_seconds);
-    // Absent before issue 31: no input counted as shared.
-    if (m.contains("shared_input_bytes"))
-      json::read(m, "shared_input_bytes", mp.shared_input_bytes);
-    // Absent before issue 33: no draw kept.
-    if (m.contains("draw_bytes")) json::read(m, "draw_bytes", mp.draw_bytes);
-    // Absent before issue 25: a rerun, backward not measured.
-    if (m.contains("replayed")) json::read(m, "replayed", mp.replayed);
-    if (m.contains("backward_seconds")) json::read(m, "backward_seconds", mp.backward_seconds);
-    for (const auto& o : json::array(m, "ops")) {
-      OpProfile op;
-      json::read_members(o, "op", op.op, "call_index", op.call_index, "output_bytes",
-                         op.output_bytes, "seconds", op.seconds, "random", op.random, "inplace",
-                         op.inplace, "view", op.view, "mutated", op.mutated);
-      // Absent before the planner modelled the replay's dependency walk.
-      if (o.contains("carries_write")) json::read(o, "carries_write", op.carries_write);
-      if (o.contains("saved_for_backward"))
-        json::read(o, "saved_for_backward", op.saved_for_backward);
-      if (o.contains("reads")) {
-        for (const auto& r : json::array(o, "reads")) {
-          if (!r.is_number_integer() || r.get<int64_t>() < 0) {
-            throw std::invalid_argument(
-                "recompose: MemoryProfile::from_json: an op's reads must be op indices, got " +
-                r.dump());
-          }
-          op.reads.push_back(r.get<int64_t>());
-        }
-      }
-      mp.ops.push_back(std::move(op));
-    }
-    if (m.contains("dependencies_recorded"))
-      json::read(m, "dependencies_recorded", mp.dependencies_recorded);
-    for (size_t k = 0; k < mp.ops.size(); ++k) {
-      for (const int64_t r : mp.ops[k].reads) {
-        if (r >= static_cast<int64_t>(mp.ops.size()) || r == static_cast<int64_t>(k)) {
-          throw std::invalid_argument("recompose: MemoryProfile::from_json: module '" + mp.name +
-                                      "': op " + std::to_string(k) + " reads op " +
-                                      std::to_string(r) + ", not another op of " +
-                                      std::to_string(mp.ops.size()));
-        }
-      }
-    }
-    p.modules.push_back(std::move(mp));
-  }
+  if (version >= 2)
+    json::read(v, "resident_bytes", p.resident_bytes);
+  else
+    read_if_present(v, "resident_bytes", p.resident_bytes);
+  for (const auto& m : json::array(v, "modules")) p.modules.push_back(module_from(m, version));
   return p;
 }
 

@@ -11,11 +11,11 @@
 //     the order it saved them. The first OffloadOptions::warmup_calls (4) calls of a module with
 //     one shape measure their windows (forward: the call's own forward time unless given;
 //     backward: given, or twice the forward). The first three of them choose their copies by
-//     their own windows, as before (moving nothing until the decision would hold the device's
-//     peak at a plain step's for those steps). Why four: the first call of a shape pays one-off
-//     costs (allocator growth, library handles, autotuning) and is the longest, so it never
-//     decides; the shortest window of the three after it does. On the H100 long and short
-//     windows came about equally often, so three samples all long happen about one time in
+//     their own windows, each call deciding for itself (moving nothing until the decision would
+//     hold the device's peak at a plain step's for those steps). Why four: the first call of a
+//     shape pays one-off costs (allocator growth, library handles, autotuning) and is the longest,
+//     so it never decides; the shortest window of the three after it does. On the H100 long and
+//     short windows came about equally often, so three samples all long happen about one time in
 //     eight; a longer warm-up leaves more steps choosing per call (and `gpt`'s medians count
 //     them).
 //  2. The decision, at the warm-up's last call: from the link and the shortest forward and
@@ -29,7 +29,7 @@
 //  3. A new shape (new input sizes, another sequence length): a call whose saved tensors differ
 //     from every shape recorded starts a warm-up of its own; a decision is never applied to other
 //     bytes. A module records up to kMaxShapes shapes, forgetting the least recently used beyond,
-//     so a model whose shapes seldom repeat keeps choosing per call, as before.
+//     so a model whose shapes seldom repeat keeps choosing per call, as a warm-up call does.
 //  4. Gradients and progress do not depend on the decision: it only picks which saved tensors
 //     leave the device, each is unpacked from wherever it is, and a tensor backward asked for
 //     before its copy started stays on the device whatever was decided (keep_last_on_device).

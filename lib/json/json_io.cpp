@@ -1,4 +1,4 @@
-#include "json_io.h"
+#include "json/json_io.h"
 
 #include <recompose/checkpoint_error.h>
 

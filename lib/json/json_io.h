@@ -1,6 +1,7 @@
-// The planner's JSON files (plans, profiles) through nlohmann/json: members kept in the order
-// they are written, typed reads whose errors say which member is wrong, and whole-file I/O.
-// Internal to lib/planner: no public header includes nlohmann.
+// recompose's JSON documents (the planner's plans and profiles, the ledger's JSON and Chrome
+// trace) through nlohmann/json: members kept in the order they are written, typed reads whose
+// errors say which member is wrong, and whole-file I/O. Internal to the library: no public header
+// includes nlohmann.
 #pragma once
 
 #include <nlohmann/json.hpp>
