@@ -29,6 +29,20 @@ OffloadStats OffloadCounters::snapshot() const {
   return s;
 }
 
+void OffloadCounters::kept(events::KeptReason why, int64_t bytes, const events::Tag& region) {
+  if (why == events::KeptReason::OverCopyWindow) {
+    tensors_over_window += 1;
+    bytes_over_window += bytes;
+  } else if (why == events::KeptReason::AskedForBeforeItLeft) {
+    tensors_left_on_device += 1;
+    bytes_left_on_device += bytes;
+  } else {
+    tensors_kept += 1;
+    bytes_kept += bytes;
+  }
+  if (region) events::kept(*region, why, bytes);
+}
+
 void OffloadCounters::reset() {
   for (auto* c :
        {&calls, &tensors_offloaded, &bytes_offloaded, &tensors_kept, &bytes_kept,
@@ -69,12 +83,8 @@ at::Tensor DeferredTensor::get() {
     // Backward has reached the calls that kept their tensors: the newest offloaded ones are next.
     core_->prefetch_newest();
     if (!stayed_) {
-      counters_->tensors_left_on_device += 1;
-      counters_->bytes_left_on_device += static_cast<int64_t>(on_device_.nbytes());
-      if (region_) {
-        events::kept(*region_, events::KeptReason::AskedForBeforeItLeft,
-                     static_cast<int64_t>(on_device_.nbytes()));
-      }
+      counters_->kept(events::KeptReason::AskedForBeforeItLeft,
+                      static_cast<int64_t>(on_device_.nbytes()), region_);
     }
   }
   return on_device_;
@@ -91,12 +101,8 @@ void DeferredTensor::stay() {
   std::lock_guard lock(mutex_);
   if (stayed_ || swapped_ || !on_device_.defined()) return;
   stayed_ = true;
-  counters_->tensors_over_window += 1;
-  counters_->bytes_over_window += static_cast<int64_t>(on_device_.nbytes());
-  if (region_) {
-    events::kept(*region_, events::KeptReason::OverCopyWindow,
-                 static_cast<int64_t>(on_device_.nbytes()));
-  }
+  counters_->kept(events::KeptReason::OverCopyWindow, static_cast<int64_t>(on_device_.nbytes()),
+                  region_);
 }
 
 std::shared_ptr<SwappedTensor> DeferredTensor::swapped() {
@@ -133,15 +139,12 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       // the device, so a SavedTensorMeter counts it as it counts autograd's own (not parameters).
       kept_charge_ = MeterCharge(tensor);
       kept_ = std::move(detached);
-      batch_.core_->note_kept(tensor);
-      batch_.counters_->tensors_kept += 1;
-      batch_.counters_->bytes_kept += static_cast<int64_t>(tensor.nbytes());
-      if (region) {
-        events::kept(*region,
-                     eligible ? events::KeptReason::Policy
-                              : ineligible_reason(tensor, batch_.core_->options()),
-                     static_cast<int64_t>(tensor.nbytes()));
-      }
+      const events::KeptReason why = eligible ? events::KeptReason::Policy
+                                              : ineligible_reason(tensor, batch_.core_->options());
+      // The manager's SwapStats and the module's OffloadStats each count it; the sinks hear it
+      // once.
+      batch_.core_->note_kept(tensor, why, nullptr);
+      batch_.counters_->kept(why, static_cast<int64_t>(tensor.nbytes()), region);
       return;
     }
     deferred_ = std::make_shared<DeferredTensor>(batch_.core_, batch_.counters_,

@@ -43,6 +43,11 @@ struct OffloadCounters {
   std::atomic<int64_t> bytes_landed{0};
   std::atomic<int64_t> landing_nanoseconds{0};
 
+  // A saved tensor of `bytes` left on the device for `why`: counted under its pair (over the copy
+  // window, asked for before it left, else kept) and told to the sinks through `region` (null:
+  // none listens). One fact, both tallies.
+  void kept(events::KeptReason why, int64_t bytes, const events::Tag& region);
+
   OffloadStats snapshot() const;
   void reset();
 };

@@ -49,11 +49,14 @@ bool SwapCore::eligible(const at::Tensor& tensor) const {
   return worth_offloading(tensor, options_);
 }
 
-void SwapCore::note_kept(const at::Tensor& tensor) {
+void SwapCore::note_kept(const at::Tensor& tensor, events::KeptReason why,
+                         const events::Tag& region) {
+  const auto bytes = static_cast<int64_t>(tensor.nbytes());
   counters_.update([&](SwapStats& s) {
     ++s.tensors_kept;
-    s.bytes_kept += static_cast<int64_t>(tensor.nbytes());
+    s.bytes_kept += bytes;
   });
+  if (region) events::kept(*region, why, bytes);
 }
 
 std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor) {
@@ -116,13 +119,8 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
   e.fence = std::move(copy.fence);
   e.device_copy = source;
   e.state = SwapState::Offloading;
-  counters_.update([&](SwapStats& s) {
-    ++(hit ? s.pool_hits : s.pool_misses);
-    s.wait_seconds += copy.host_seconds;
-    ++s.tensors_offloaded;
-    s.bytes_offloaded += e.nbytes;
-  });
-  copy_launched(e, events::CopyCause::Offload, copy.host_seconds);
+  counters_.update([&](SwapStats& s) { ++(hit ? s.pool_hits : s.pool_misses); });
+  copy_launched(e, events::CopyCause::Offload, copy.host_seconds, counters_);
 }
 
 void SwapCore::poll_locked() {
@@ -200,13 +198,7 @@ void SwapCore::launch_reload_locked(SwapEntry& e, events::CopyCause cause) {
   e.state = SwapState::Reloaded;
   e.gets_since_reload = 0;
   ++e.generation;
-  counters_.update([&](SwapStats& s) {
-    s.wait_seconds += copy.host_seconds;
-    ++s.tensors_reloaded;
-    s.bytes_reloaded += e.nbytes;
-    ++(cause == events::CopyCause::Prefetch ? s.prefetched : s.sync_loads);
-  });
-  copy_launched(e, cause, copy.host_seconds);
+  copy_launched(e, cause, copy.host_seconds, counters_);
   report_landing(e);  // a synchronous copy has landed already
 }
 
@@ -261,12 +253,7 @@ at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
   if (generation) *generation = e.generation;
   at::Tensor result = e.reloaded;
   if (!e.fence->done()) {  // a reload not landed yet (never on devices without streams)
-    const double waited = options_.measure_waits() ? e.fence->synchronize() : 0;
-    counters_.update([&](SwapStats& s) {
-      ++s.late_reloads;
-      s.wait_seconds += waited;
-    });
-    if (e.region) events::reload_late(*e.region, static_cast<int64_t>(waited * 1e9));
+    reload_late(e, options_.measure_waits() ? e.fence->synchronize() : 0, counters_);
   }
   report_landing(e);
   copies_.hand_over(result, *e.fence, e.device);

@@ -47,8 +47,9 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   // without it, the region whose forward runs on this thread.
   std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor);
   std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor, events::Tag region);
-  // Counts a saved tensor that a policy left on the device.
-  void note_kept(const at::Tensor& tensor);
+  // A saved tensor left on the device (not eligible, or a policy's choice), for `why`: counted in
+  // SwapStats and told to the sinks through `region` (null: none listens).
+  void note_kept(const at::Tensor& tensor, events::KeptReason why, const events::Tag& region);
 
   // SwappedTensor operations.
   // `generation`, if given, receives the reload generation the caller was served from (for

@@ -24,11 +24,7 @@ void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
   if (!core_->eligible(tensor)) {
     InternalOpsGuard internal;  // recompose's detach, not the user's op
     kept_ = tensor.detach();
-    core_->note_kept(tensor);
-    if (auto region = events::forward_tag()) {
-      events::kept(*region, ineligible_reason(tensor, core_->options()),
-                   static_cast<int64_t>(tensor.nbytes()));
-    }
+    core_->note_kept(tensor, ineligible_reason(tensor, core_->options()), events::forward_tag());
     return;
   }
   if (defer_ && may_be_written_by_saving_op(tensor)) {
