@@ -124,7 +124,9 @@ TEST_SUITE("planner trials") {
     // A planning budget of 3 s beyond the profile, in plain steps: in plain steps alone (5000 of
     // 0.3 ms) a machine busy enough to double the recomputations' waits left no room to try the
     // second candidate, and full checkpointing, the only one measured, was chosen.
-    const double planning_steps = (profile.profile_seconds + 3.0) / profile.step_seconds;
+    // And 10 steps more: a machine so busy that the profile's least step took 700 ms (not 0.3) has
+    // room for rounds too.
+    const double planning_steps = (profile.profile_seconds + 3.0) / profile.step_seconds + 10;
     const auto options = recompose::PlannerOptions().trials(
         recompose::TrialOptions().max_estimate_ratio(1e9).max_candidates(8).max_planning_steps(
             planning_steps));
@@ -382,7 +384,9 @@ TEST_SUITE("planner stability") {
     // (the project's 2-core machine with builds beside) makes one profile's times several times
     // the other's, which no planner could plan alike from; then profile again.
     auto alike = [](const recompose::MemoryProfile& p, const recompose::MemoryProfile& q) {
-      auto close = [](double x, double y) { return x <= 1.25 * y && y <= 1.25 * x; };
+      // Within 10%: profiles 25% apart (a load average of 6 on this 2-core machine) gave plans
+      // 1-3% apart as each other's profile priced them.
+      auto close = [](double x, double y) { return x <= 1.1 * y && y <= 1.1 * x; };
       bool ok = close(p.step_seconds, q.step_seconds);
       for (size_t i = 0; i < p.modules.size(); ++i) {
         ok = ok && close(p.modules[i].forward_seconds, q.modules[i].forward_seconds) &&
@@ -392,13 +396,13 @@ TEST_SUITE("planner stability") {
     };
     auto a = stable_profile();
     auto b = stable_profile();
-    for (int attempt = 1; attempt < 5 && !alike(a, b); ++attempt) {
+    for (int attempt = 1; attempt < 8 && !alike(a, b); ++attempt) {
       a = stable_profile();
       b = stable_profile();
     }
     if (!alike(a, b)) {
       WARN_MESSAGE(false,
-                   "five pairs of profiles measured too differently to compare (a busy "
+                   "eight pairs of profiles measured too differently to compare (a busy "
                    "machine): stability not checked");
       return;
     }
