@@ -475,6 +475,58 @@ TEST_SUITE("cuda" * doctest::skip(!has_cuda())) {
 
 #ifndef RECOMPOSE_TEST_NO_SELECTIVE
   TEST_CASE(
+      "cuda selective: native_dropout's kept mask and the kept weight casts rebuild the block "
+      "bitwise") {
+    // Dropout on CUDA is aten::native_dropout: its mask is kept where the replay needs it alone
+    // (lib/selective/dropout_draw.h); under bf16 autocast the weights' casts are kept
+    // (parameter_casts.h). Gradients and the CUDA generator as without checkpointing.
+    DeterministicCuda deterministic;
+    torch::manual_seed(21);
+    // The input requires no grad: autocast's cast of a leaf that requires grad counts as a
+    // parameter's.
+    const torch::Tensor x = torch::randn({4, 16, 64}, torch::TensorOptions().device(kCuda));
+    const torch::Tensor w1 = (torch::randn({256, 64}) * 0.1).to(kCuda).requires_grad_(true);
+    const torch::Tensor w2 = (torch::randn({64, 256}) * 0.1).to(kCuda).requires_grad_(true);
+    auto body = [&](const torch::Tensor& t) {
+      auto r = t + torch::dropout(torch::linear(torch::gelu(torch::linear(t, w1)), w2), 0.2, true);
+      return (r + torch::dropout(torch::layer_norm(r, {64}), 0.3, true)).to(torch::kFloat);
+    };
+    const auto policy = recompose::transformer_policy(
+        recompose::TransformerPolicyOptions().parameter_cast_budget(1e6));
+    for (const bool bf16 : {false, true}) {
+      CAPTURE(bf16);
+      auto step = [&](bool checkpointed) {
+        torch::manual_seed(22);
+        const auto grads = rt::grads_of(
+            [&] {
+              at::autocast::set_autocast_enabled(at::kCUDA, bf16);
+              at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+              auto y = checkpointed ? recompose::checkpoint(
+                                          recompose::CheckpointOptions().policy(policy), body, x)
+                                    : body(x);
+              at::autocast::set_autocast_enabled(at::kCUDA, false);
+              at::autocast::clear_cache();
+              return y.square().sum();
+            },
+            {w1, w2});
+        return std::make_pair(grads, cuda_generator_state());
+      };
+      const auto [plain, plain_state] = step(false);
+      recompose::reset_selective_replay_stats();
+      const auto [ckpt, ckpt_state] = step(true);
+      const auto stats = recompose::selective_replay_stats();
+      CHECK(rt::bitwise_equal(plain, ckpt));
+      CHECK(torch::equal(ckpt_state, plain_state));
+      CHECK(stats.replayed == 1);
+      CHECK(stats.fallbacks == 0);
+      // The second dropout's mask alone is needed: kept, nothing run for it. The first's output
+      // feeds the layer norm: its mask is released and native_dropout runs again, as before.
+      CHECK(stats.draws_written == 1);
+      CHECK(stats.casts_kept == (bf16 ? 2 : 0));
+    }
+  }
+
+  TEST_CASE(
       "cuda selective: saving mm and recomputing the rest gives the plain gradients, without "
       "rerunning mm") {
     DeterministicCuda deterministic;

@@ -48,6 +48,10 @@ struct PolicyReportOp {
   CheckpointPolicy decision = CheckpointPolicy::PREFER_RECOMPUTE;
   bool kept() const;     // MUST_SAVE, PREFER_SAVE (kept on the device)
   bool swapped() const;  // MUST_SWAP
+  // Kept by the region for its replay, whatever the policy decided: an autocast parameter cast
+  // within the policy's budget (SelectivePolicy::keep_parameter_casts), or a dropout's draw (its
+  // bits on CPU, native_dropout's bool mask on CUDA): the bytes held; 0 for none.
+  int64_t bytes_kept_for_replay = 0;
 };
 
 struct PolicyReport {
@@ -56,6 +60,10 @@ struct PolicyReport {
       ops;  // in the order they ran (aten::detach and metadata ops left out)
   int64_t ops_kept = 0, ops_swapped = 0, ops_recomputed = 0;
   int64_t bytes_kept = 0, bytes_swapped = 0;  // sums of output bytes of those ops
+  // What the region keeps for its replay beyond the policy's outputs (PolicyReportOp::
+  // bytes_kept_for_replay): autocast's parameter casts and dropout's draws, counts and bytes.
+  int64_t casts_kept_for_replay = 0, bytes_of_casts_kept = 0;
+  int64_t draws_kept = 0, bytes_of_draws_kept = 0;
   // Measured with a SavedTensorMeter around each forward: what the region's forward leaves held
   // for backward (its inputs are not counted: the caller holds them either way).
   int64_t bytes_held_with_policy = 0;

@@ -142,9 +142,26 @@ class SelectivePolicy {
   /// inspect_policy reports those that no op of a region matched (PolicyReport::unmatched_names).
   const std::vector<std::string>& op_names() const { return op_names_; }
 
+  /// Under autocast, keep the casts of parameters (aten::_to_copy of a float32 leaf that requires
+  /// grad, to bfloat16 or float16: ops no policy is shown) that autograd saved in the region's
+  /// forward, so that the replay takes them instead of casting again; smallest first, while they
+  /// and the region's kept dropout draws hold at most `budget` times what the region would hold
+  /// without checkpointing (0: keep none, the default for a policy you write; transformer_policy
+  /// sets TransformerPolicyOptions::parameter_cast_budget). The rest are cast again in the replay.
+  /// Throws std::invalid_argument for a negative or NaN budget.
+  ///
+  /// Example:
+  /// ```
+  /// auto policy = recompose::SelectivePolicy({"aten::mm"}).keep_parameter_casts(0.1);
+  /// ```
+  SelectivePolicy& keep_parameter_casts(double budget);
+  /// The budget of keep_parameter_casts (0: none kept).
+  double parameter_cast_budget() const { return parameter_cast_budget_; }
+
  private:
   PolicyFn fn_;
   std::vector<std::string> op_names_;
+  double parameter_cast_budget_ = 0;
 };
 
 /// The forward/recompute context pair of one region invocation for `policy` (PyTorch's
@@ -215,8 +232,12 @@ struct SelectiveReplayStats {
   /// (_safe_softmax as softmax where no row was fully masked, on CPU).
   int64_t ops_substituted = 0;
   /// Random ops the replays did not run: what they drew in the forward, kept as one bit per
-  /// element, written back (dropout's bernoulli_ on CPU).
+  /// element, written back (dropout's bernoulli_ on CPU), or native_dropout's outputs made from
+  /// its kept draw (bits on CPU, the bool mask on CUDA) without drawing again.
   int64_t draws_written = 0;
+  /// Autocast's casts of parameters the replays did not run: the forward's casts, kept for them
+  /// (SelectivePolicy::keep_parameter_casts; transformer_policy keeps them within its budget).
+  int64_t casts_kept = 0;
   /// In-place writes of the forward into kept outputs that the kept outputs carried (they hold
   /// the value after the write: no copy in the forward, no write in the replay), in the regions
   /// replayed.
@@ -267,6 +288,12 @@ struct TransformerPolicyOptions {
   /// saving all of them (torchtitan's "op" SAC option). Other matrix products are not counted.
   /// Default: false
   TORCH_ARG(bool, recompute_every_second_mm) = false;
+  /// Under autocast, the region keeps autocast's casts of parameters for the replay (which then
+  /// casts no parameter again) while they and its kept dropout draws hold at most this fraction of
+  /// what the region would hold without checkpointing (SelectivePolicy::keep_parameter_casts;
+  /// docs/guide/selective.md, "What transformer_policy keeps"). 0 keeps none, as torchtitan's
+  /// _save_list, which never sees the casts. Default: 0.065
+  TORCH_ARG(double, parameter_cast_budget) = 0.065;
 };
 
 /// A ready policy for transformer blocks, like torchtitan's: MUST_SAVE for compute-intensive ops
@@ -274,6 +301,11 @@ struct TransformerPolicyOptions {
 /// efficient, cudnn, flash for CPU), the full max reduction aten::max.default and
 /// _c10d_functional::reduce_scatter_tensor), PREFER_RECOMPUTE for the rest. Ops of the list
 /// that this LibTorch does not register are left out. `options`: see TransformerPolicyOptions.
+/// Beyond torchtitan's _save_list, the region keeps for its replay (whatever the policy):
+/// dropout's draws (bits on CPU; on CUDA native_dropout's bool mask, where the replay needs the
+/// mask alone), and under autocast the casts of parameters within `parameter_cast_budget` (0.065
+/// of what the region would hold without checkpointing, less the draws), so that the replay
+/// draws and casts less.
 ///
 /// Example:
 /// ```

@@ -20,6 +20,10 @@ const char* to_string(KeptReason reason) {
       return "over the copy window";
     case KeptReason::AskedForBeforeItLeft:
       return "asked for before it left";
+    case KeptReason::ParameterCastForReplay:
+      return "parameter cast for the replay";
+    case KeptReason::DrawForReplay:
+      return "dropout draw for the replay";
   }
   return "unknown";
 }

@@ -1,6 +1,7 @@
-// KeptReason: why swap or offload left a saved tensor on the device. One list for the swap rules
-// that decide it (lib/swap/eligibility.cpp), the events that report it and the readers that print
-// it (the step ledger).
+// KeptReason: why swap or offload left a saved tensor on the device, or why a selective region
+// keeps more than its policy's outputs. One list for the rules that decide it
+// (lib/swap/eligibility.cpp, lib/selective/parameter_casts.h), the events that report it and the
+// readers that print it (the step ledger).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,10 @@ enum class KeptReason : uint8_t {
   Policy,                // apply_offload's ActivationPolicy::SAVE
   OverCopyWindow,        // never-stall: its copy would not fit the window that hides it
   AskedForBeforeItLeft,  // apply_offload's last call (keep_last_on_device): backward wants it now
+  // Selective checkpointing, beyond the policy's outputs: what the region keeps so that its replay
+  // does not run the op again (lib/selective/parameter_casts.h, dropout_draw.h).
+  ParameterCastForReplay,  // autocast's casts of parameters, within the policy's budget
+  DrawForReplay,           // dropout's draws (bits on CPU, the bool mask on CUDA)
 };
 
 // The reason as the ledger prints it: "below min_bytes", "parameter", ...

@@ -20,7 +20,11 @@ bool swappable(const OpProfile& op);
 
 // Per op of `module`, whether transformer_policy keeps it (its own list, keepable ops only);
 // `every_second`: with every second aten::mm recomputed
-// (TransformerPolicyOptions::recompute_every_second_mm).
+// (TransformerPolicyOptions::recompute_every_second_mm). Beyond these ops, transformer_policy's
+// regions keep dropout's draws, which every selective candidate is charged
+// (ModuleProfile::draw_bytes), and under autocast parameter casts within its budget
+// (lib/selective/parameter_casts.h), which the planner's candidate does not: a plan applies it as
+// a save list, which keeps no cast, so its bytes are what that plan holds.
 std::vector<bool> transformer_keep_set(const ModuleProfile& module, bool every_second);
 
 }  // namespace recompose::detail

@@ -107,8 +107,8 @@ void unpack(const uint8_t* bits, int64_t n, void* data) {
   for (int64_t i = full * 8; i < n; ++i) raw[i] = table[bits[full]][i % 8];
 }
 
-// Calls f.template operator()<T, Raw>() for the floating dtypes a draw is kept for; false for
-// others.
+// Calls f.template operator()<T, Raw>() for the dtypes a draw is kept for (the floating ones, and
+// bool); false for others.
 template <class F>
 bool with_dtype(at::ScalarType dtype, F&& f) {
   switch (dtype) {
@@ -123,6 +123,9 @@ bool with_dtype(at::ScalarType dtype, F&& f) {
       return true;
     case at::kBFloat16:
       f.template operator()<c10::BFloat16, uint16_t>();
+      return true;
+    case at::kBool:  // native_dropout's mask: one byte, 0 or 1
+      f.template operator()<bool, uint8_t>();
       return true;
     default:
       return false;

@@ -17,10 +17,10 @@ namespace recompose::detail {
 
 class DrawMask {
  public:
-  // After the draw (of an op whose OpTraits::draw is set): `drawn` is the tensor it wrote into.
-  // nullptr when it cannot be kept as bits (not a contiguous CPU tensor of a floating dtype, or a
-  // value other than exactly +0 or 1): the replay then draws again, from the forward's generator
-  // state.
+  // After the draw (of an op whose OpTraits::draw is set): `drawn` is the tensor it wrote into
+  // (or native_dropout's bool mask, DropoutDraw). nullptr when it cannot be kept as bits (not a
+  // contiguous CPU tensor of a floating dtype or bool, or a value other than exactly +0 or 1):
+  // the replay then draws again, from the forward's generator state.
   static std::unique_ptr<DrawMask> capture(const at::Tensor& drawn);
 
   // Writes the kept draw into `target` (the replay's tensor where the forward drew, laid out

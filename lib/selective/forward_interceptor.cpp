@@ -2,6 +2,7 @@
 // of saved ops (copy-on-write or carrying the writes that follow), records the forward trace.
 #include "dispatch_interceptor.h"
 #include "draw_mask.h"
+#include "dropout_draw.h"
 #include "engine/internal_ops.h"
 #include "generator_effect.h"
 #include "sac_state.h"
@@ -30,6 +31,9 @@ class CachingInterceptor final : public OpInterceptor {
       s_.trace.begin(op, traits, *stack);
       run_below(op, stack);
       s_.trace.end(*stack, nullptr, nullptr);
+      // Kept for the replay, if the policy asks (settled when the forward ends).
+      if (s_.policy.parameter_cast_budget() > 0 && !s_.keeps_nothing_inside_full)
+        s_.trace.keep_cast(*stack);
       return;
     }
     if (!s_.carried_unversioned.empty()) s_.version_carried_writes();
@@ -114,6 +118,7 @@ class CachingInterceptor final : public OpInterceptor {
     if (!keeps_output(decision)) {
       s_.trace.end(*stack, nullptr,
                    rng ? std::make_unique<GeneratorEffect>(std::move(*rng)) : nullptr);
+      if (traits.native_dropout && s_.trace.recorded_for_replay()) keep_dropout_draw(args, *stack);
       return;
     }
     auto kept = std::make_unique<KeptOutput>();
@@ -127,6 +132,17 @@ class CachingInterceptor final : public OpInterceptor {
     s_.tally.kept(schema.name(), kept->entry.bytes());
     for (const c10::StorageImpl* st : kept->entry.storages()) s_.kept_storages.emplace(st, node);
     s_.trace.end(*stack, std::move(kept), nullptr);
+  }
+
+  // native_dropout(input, p, train) ran with `args`; its (output, mask) on top of `stack`. See
+  // Note [ Dropout's draw kept on every device ] (dropout_draw.h).
+  void keep_dropout_draw(const torch::jit::Stack& args, const torch::jit::Stack& stack) {
+    if (args.size() != 3 || !args[0].isTensor() || !args[1].isDouble() || stack.size() < 2 ||
+        !stack.back().isTensor())
+      return;
+    auto draw = DropoutDraw::capture(args[0].toTensor(), args[1].toDouble(), args[2],
+                                     stack.back().toTensor());
+    if (draw) s_.trace.keep_dropout_draw(std::move(draw));
   }
 
   // A kept output whose cache entry takes the value an in-place op is about to write.

@@ -132,7 +132,9 @@ ForwardSummary ForwardTrace::summary() const {
       next_call[node.op] = e.call_index + 1;
     }
     e.output_bytes = node.output_bytes;
-    e.draw_bytes = node.draw ? node.draw->bytes() : 0;
+    e.draw_bytes =
+        (node.draw ? node.draw->bytes() : 0) + (node.dropout ? node.dropout->bytes() : 0);
+    e.kept_cast_bytes = node.cast ? node.cast->bytes : 0;
     if (kind == SummaryOp::Kind::Decided) {
       for (const TensorUse& u : uses_read(node)) add_summary_reads(u, entry_of, ops, e.reads);
     }

@@ -34,9 +34,13 @@ struct SummaryOp {
   // of another order may appear: a write can read what was made after the op.
   std::vector<uint32_t> reads;
   bool saved_for_backward = false;  // autograd saved a tensor of a storage it created
-  // Of a Write that draws (dropout's bernoulli_ on CPU): the bits its draw is kept as (DrawMask),
-  // which the region holds, whatever the policy keeps, until it is rebuilt.
+  // Of a Write that draws (dropout's bernoulli_ on CPU): the bits its draw is kept as (DrawMask);
+  // of a native_dropout: its kept draw (bits on CPU, the bool mask on CUDA; DropoutDraw). The
+  // region holds them, whatever the policy keeps, until it is rebuilt.
   int64_t draw_bytes = 0;
+  // Of an AutocastCast: the bytes of the cast the region keeps for its replay (0: not kept, cast
+  // again there). Note [ Parameter casts kept for the replay ] (parameter_casts.h).
+  int64_t kept_cast_bytes = 0;
   // A later op of the region wrote into a storage of its outputs (created by it, or aliased).
   bool written_after = false;
   // Written after, and its kept output, were it the only one kept, would carry every such write

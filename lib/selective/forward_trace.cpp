@@ -255,7 +255,78 @@ void ForwardTrace::carry_write(const at::Tensor& written) {
 }
 
 void ForwardTrace::release_draws() {
-  for (Node& node : nodes_) node.draw.reset();
+  for (Node& node : nodes_) {
+    node.draw.reset();
+    node.dropout.reset();
+    node.cast.reset();
+  }
+}
+
+void ForwardTrace::keep_cast(const torch::jit::Stack& stack) {
+  Node& node = nodes_.back();
+  if (!for_replay_ || !node.complete || stack.empty() || !stack.back().isTensor()) return;
+  const at::Tensor& cast = stack.back().toTensor();
+  if (cast.defined() && cast.has_storage() && node.created.size() == 1)
+    node.cast = std::make_unique<KeptCast>(cast);
+}
+
+void ForwardTrace::keep_dropout_draw(std::unique_ptr<DropoutDraw> draw) {
+  Node& node = nodes_.back();
+  // Both outputs made storages of their own (the output and the mask): the replay makes both.
+  if (for_replay_ && node.complete && node.created.size() == 2 && node.arg_count > 0 &&
+      args_of(node)[0].kind == Arg::Kind::Tensor && args_of(node)[0].count == 1)
+    node.dropout = std::move(draw);
+}
+
+void ForwardTrace::release_masks_read_through() {
+  bool any = false;
+  for (const Node& node : nodes_) any = any || (node.dropout && node.dropout->on_device());
+  if (!any) return;
+  // The replay of every saved tensor (what backward asks for): where it reads a dropout's output,
+  // the kept mask saves about nothing on the device (Note [ Dropout's draw kept on every device ]).
+  const ReplayPlan plan =
+      plan_replay(/*rng_preserved=*/true, std::vector<bool>(saved_.size(), true));
+  for (uint32_t n = 0; n < nodes_.size(); ++n) {
+    Node& node = nodes_[n];
+    if (!node.dropout || !node.dropout->on_device()) continue;
+    const bool mask_alone =
+        plan.replayable() && plan.run[n] && plan.last_use[node.created[0].second] < 0;
+    if (mask_alone) {
+      node.dropout->hold();
+    } else {
+      node.dropout.reset();
+    }
+  }
+}
+
+KeptForReplay ForwardTrace::settle_kept_for_replay(double budget) {
+  release_masks_read_through();
+  KeptForReplay kept;
+  std::vector<uint32_t> offered;
+  std::vector<int64_t> bytes;
+  for (uint32_t n = 0; n < nodes_.size(); ++n) {
+    Node& node = nodes_[n];
+    if (node.draw) kept.draws.push_back(node.draw->bytes());
+    if (node.dropout) kept.draws.push_back(node.dropout->bytes());
+    if (!node.cast) continue;
+    if (!storages_[node.created.front().second].saved) {
+      node.cast.reset();  // autograd did not save it: no replay needs it
+      continue;
+    }
+    offered.push_back(n);
+    bytes.push_back(node.cast->bytes);
+  }
+  const std::vector<bool> keep =
+      casts_within(bytes, cast_room(budget, saved_bytes_from_ops_, kept.draw_bytes()));
+  for (std::size_t i = 0; i < offered.size(); ++i) {
+    if (keep[i]) {
+      nodes_[offered[i]].cast->hold();
+      kept.casts.push_back(bytes[i]);
+    } else {
+      nodes_[offered[i]].cast.reset();
+    }
+  }
+  return kept;
 }
 
 void ForwardTrace::saved(std::size_t index, const at::Tensor& tensor) {

@@ -14,11 +14,13 @@
 
 #include "batch_norm_replay.h"
 #include "draw_mask.h"
+#include "dropout_draw.h"
 #include "events/replay_outcome.h"
 #include "forward_summary.h"
 #include "generator_effect.h"
 #include "kept_output.h"
 #include "op_traits.h"
+#include "parameter_casts.h"
 #include "replay_plan.h"
 
 #include <ATen/core/Tensor.h>
@@ -107,6 +109,16 @@ class ForwardTrace {
            std::unique_ptr<GeneratorEffect> rng, std::unique_ptr<DrawMask> draw = nullptr);
   // The node begin() made last.
   uint32_t current_node() const { return static_cast<uint32_t>(nodes_.size() - 1); }
+  // After end() of an autocast parameter cast (its output on top of `stack`): the cast is kept for
+  // the replay until the forward ends (settle_kept_for_replay). Note [ Parameter casts kept for the
+  // replay ] (parameter_casts.h).
+  void keep_cast(const torch::jit::Stack& stack);
+  // After end() of a native_dropout: its draw, from which the replay makes both outputs.
+  void keep_dropout_draw(std::unique_ptr<DropoutDraw> draw);
+  // At the end of the forward: releases the device masks of dropouts whose output the replay
+  // reads, then keeps the casts autograd saved within `budget` (a fraction of
+  // saved_bytes_from_ops, less the draws' bytes), smallest first, and releases the rest.
+  KeptForReplay settle_kept_for_replay(double budget);
 
   // The forward's calls, per op (kept_output.h): a call of `op` was made, recorded as `node`
   // (OpCalls::kNoNode for a view). The forward registers each call once it returned.
@@ -157,7 +169,8 @@ class ForwardTrace {
   // of the storage, and never runs the write. Only after kept_output_unread() was true for it.
   void carry_write(const at::Tensor& written);
 
-  // Frees the kept draws (after the region's one recomputation): a later replay draws again.
+  // Frees the kept draws and casts (after the region's one recomputation): a later replay draws
+  // and casts again.
   void release_draws();
 
   // Bytes of the storages created by the region's ops that autograd saved in its forward: what
@@ -212,6 +225,8 @@ class ForwardTrace {
     uint32_t carrier = OpCalls::kNoNode;  // a write a kept output carries: that output's node
     std::unique_ptr<GeneratorEffect> rng;
     std::unique_ptr<DrawMask> draw;
+    std::unique_ptr<DropoutDraw> dropout;  // native_dropout's draw (dropout_draw.h)
+    std::unique_ptr<KeptCast> cast;        // an autocast parameter cast kept (parameter_casts.h)
     // A cheaper op the replay runs instead, with the same arguments (replay_substitute.h).
     std::optional<c10::OperatorHandle> replay_as;
     bool unsupported = false;    // an argument the replay cannot rebuild (tensors in a tuple...)
@@ -246,6 +261,9 @@ class ForwardTrace {
     return {uses_.data() + node.first_use, node.use_count};
   }
 
+  // settle_kept_for_replay's first step: device masks kept only where the replay needs the mask
+  // alone (Note [ Dropout's draw kept on every device ], dropout_draw.h).
+  void release_masks_read_through();
   // plan_replay's steps (replay_plan.cpp); each returns why the region cannot be replayed, or "".
   c10::ArrayRef<TensorUse> uses_read(const Node& node) const;
   std::string mark_producer(const TensorUse& use, std::vector<char>& run) const;

@@ -111,6 +111,7 @@ OpTraits compute(const c10::OperatorHandle& op) {
   t.random = op.hasTag(at::Tag::nondeterministic_seeded) || takes_generator(schema);
   t.draw = name.name == "aten::bernoulli_" &&
            (name.overload_name == "float" || name.overload_name == "Tensor");
+  t.native_dropout = name.name == "aten::native_dropout" && name.overload_name.empty();
   t.to_copy = name.name == "aten::_to_copy" && name.overload_name.empty();
   // What it runs instead must be registered too (it is, in every LibTorch of the range).
   static const bool softmax_registered = find_overload("aten::softmax.int").has_value();

@@ -45,6 +45,9 @@ struct OpTraits {
   bool random = false;
   // aten::bernoulli_ (either overload): writes only 0 and 1 into self, kept as bits (DrawMask).
   bool draw = false;
+  // aten::native_dropout (dropout on CUDA, and on CPU when called directly): in training its draw
+  // is kept (DropoutDraw) and the replay rebuilds both outputs from it.
+  bool native_dropout = false;
   // aten::_to_copy: a call may be one of autocast's cached parameter casts (per call:
   // autocast_cacheable_cast).
   bool to_copy = false;

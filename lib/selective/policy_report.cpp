@@ -31,6 +31,8 @@ namespace {
 
 using detail::format_bytes;
 
+constexpr const char* kAutocastCast = "autocast parameter cast";
+
 // The report's rows: the region's ops as its forward trace classified them (the policy saw the
 // ops that return new tensors), with the policy's decision for each it saw.
 std::vector<PolicyReportOp> report_ops(
@@ -43,6 +45,7 @@ std::vector<PolicyReportOp> report_ops(
     row.op = detail::overload_name(e.op);
     row.call_index = e.call_index;
     row.output_bytes = e.output_bytes;
+    row.bytes_kept_for_replay = e.draw_bytes + e.kept_cast_bytes;
     switch (e.kind) {
       case detail::SummaryOp::Kind::Decided: {
         row.shown_to_policy = true;
@@ -51,7 +54,7 @@ std::vector<PolicyReportOp> report_ops(
         break;
       }
       case detail::SummaryOp::Kind::AutocastCast:
-        row.why_hidden = "autocast parameter cast";
+        row.why_hidden = kAutocastCast;
         break;
       case detail::SummaryOp::Kind::Write:
       case detail::SummaryOp::Kind::View:
@@ -60,6 +63,26 @@ std::vector<PolicyReportOp> report_ops(
     }
   }
   return rows;
+}
+
+// The report's sums over its rows: what the policy kept, swapped and recomputed, and what the
+// region kept for its replay beyond that (parameter casts, dropout draws).
+void tally_ops(PolicyReport& report) {
+  for (const PolicyReportOp& o : report.ops) {
+    if (o.kept()) {
+      ++report.ops_kept;
+      report.bytes_kept += o.output_bytes;
+    } else if (o.swapped()) {
+      ++report.ops_swapped;
+      report.bytes_swapped += o.output_bytes;
+    } else {
+      ++report.ops_recomputed;
+    }
+    if (o.bytes_kept_for_replay == 0) continue;
+    const bool cast = o.why_hidden == kAutocastCast;
+    (cast ? report.casts_kept_for_replay : report.draws_kept) += 1;
+    (cast ? report.bytes_of_casts_kept : report.bytes_of_draws_kept) += o.bytes_kept_for_replay;
+  }
 }
 
 // The names of the policy's save list that no op shown to it matched. An op is reported as
@@ -75,9 +98,11 @@ std::vector<std::string> unmatched_names(const SelectivePolicy& policy,
 }
 
 const char* decision_name(const PolicyReportOp& op) {
+  if (op.why_hidden == kAutocastCast && op.bytes_kept_for_replay > 0) return "kept for the replay";
   if (!op.shown_to_policy) return "always recomputed";
   if (op.swapped()) return "swapped";
   if (op.kept()) return "kept";
+  if (op.bytes_kept_for_replay > 0) return "recomputed from its kept draw";
   return "recomputed";
 }
 
@@ -146,6 +171,12 @@ std::string PolicyReport::to_string() const {
   out << "  kept " << ops_kept << " op outputs (" << format_bytes(bytes_kept) << "), swapped "
       << ops_swapped << " (" << format_bytes(bytes_swapped) << "), recomputed " << ops_recomputed
       << " ops\n";
+  if (casts_kept_for_replay > 0 || draws_kept > 0) {
+    out << "  kept for the replay, whatever the policy: " << casts_kept_for_replay
+        << " autocast parameter casts (" << format_bytes(bytes_of_casts_kept) << "), " << draws_kept
+        << " dropout draws (" << format_bytes(bytes_of_draws_kept)
+        << "): the replay neither casts nor draws them again\n";
+  }
   out << "  held for backward: " << format_bytes(bytes_held_with_policy) << " with the policy, "
       << format_bytes(bytes_held_without_checkpointing) << " without checkpointing";
   if (bytes_held_without_checkpointing > 0) {
@@ -203,6 +234,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
     decisions[{detail::overload_name(op), ctx.call_index}] = d;
     return d;
   });
+  recording.keep_parameter_casts(policy.parameter_cast_budget());
   std::optional<detail::ForwardSummary> summary;
   {
     detail::PolicyWarningsOff warnings_off;  // this report says the same with its own words
@@ -237,17 +269,7 @@ PolicyReport inspect_policy(const SelectivePolicy& policy, const std::function<v
   }
 
   report.ops = report_ops(*summary, decisions);
-  for (const PolicyReportOp& o : report.ops) {
-    if (o.kept()) {
-      ++report.ops_kept;
-      report.bytes_kept += o.output_bytes;
-    } else if (o.swapped()) {
-      ++report.ops_swapped;
-      report.bytes_swapped += o.output_bytes;
-    } else {
-      ++report.ops_recomputed;
-    }
-  }
+  tally_ops(report);
   report.unmatched_names = unmatched_names(policy, report.ops);
   report.replay_fallback_reason = summary->replay_fallback;
   warn_once(report);

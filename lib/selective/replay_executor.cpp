@@ -72,6 +72,10 @@ class ForwardTrace::Executor {
         take_kept(node);
       } else if (node.draw) {
         write_draw(node, outcome);
+      } else if (node.cast) {
+        take_cast(node, outcome);
+      } else if (node.dropout) {
+        rebuild_dropout(node, outcome);
       } else {
         run_op(node, outcome);
       }
@@ -202,6 +206,30 @@ class ForwardTrace::Executor {
     ++outcome.draws_written;
   }
 
+  // An autocast parameter cast the forward kept: its tensor, not a cast again.
+  void take_cast(const Node& node, events::ReplayOutcome& outcome) {
+    const uint32_t id = node.created.front().second;
+    set_base(id, node.cast->value, plan_.last_write[id] >= 0);
+    ++outcome.casts_kept;
+  }
+
+  // native_dropout's outputs from its input and the kept draw: the mask, and the output where
+  // the replay reads it. The generators stay where backward found them, as after a redraw.
+  void rebuild_dropout(const Node& node, events::ReplayOutcome& outcome) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint32_t output = node.created[0].second;
+    const uint32_t mask_id = node.created[1].second;
+    const TensorGeometry& g = t_.storages_[mask_id].base;
+    at::Tensor mask = node.dropout->mask(g.sizes, g.strides);
+    if (plan_.last_use[output] >= 0) {
+      const at::Tensor input = materialize(t_.uses_of(node)[t_.args_of(node)[0].first]);
+      set_base(output, node.dropout->output(input, mask), false);
+    }
+    set_base(mask_id, std::move(mask), plan_.last_write[mask_id] >= 0);
+    outcome.op_ns += replay_ns_since(t0);
+    ++outcome.draws_written;
+  }
+
   void push_args(const Node& node, torch::jit::Stack& stack) {
     const c10::ArrayRef<TensorUse> uses = t_.uses_of(node);
     for (const Arg& arg : t_.args_of(node)) {
@@ -297,7 +325,8 @@ events::ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs
     KernelsOnlyGuard kernels_only;
     std::vector<at::Generator> generators;
     for (std::size_t n = 0; n < nodes_.size(); ++n) {
-      if (plan.run[n] && nodes_[n].rng && !nodes_[n].draw) nodes_[n].rng->collect(generators);
+      const Node& node = nodes_[n];
+      if (plan.run[n] && node.rng && !node.draw && !node.dropout) node.rng->collect(generators);
     }
     GeneratorStash stash(std::move(generators));
     Executor executor(*this, plan, inputs, needed, replay_kept, out);

@@ -20,9 +20,12 @@ namespace recompose::detail {
 // autograd, autocast and any dispatch mode.
 //  - Kept outputs are handed by their cache entries (the policy's checks apply); a write of the
 //    forward carried into a kept output (ForwardTrace::carry_write) is never run again.
-//  - A kept draw (DrawMask) is written back where the forward drew; other random ops run with
-//    their generators where the forward found them, and the generators end where backward found
-//    them.
+//  - A kept draw (DrawMask) is written back where the forward drew, a native_dropout's kept draw
+//    makes its outputs (Note [ Dropout's draw kept on every device ], dropout_draw.h); other random
+//    ops run with their generators where the forward found them, and the generators end where
+//    backward found them.
+//  - An autocast parameter cast the forward kept (Note [ Parameter casts kept for the replay ],
+//    parameter_casts.h) is taken as kept, not cast again.
 //  - Each tensor is dropped after its last read, so a replay holds no more than a rerun would.
 //  - What the plan cannot rebuild exactly makes the region fall back, with the reason counted
 //    (SelectiveReplayStats): an op whose arguments it cannot rebuild, a write into a tensor from
@@ -94,7 +97,7 @@ std::string ForwardTrace::mark_run_set(bool rng_preserved, const std::vector<boo
   }
   return walk_run_set(
       run, [&](std::size_t n) { return why_not_runnable(nodes_[n], rng_preserved); },
-      [&](std::size_t n) { return nodes_[n].kept != nullptr; },
+      [&](std::size_t n) { return nodes_[n].kept != nullptr || nodes_[n].cast != nullptr; },
       [&](std::size_t n, auto&&) -> std::string {
         for (const TensorUse& u : uses_read(nodes_[n])) {
           if (std::string why = mark_producer(u, run); !why.empty()) return why;
@@ -119,7 +122,7 @@ std::string ForwardTrace::note_reads(const std::vector<bool>& needed, ReplayPlan
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     if (!plan.run[n]) continue;
     for (uint32_t w : nodes_[n].writes) plan.last_write[w] = static_cast<int64_t>(n);
-    if (nodes_[n].kept) continue;
+    if (nodes_[n].kept || nodes_[n].cast) continue;  // answered without reading its arguments
     for (const TensorUse& u : uses_read(nodes_[n])) {
       if (std::string why = note_use(u, static_cast<int64_t>(n)); !why.empty()) return why;
     }

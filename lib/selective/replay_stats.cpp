@@ -28,6 +28,7 @@ void count_replay(const events::ReplayOutcome& outcome, int64_t replay_ns) {
     g_stats.ops_skipped += outcome.ops_skipped;
     g_stats.ops_substituted += outcome.ops_substituted;
     g_stats.draws_written += outcome.draws_written;
+    g_stats.casts_kept += outcome.casts_kept;
     g_stats.writes_carried += outcome.writes_carried;
     g_stats.replay_ns += replay_ns;
     g_stats.op_ns += outcome.op_ns;

@@ -46,6 +46,7 @@ struct Entered {
       state->recompute_active.store(false);
     } else {
       state->version_carried_writes();
+      settle_kept_for_replay(*state);
       warn_about_policy(*state);
       if (state->summary_sink) hand_summary(*state);
       if (state->tally.collect_names) {
@@ -54,6 +55,22 @@ struct Entered {
           asked.push_back(detail::overload_name(op));
         events::policy_unmatched(detail::unmatched_op_names(state->policy.op_names(), asked));
       }
+    }
+  }
+  // What the region keeps for its replay beyond the policy's outputs (draws, parameter casts
+  // within the policy's budget), told to the sinks as kept for the replay. From a destructor: if
+  // it cannot be settled (out of host memory), nothing is kept and the replay draws and casts.
+  static void settle_kept_for_replay(SacState& s) noexcept {
+    try {
+      const detail::KeptForReplay kept =
+          s.trace.settle_kept_for_replay(s.policy.parameter_cast_budget());
+      if (const events::Tag tag = events::forward_tag()) {
+        for (const int64_t b : kept.casts)
+          events::kept(*tag, events::KeptReason::ParameterCastForReplay, b);
+        for (const int64_t b : kept.draws) events::kept(*tag, events::KeptReason::DrawForReplay, b);
+      }
+    } catch (...) {
+      s.trace.release_draws();
     }
   }
   // A destructor must not throw: a summary that cannot be made (out of host memory) is handed as

@@ -150,4 +150,15 @@ CheckpointOptions& CheckpointOptions::policy(const SelectivePolicy& p) {
   return *this;
 }
 
+SelectivePolicy& SelectivePolicy::keep_parameter_casts(double budget) {
+  if (!(budget >= 0)) {
+    throw std::invalid_argument(
+        "recompose::SelectivePolicy::keep_parameter_casts: the budget is a fraction of what the "
+        "region would hold without checkpointing, 0 or more (0 keeps no cast); got " +
+        std::to_string(budget));
+  }
+  parameter_cast_budget_ = budget;
+  return *this;
+}
+
 }  // namespace recompose

@@ -47,7 +47,7 @@ SelectivePolicy transformer_policy(TransformerPolicyOptions options) {
   }
   list->mm = detail::find_overload("aten::mm.default");
   list->recompute_every_second_mm = options.recompute_every_second_mm();
-  return SelectivePolicy([list](const SelectiveCheckpointContext& ctx,
+  SelectivePolicy policy([list](const SelectiveCheckpointContext& ctx,
                                 const c10::OperatorHandle& op, const torch::jit::Stack&) {
     // call_index counts this region invocation's forward calls of the op, so the same mm calls
     // are saved in every invocation (torchtitan counts them in a per-invocation dict).
@@ -60,6 +60,9 @@ SelectivePolicy transformer_policy(TransformerPolicyOptions options) {
     }
     return CheckpointPolicy::PREFER_RECOMPUTE;
   });
+  // Beyond torchtitan's list: Note [ Parameter casts kept for the replay ] (parameter_casts.h).
+  policy.keep_parameter_casts(options.parameter_cast_budget());
+  return policy;
 }
 
 }  // namespace recompose

@@ -258,6 +258,10 @@ recompose::CheckpointOptions RegionDesc::make(
       return CheckpointPolicy::PREFER_RECOMPUTE;
     });
   }
+  // Autocast's parameter casts kept for the replay (issue 45): none, within a small budget, or all;
+  // derived from the region's salt, so that the draws of the case stay as they were.
+  static constexpr double kCastBudgets[] = {0, 0.05, 1e6};
+  policy->keep_parameter_casts(kCastBudgets[mix(salt ^ 0xCA57CA57ULL) % 3]);
   if (via_context_fn) {
     const recompose::SelectivePolicy p = *policy;
     const bool allow = allow_mutation;
