@@ -33,7 +33,7 @@ def layer_of(path):
     if p in ('include/recompose/apply_checkpoint.h', 'include/recompose/checkpoint.h',
             'include/recompose/device_memory.h'): return (6, 'frontend')
     # The step ledger: a sink of the events, beside the front ends (it reads the engine's memory).
-    if p.startswith('lib/ledger/') or p == 'include/recompose/step_ledger.h': return (6, 'ledger')
+    if p.startswith('lib/ledger/') or p in ('include/recompose/step_ledger.h', 'include/recompose/memory_snapshot.h'): return (6, 'ledger')
     # The memory-budget planner drives the front ends (apply_checkpoint, apply_offload): above them.
     if p.startswith('lib/planner/') or p in ('include/recompose/planner.h', 'include/recompose/memory_plan.h',
             'include/recompose/memory_profile.h'): return (7, 'planner')

@@ -15,6 +15,7 @@
 #include <ATen/autocast_mode.h>
 #ifdef RECOMPOSE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #endif
 #include <doctest/doctest.h>
 #include <torch/cuda.h>
@@ -24,6 +25,7 @@
 #include "selective/dispatch_interceptor.h"  // OpCounter: which ops backward really runs
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -726,5 +728,47 @@ TEST_SUITE("cuda" * doctest::skip(!has_cuda())) {
     net->zero_grad();
   }
 #endif  // RECOMPOSE_TEST_NO_PLANNER
+
+#ifdef RECOMPOSE_WITH_CUDA
+  // ---- memory_viz snapshot ----------------------------------------------------------------------
+
+  TEST_CASE(
+      "cuda memory_viz snapshot: the caching allocator's trace carries recompose's decisions") {
+    torch::manual_seed(3);
+    DropoutBlock first(256), second(256);
+    first->to(kCuda);
+    second->to(kCuda);
+    recompose::apply_checkpoint(*first);
+    recompose::apply_checkpoint(*second);
+    const auto x = torch::randn({64, 256}, torch::TensorOptions().device(kCuda));
+    recompose::record_memory_history(true, recompose::MemoryHistoryOptions().device(kCuda));
+    second(first(x)).sum().backward();
+    torch::cuda::synchronize();
+    recompose::record_memory_history(false);
+    const std::string bytes = recompose::memory_snapshot();
+    const auto snapshot = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    CHECK(snapshot.contains("segments"));
+    const auto traces = snapshot.at("device_traces").toList();
+    REQUIRE(traces.size() >= 1);
+    std::vector<std::string> metadata;
+    for (const c10::IValue& e : traces.get(0).toList()) {
+      const auto entry = e.toGenericDict();
+      if (entry.at("action").toStringRef() == "alloc")
+        metadata.push_back(entry.at("user_metadata").toStringRef());
+    }
+    auto any = [&](const std::string& prefix) {
+      return std::any_of(metadata.begin(), metadata.end(),
+                         [&](const std::string& m) { return m.rfind(prefix, 0) == 0; });
+    };
+    // Each block's forward and its rerun in backward (full regions), as the user metadata.
+    CHECK(any("forward: #1 "));
+    CHECK(any("forward: #2 "));
+    CHECK(any("rerun: #1 "));
+    CHECK(any("rerun: #2 "));
+    // Allocations outside any region (the loss, the gradients) have none.
+    CHECK(std::count(metadata.begin(), metadata.end(), std::string()) > 0);
+    recompose::record_memory_history(false, recompose::MemoryHistoryOptions().clear_history(true));
+  }
+#endif  // RECOMPOSE_WITH_CUDA
 
 }  // TEST_SUITE

@@ -10,6 +10,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
+#include <recompose/memory_snapshot.h>
 #include <recompose/saved_tensor_meter.h>
 #include <recompose/step_ledger.h>
 #include <recompose/swap.h>
@@ -313,7 +314,14 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
     }
     std::unique_ptr<recompose::StepLedger> ledger;
     if (options.ledger) ledger = std::make_unique<recompose::StepLedger>(*trainer.model());
+    // The last step's allocations for memory_viz (OUT/memory-snapshot.pickle).
+    const bool snapshot = options.ledger && step == options.steps;
+    if (snapshot) {
+      recompose::record_memory_history(true,
+                                       recompose::MemoryHistoryOptions().device(options.device));
+    }
     result.steps.push_back(trainer.step(step));
+    if (snapshot) recompose::record_memory_history(false);
     if (ledger && step == options.steps) {
       last_ledger = ledger->str();
       last_ledger_json = ledger->json();
@@ -343,6 +351,7 @@ TrainResult train(const Config& config, const CharDataset& data, const TrainOpti
       std::ofstream(options.profile_dir / "ledger.json") << last_ledger_json << "\n";
       std::ofstream(options.profile_dir / "ledger-timeline.svg") << last_ledger_svg;
       last_step_ledger->write_chrome_trace((options.profile_dir / "ledger-trace.json").string());
+      recompose::dump_memory_snapshot((options.profile_dir / "memory-snapshot.pickle").string());
     }
   }
   if (profile) {

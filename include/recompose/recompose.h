@@ -13,6 +13,7 @@
 #include <recompose/hooks/forward_annotation.h>
 #include <recompose/hooks/forward_hooks.h>
 #include <recompose/hooks/module_state.h>
+#include <recompose/memory_snapshot.h>
 #include <recompose/planner.h>
 #include <recompose/policy_report.h>
 #include <recompose/saved_tensor_meter.h>

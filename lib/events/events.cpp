@@ -92,6 +92,11 @@ RebuildScope::RebuildScope(Tag tag) : tag_(std::move(tag)), outer_(t_rebuild) {
   each(*tag_, [](Sink& s, void* region) { s.rebuild_begun(region); });
 }
 
+void RebuildScope::reran() {
+  reran_ = true;
+  if (!ended_) each(*tag_, [](Sink& s, void* region) { s.rebuild_reran(region); });
+}
+
 void RebuildScope::end(const std::exception_ptr& error) {
   if (ended_) return;
   ended_ = true;
@@ -145,6 +150,10 @@ void replayed(const ReplayOutcome& outcome) {
 void policy_unmatched(const std::vector<std::string>& names) {
   if (t_forward == nullptr) return;
   each(*t_forward, [&](Sink& s, void* region) { s.policy_unmatched(region, names); });
+}
+
+void copy_begun(const RegionTag& tag, CopyDirection direction) {
+  each(tag, [&](Sink& s, void* region) { s.copy_begun(region, direction); });
 }
 
 void copy_launched(const RegionTag& tag, const CopyLaunched& copy) {

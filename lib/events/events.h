@@ -121,12 +121,18 @@ class Sink : public std::enable_shared_from_this<Sink> {
     return nullptr;
   }
   virtual void rebuild_begun(void* /*region*/) {}
+  // The rebuild runs the region's forward again (no replay answered): what it allocates from now
+  // on is the rerun's.
+  virtual void rebuild_reran(void* /*region*/) {}
   // `reran`: the forward ran again (else a replay answered); `error`: what left it, if anything.
   virtual void rebuild_ended(void* /*region*/, bool /*reran*/, int64_t /*host_ns*/,
                              const std::exception_ptr& /*error*/) {}
   virtual void replayed(void* /*region*/, const ReplayOutcome& /*outcome*/) {}
   // A selective region's save list names that no op of its forward matched.
   virtual void policy_unmatched(void* /*region*/, const std::vector<std::string>& /*names*/) {}
+  // A copy of a saved tensor of the region is being prepared (its buffer, then its launch):
+  // copy_launched follows on this thread unless the launch throws.
+  virtual void copy_begun(void* /*region*/, CopyDirection /*direction*/) {}
   virtual void copy_launched(void* /*region*/, const CopyLaunched& /*copy*/) {}
   virtual void copy_landed(void* /*region*/, const CopyLanded& /*copy*/) {}
   // A reload not landed when backward asked for it; `wait_ns` the host waited (0 unmeasured).
@@ -181,7 +187,8 @@ class RebuildScope {
  public:
   explicit RebuildScope(Tag tag);
   ~RebuildScope();  // ends it, if end() did not
-  void reran() { reran_ = true; }
+  // The forward runs again (no replay answered): rebuild_reran to the sinks.
+  void reran();
   // Ends the rebuild now, with what leaves it (from a catch block, before the rethrow).
   void end(const std::exception_ptr& error);
   RebuildScope(const RebuildScope&) = delete;
@@ -203,6 +210,7 @@ std::shared_ptr<void> bytes_charged(const at::Tensor& tensor, int64_t bytes);
 void replayed(const ReplayOutcome& outcome);
 // To the region whose forward runs on this thread, if any.
 void policy_unmatched(const std::vector<std::string>& names);
+void copy_begun(const RegionTag& tag, CopyDirection direction);
 void copy_launched(const RegionTag& tag, const CopyLaunched& copy);
 void copy_landed(const RegionTag& tag, const CopyLanded& copy);
 void reload_late(const RegionTag& tag, int64_t wait_ns);

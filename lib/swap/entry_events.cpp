@@ -13,6 +13,10 @@ events::CopyDirection direction_of(const SwapEntry& e) {
 
 }  // namespace
 
+void copy_begins(const SwapEntry& e, events::CopyDirection direction) {
+  if (e.region) events::copy_begun(*e.region, direction);
+}
+
 void copy_launching(SwapEntry& e) {
   if (e.region) e.copy_launched = std::chrono::steady_clock::now();
 }

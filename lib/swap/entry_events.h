@@ -1,7 +1,7 @@
 // The facts of an entry's copies, each stated once: it counts them in the manager's SwapStats and
 // tells the sinks of events (events/events.h) with the tag of the region that saved the tensor
-// (nothing for an entry whose region no sink listened to): each launch, a reload late, and each
-// landing once. Under the core's lock.
+// (nothing for an entry whose region no sink listened to): each copy begun, launched, a reload
+// late, and each landing once. Under the core's lock.
 #pragma once
 
 #include "events/events.h"
@@ -10,6 +10,8 @@
 
 namespace recompose::detail {
 
+// A copy of `entry` begins (its buffer is made or taken from the pool, then it is launched).
+void copy_begins(const SwapEntry& entry, events::CopyDirection direction);
 // Before a copy of `entry` is launched: its launch time, if a sink listens.
 void copy_launching(SwapEntry& entry);
 // A copy of `entry` was launched (its state says which way: Offloading to host, Reloaded to the

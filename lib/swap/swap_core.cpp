@@ -100,6 +100,7 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor, event
 }
 
 void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
+  copy_begins(e, events::CopyDirection::ToHost);
   at::NoGradGuard no_grad;
   e.pinned = options_.pin_memory() && uses_streams(e.device);
   auto [buffer, hit] = pool_.acquire(e.device, source.scalar_type(), source.numel(), e.pinned);
@@ -185,6 +186,7 @@ void SwapCore::synchronize() {
 }
 
 void SwapCore::launch_reload_locked(SwapEntry& e, events::CopyCause cause) {
+  copy_begins(e, events::CopyDirection::ToDevice);
   at::NoGradGuard no_grad;
   const auto options = at::TensorOptions().dtype(e.host_view.scalar_type()).device(e.device);
   copy_launching(e);
