@@ -1,8 +1,8 @@
-// recompose/device_memory.h: the readers of engine/memory_in_use.h (the CUDA caching allocator's
+// recompose/device_memory.h: the readers of memory/memory_in_use.h (the CUDA caching allocator's
 // statistics; CPU's counts while recompose::CpuMemoryCounting is on).
 #include <recompose/device_memory.h>
 
-#include "engine/memory_in_use.h"
+#include "memory/memory_in_use.h"
 
 namespace recompose {
 

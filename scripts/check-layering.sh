@@ -19,12 +19,14 @@ def layer_of(path):
     if p.startswith('hooks/') or p.startswith('include/recompose/hooks/'): return (1, 'hooks')
     # JSON documents (nlohmann/json): read and written by the ledger and the planner.
     if p.startswith('lib/json/'): return (1, 'json')
+    # Memory in use on a device (the CUDA caching allocator, the CPU counting allocator and its
+    # trace): read by the device-memory front end, the ledger, its snapshot and the planner.
+    if p.startswith('lib/memory/') or p == 'include/recompose/cpu_memory_counting.h': return (1, 'memory')
     # What a step did, emitted by the layers above and read by sinks that register.
     if p.startswith('lib/events/'): return (2, 'events')
     if p.startswith('lib/engine/') or p in ('include/recompose/checkpoint_options.h', 'include/recompose/region_contexts.h',
             'include/recompose/region_run.h', 'include/recompose/checkpoint_state.h',
-            'include/recompose/saved_tensor_meter.h', 'include/recompose/graph_exec_group.h',
-            'include/recompose/cpu_memory_counting.h'): return (3, 'engine')
+            'include/recompose/saved_tensor_meter.h', 'include/recompose/graph_exec_group.h'): return (3, 'engine')
     if p.startswith('lib/plugin/'): return (4, 'plugin')
     if p.startswith('lib/selective/') or p in ('include/recompose/selective_checkpoint.h', 'include/recompose/policy_report.h'): return (5, 'selective')
     if p.startswith('lib/swap/') or p in ('include/recompose/swap.h', 'include/recompose/apply_offload.h',

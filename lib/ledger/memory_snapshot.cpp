@@ -4,9 +4,9 @@
 // a copy of one of its saved tensors) and notes the allocations the regions hold for backward.
 #include "ledger/memory_snapshot.h"
 
-#include "engine/cpu_memory_counter.h"
 #include "engine/tensor_accounting.h"
 #include "events/events.h"
+#include "memory/cpu_memory_counter.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/cpu_memory_counting.h>

@@ -2,7 +2,7 @@
 // sink tells the CPU writer (memory_snapshot_pickle.cpp) beside the counting allocator's trace.
 #pragma once
 
-#include "engine/cpu_memory_counter.h"
+#include "memory/cpu_memory_counter.h"
 
 #include <cstdint>
 #include <string>

@@ -1,8 +1,8 @@
 // StepLedger's memory timeline: samples of the device's memory at the ledger's hook points and
 // marks, and the step's peak, turn and largest holders from them. See
 // include/recompose/step_ledger.h.
-#include "engine/memory_in_use.h"
 #include "ledger/ledger_state.h"
+#include "memory/memory_in_use.h"
 
 #include <recompose/step_ledger.h>
 

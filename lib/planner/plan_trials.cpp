@@ -25,8 +25,8 @@
 // is put back after every step (ModelStateGuard), as profile_memory does, so training after the
 // planner is bitwise training without it.
 #include "engine/format_bytes.h"
-#include "engine/memory_in_use.h"
 #include "engine/model_state_guard.h"
+#include "memory/memory_in_use.h"
 #include "model_device.h"
 
 #include <recompose/device_memory.h>

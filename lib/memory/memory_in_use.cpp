@@ -1,7 +1,7 @@
-// engine/memory_in_use.h: the CUDA caching allocator's statistics and the CPU counting wrapper's.
-#include "engine/memory_in_use.h"
+// memory/memory_in_use.h: the CUDA caching allocator's statistics and the CPU counting wrapper's.
+#include "memory/memory_in_use.h"
 
-#include "engine/cpu_memory_counter.h"
+#include "memory/cpu_memory_counter.h"
 
 #include <recompose/cpu_memory_counting.h>
 

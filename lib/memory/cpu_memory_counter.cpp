@@ -1,5 +1,5 @@
 // recompose::CpuMemoryCounting: a counting wrapper around c10's CPU allocator.
-#include "engine/cpu_memory_counter.h"
+#include "memory/cpu_memory_counter.h"
 
 #include <recompose/checkpoint_error.h>
 #include <recompose/cpu_memory_counting.h>

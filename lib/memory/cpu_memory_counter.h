@@ -1,5 +1,5 @@
 // The counts of recompose::CpuMemoryCounting (include/recompose/cpu_memory_counting.h), for the
-// memory readers (engine/memory_in_use.h), and its trace of allocations and frees, for the
+// memory readers (memory/memory_in_use.h), and its trace of allocations and frees, for the
 // memory_viz snapshot (ledger/memory_snapshot.cpp).
 #pragma once
 
