@@ -160,11 +160,68 @@ void profile_and_apply_plan(const CaseDesc& c, const PlanSpec& spec, rt::diff::R
                             const torch::Tensor& x,
                             const std::shared_ptr<recompose::SwapManager>& manager);
 
+// What a run_case records beyond training: the counters (SwapStats, SelectiveReplayStats), and
+// the sinks listening while it trains (a StepLedger, and the memory history's snapshot sink).
+struct Observed {
+  bool counters = false;
+  bool listening = false;
+};
+
+// The step ledger and the memory_viz recording for one run, stopped however the run ends.
+struct ListeningSinks {
+  recompose::CpuMemoryCounting counting;  // the CPU snapshot records the counting allocator's trace
+  std::optional<recompose::StepLedger> ledger;
+  ListeningSinks() {
+    recompose::record_memory_history(true);
+    ledger.emplace();
+  }
+  ~ListeningSinks() {
+    ledger.reset();
+    recompose::record_memory_history(false);
+  }
+};
+
+// The counters' counts as tensors of the record (their times left out: they vary run to run).
+void add_counters(Record& rec, const recompose::SwapStats& swap,
+                  const recompose::SelectiveReplayStats& before,
+                  const recompose::SelectiveReplayStats& after) {
+  auto add = [&](const char* name, int64_t value) {
+    rec.add(std::string("counter ") + name, torch::tensor(value));
+  };
+  add("swap tensors_offloaded", swap.tensors_offloaded);
+  add("swap bytes_offloaded", swap.bytes_offloaded);
+  add("swap tensors_reloaded", swap.tensors_reloaded);
+  add("swap bytes_reloaded", swap.bytes_reloaded);
+  add("swap tensors_kept", swap.tensors_kept);
+  add("swap bytes_kept", swap.bytes_kept);
+  add("swap shared_offloads", swap.shared_offloads);
+  add("swap prefetched", swap.prefetched);
+  add("swap sync_loads", swap.sync_loads);
+  add("swap late_reloads", swap.late_reloads);
+  add("swap early_returns", swap.early_returns);
+  add("swap pool_hits", swap.pool_hits);
+  add("swap pool_misses", swap.pool_misses);
+  add("swap groups", swap.groups);
+  add("swap offload_waits", swap.offload_waits);
+  add("replay replayed", after.replayed - before.replayed);
+  add("replay fallbacks", after.fallbacks - before.fallbacks);
+  add("replay ops_run", after.ops_run - before.ops_run);
+  add("replay ops_skipped", after.ops_skipped - before.ops_skipped);
+  add("replay ops_substituted", after.ops_substituted - before.ops_substituted);
+  add("replay draws_written", after.draws_written - before.draws_written);
+  add("replay casts_kept", after.casts_kept - before.casts_kept);
+  add("replay writes_carried", after.writes_carried - before.writes_carried);
+}
+
 // Trains the case's model for its steps, plain (checkpointed = false) or with recompose; with
-// `plan`, plain until the plan is made and applied.
+// `plan`, plain until the plan is made and applied; `observed` says what else it records and
+// whether sinks listen meanwhile.
 Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::Tensor>& inputs,
-                const PlanSpec* plan = nullptr) {
+                const PlanSpec* plan = nullptr, Observed observed = {}) {
   Record rec;
+  std::optional<ListeningSinks> sinks;
+  if (observed.listening) sinks.emplace();
+  const recompose::SelectiveReplayStats replays_before = recompose::selective_replay_stats();
   try {
     at::autocast::clear_cache();  // nothing left over from an earlier case
     auto manager = recompose::SwapManager::create(
@@ -233,6 +290,8 @@ Record run_case(const CaseDesc& c, bool checkpointed, const std::vector<torch::T
       rec.add("no-grad eval output", model->forward(inputs.back(), nullptr));
     }
     g_offloaded += manager->stats().tensors_offloaded;
+    if (observed.counters)
+      add_counters(rec, manager->stats(), replays_before, recompose::selective_replay_stats());
   } catch (const std::exception& e) {
     rec.error = e.what();
   }
@@ -588,6 +647,56 @@ void run_planned_differential(int64_t default_cases) {
   CHECK(g_planned_modules > 0);
 }
 
+// Sinks change nothing: each case trains with recompose twice, once with nothing listening and
+// once with a StepLedger and the memory history (memory_viz's snapshot sink) listening; the
+// losses, gradients, parameters, buffers and generators must agree bitwise, and so must the
+// counters (SwapStats, SelectiveReplayStats), field by field: the facts they count are counted
+// where they are emitted, whoever listens (Note [ Events and sinks ]).
+// RECOMPOSE_DIFF_SINK_CASES=N cases (default 150), from RECOMPOSE_DIFF_SEED.
+void run_listening_differential(int64_t default_cases) {
+  const Features features = Features::parse(env_str("RECOMPOSE_DIFF_FEATURES"));
+  const int64_t cases = env_int("RECOMPOSE_DIFF_SINK_CASES", default_cases);
+  const int64_t first = env_int("RECOMPOSE_DIFF_SEED", 1);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  int64_t failed = 0, counted = 0, swapped = 0, replayed = 0;
+  for (int64_t seed = first; seed < first + cases; ++seed) {
+    const CaseDesc c = rt::diff::generate(static_cast<uint64_t>(seed), features);
+    std::vector<torch::Tensor> inputs;
+    torch::manual_seed(static_cast<uint64_t>(seed) + 99991);
+    for (int s = 0; s < c.steps; ++s) {
+      inputs.push_back(c.seq ? torch::randn({c.batch, c.seq, c.width})
+                             : torch::randn({c.batch, c.width}));
+    }
+    const Record quiet = run_case(c, true, inputs, nullptr, {.counters = true});
+    if (!quiet.error.empty()) continue;  // invalid or failing: the main differential reports it
+    const Record heard = run_case(c, true, inputs, nullptr, {.counters = true, .listening = true});
+    ++counted;
+    for (const auto& [name, t] : quiet.tensors) {
+      if (name == "counter swap tensors_offloaded") swapped += t.item<int64_t>();
+      if (name == "counter replay replayed") replayed += t.item<int64_t>();
+    }
+    const auto diffs = compare(quiet, heard);
+    if (diffs.empty()) continue;
+    if (++failed <= 10) {
+      std::printf("[listening differential] FAIL %s\n", c.str().c_str());
+      for (size_t i = 0; i < diffs.size() && i < 4; ++i) std::printf("    %s\n", diffs[i].c_str());
+    }
+  }
+  at::set_num_threads(threads);
+  std::printf(
+      "[listening differential] %lld cases (seeds %lld..%lld), %lld valid: %lld differ with the "
+      "sinks listening (%lld tensors swapped, %lld regions replayed, counted in both runs)\n",
+      static_cast<long long>(cases), static_cast<long long>(first),
+      static_cast<long long>(first + cases - 1), static_cast<long long>(counted),
+      static_cast<long long>(failed), static_cast<long long>(swapped),
+      static_cast<long long>(replayed));
+  std::fflush(stdout);
+  CHECK(failed == 0);
+  CHECK(swapped > 0);   // the swap counters were exercised
+  CHECK(replayed > 0);  // and the replay's
+}
+
 bool cuda_here() {
   static const bool yes = torch::cuda::is_available();
   return yes;
@@ -604,6 +713,11 @@ TEST_SUITE("differential") {
       "differential: random models profiled, planned and trained under the plan train bitwise as "
       "never profiled") {
     run_planned_differential(300);
+  }
+
+  TEST_CASE(
+      "differential: sinks listening change neither training nor the counters, field by field") {
+    run_listening_differential(150);
   }
 
 }  // TEST_SUITE

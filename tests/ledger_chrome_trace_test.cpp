@@ -128,9 +128,13 @@ TEST_SUITE("step ledger: Chrome trace") {
     // The step's peak: the last "peak since reset" reading, as the timeline's and the JSON's.
     const auto memory = events_of(trace, "C", "recompose: device memory");
     REQUIRE(memory.size() == t.marks.size() - 1);  // every sample but the timeline's read
-    int64_t peak = 0;
-    for (const Json& c : memory)
-      peak = std::max(peak, c["args"]["peak since reset"].get<int64_t>());
+    // (The last by time, not the largest: the ledger's first sample precedes the test's
+    // reset_peak_device_memory, so it reads whatever peak earlier tests left.)
+    const Json* last = &memory.front();
+    for (const Json& c : memory) {
+      if (c["ts"].get<double>() >= (*last)["ts"].get<double>()) last = &c;
+    }
+    const int64_t peak = (*last)["args"]["peak since reset"].get<int64_t>();
     CHECK(peak == t.peak_bytes);
     CHECK(peak == ledger_json["timeline"]["peak_bytes"].get<int64_t>());
     CHECK(events_of(trace, "X").size() == 6);  // no copies: nothing was offloaded

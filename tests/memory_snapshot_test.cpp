@@ -243,13 +243,18 @@ TEST_SUITE("memory_viz snapshot") {
     using Json = nlohmann::json;
     const Json ledger_json = Json::parse(ledger.json());
     const Json trace = Json::parse(ledger.chrome_trace());
+    // The trace's peak: its last "peak since reset" reading (the ledger's first sample precedes
+    // reset_peak_device_memory, so it reads whatever peak earlier tests left).
     int64_t trace_held = 0, trace_peak = 0;
+    double last_ts = -1;
     for (const Json& e : trace["traceEvents"]) {
       if (e["ph"] != "C") continue;
       if (e["name"] == "recompose: held for backward by the regions")
         trace_held = std::max(trace_held, e["args"]["bytes"].get<int64_t>());
-      if (e["name"] == "recompose: device memory")
-        trace_peak = std::max(trace_peak, e["args"]["peak since reset"].get<int64_t>());
+      if (e["name"] == "recompose: device memory" && e["ts"].get<double>() >= last_ts) {
+        last_ts = e["ts"].get<double>();
+        trace_peak = e["args"]["peak since reset"].get<int64_t>();
+      }
     }
     const auto json_held = ledger_json["totals"]["bytes_held"].get<int64_t>();
     const auto json_peak = ledger_json["timeline"]["peak_bytes"].get<int64_t>();
