@@ -19,15 +19,8 @@ bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options) {
   return !kept_reason(tensor, options).has_value();
 }
 
-events::KeptReason ineligible_reason(const at::Tensor& tensor, const SwapOptions& options) {
-  // The filter said no (it ran once, in worth_offloading): not asked again, whose answer could
-  // differ (a filter counting what it accepted).
-  return kept_reason(tensor, options, /*ask_filter=*/false)
-      .value_or(events::KeptReason::RejectedByFilter);
-}
-
-std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor, const SwapOptions& options,
-                                              bool ask_filter) {
+std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor,
+                                              const SwapOptions& options) {
   using events::KeptReason;
   if (!unsupported_for_swap(tensor).empty()) return KeptReason::NotSupported;
   // Parameters and their views: the module keeps them anyway (whatever their size).
@@ -43,8 +36,7 @@ std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor, const Sw
   if (static_cast<int64_t>(tensor.storage().nbytes()) != nbytes)
     return KeptReason::PartOfLargerStorage;
   if (tensor.is_conj() || tensor.is_neg()) return KeptReason::NotSupported;
-  if (ask_filter && options.filter() && !options.filter()(tensor))
-    return KeptReason::RejectedByFilter;
+  if (options.filter() && !options.filter()(tensor)) return KeptReason::RejectedByFilter;
   return std::nullopt;
 }
 

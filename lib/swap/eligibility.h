@@ -22,13 +22,9 @@ std::string unsupported_for_swap(const at::Tensor& tensor);
 bool worth_offloading(const at::Tensor& tensor, const SwapOptions& options);
 
 // Why `tensor` is not worth offloading under `options` (BelowMinBytes, Parameter,
-// PartOfLargerStorage, NotSupported, RejectedByFilter), or nothing if it is. worth_offloading is
-// this returning nothing: one rule. `ask_filter` false: the filter is not called (nothing then
-// means only the filter could still refuse it).
-std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor, const SwapOptions& options,
-                                              bool ask_filter = true);
-// The reason of a tensor worth_offloading refused, without calling the filter a second time.
-events::KeptReason ineligible_reason(const at::Tensor& tensor, const SwapOptions& options);
+// PartOfLargerStorage, NotSupported, RejectedByFilter), or nothing if it is; the filter is asked
+// last, once. worth_offloading is this returning nothing: one rule.
+std::optional<events::KeptReason> kept_reason(const at::Tensor& tensor, const SwapOptions& options);
 
 // `options`, or std::invalid_argument naming the first option out of range (SwapManager::create).
 SwapOptions check_swap_options(SwapOptions options);

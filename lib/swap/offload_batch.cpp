@@ -117,7 +117,8 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
 
   void call_pack_hook(const at::Tensor& tensor) override {
     version_.record(tensor);
-    const bool eligible = batch_.core_->eligible(tensor);
+    const std::optional<events::KeptReason> not_eligible = batch_.core_->why_kept(tensor);
+    const bool eligible = !not_eligible;
     if (eligible) {
       batch_.any_eligible_ = true;
     } else if (!is_parameter_like(tensor)) {
@@ -139,8 +140,7 @@ class DeferredSwapHooks final : public torch::autograd::SavedVariableHooks {
       // the device, so a SavedTensorMeter counts it as it counts autograd's own (not parameters).
       kept_charge_ = MeterCharge(tensor);
       kept_ = std::move(detached);
-      const events::KeptReason why = eligible ? events::KeptReason::Policy
-                                              : ineligible_reason(tensor, batch_.core_->options());
+      const events::KeptReason why = not_eligible.value_or(events::KeptReason::Policy);
       // The manager's SwapStats and the module's OffloadStats each count it; the sinks hear it
       // once.
       batch_.core_->note_kept(tensor, why, nullptr);

@@ -49,6 +49,10 @@ bool SwapCore::eligible(const at::Tensor& tensor) const {
   return worth_offloading(tensor, options_);
 }
 
+std::optional<events::KeptReason> SwapCore::why_kept(const at::Tensor& tensor) const {
+  return kept_reason(tensor, options_);
+}
+
 void SwapCore::note_kept(const at::Tensor& tensor, events::KeptReason why,
                          const events::Tag& region) {
   const auto bytes = static_cast<int64_t>(tensor.nbytes());

@@ -11,6 +11,7 @@
 // re-entered. See Note [ Swap lifetimes ] and Note [ Swap copies ].
 #pragma once
 
+#include "events/kept_reason.h"
 #include "swap/copy_engine.h"
 #include "swap/host_buffer_pool.h"
 #include "swap/swap_aliases.h"
@@ -23,6 +24,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace recompose::detail {
 
@@ -43,6 +45,9 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void close_implicit_group();
 
   bool eligible(const at::Tensor& tensor) const;
+  // Why `tensor` stays on the device under the options (eligibility's rules, the filter asked
+  // once), or nothing if it is eligible: the answer and its reason from one evaluation.
+  std::optional<events::KeptReason> why_kept(const at::Tensor& tensor) const;
   // `region`: the events' tag the copies are reported with (the saver's region, null for none);
   // without it, the region whose forward runs on this thread.
   std::shared_ptr<SwappedTensor> offload(const at::Tensor& tensor);

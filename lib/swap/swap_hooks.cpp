@@ -21,10 +21,10 @@ SwapHooks::~SwapHooks() {
 
 void SwapHooks::call_pack_hook(const at::Tensor& tensor) {
   version_.record(tensor);
-  if (!core_->eligible(tensor)) {
+  if (const auto why = core_->why_kept(tensor)) {
     InternalOpsGuard internal;  // recompose's detach, not the user's op
     kept_ = tensor.detach();
-    core_->note_kept(tensor, ineligible_reason(tensor, core_->options()), events::forward_tag());
+    core_->note_kept(tensor, *why, events::forward_tag());
     return;
   }
   if (defer_ && may_be_written_by_saving_op(tensor)) {
