@@ -2,6 +2,8 @@
 // write_chrome_trace): the trace parses, has recompose's tracks, and its slices and counters say
 // what the ledger's rows, timeline and JSON say (held bytes, the step's peak, the copies swap
 // made), on the clock of a profiler trace it joins.
+#include "support/test_modules.h"
+
 #include <recompose/apply_checkpoint.h>
 #include <recompose/apply_offload.h>
 #include <recompose/checkpoint_error.h>
@@ -29,33 +31,6 @@ namespace chrome_trace_test {
 
 using Json = nlohmann::json;
 
-struct TraceBlockImpl : torch::nn::Module {
-  TraceBlockImpl(int64_t in, int64_t out)
-      : linear(register_module("linear", torch::nn::Linear(in, out))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    RECOMPOSE_FORWARD(x);
-    return torch::tanh(linear(x));
-  }
-  torch::nn::Linear linear;
-};
-TORCH_MODULE(TraceBlock);
-
-struct TraceNetImpl : torch::nn::Module {
-  TraceNetImpl() {
-    blocks->push_back(TraceBlock(16, 64));
-    blocks->push_back(TraceBlock(64, 64));
-    blocks->push_back(TraceBlock(64, 16));
-    register_module("blocks", blocks);
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (auto& b : *blocks) x = b->as<TraceBlockImpl>()->forward(x);
-    return x;
-  }
-  torch::nn::Module& block(std::size_t i) { return *(*blocks)[i]; }
-  torch::nn::ModuleList blocks;
-};
-TORCH_MODULE(TraceNet);
-
 // The events of `trace` with phase `ph` (and name `name`, when given).
 std::vector<Json> events_of(const Json& trace, const std::string& ph,
                             const std::string& name = "") {
@@ -76,7 +51,7 @@ TEST_SUITE("step ledger: Chrome trace") {
   TEST_CASE("tracks, slices and counters agree with the ledger's rows, timeline and JSON") {
     recompose::CpuMemoryCounting counting;
     torch::manual_seed(5);
-    TraceNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     for (std::size_t i = 0; i < 3; ++i) recompose::apply_checkpoint(net->block(i));
     const auto x = torch::randn({32, 16});
     recompose::StepLedger ledger(*net);
@@ -142,7 +117,7 @@ TEST_SUITE("step ledger: Chrome trace") {
 
   TEST_CASE("swap copies: a slice per copy landed, counters back to zero in flight") {
     torch::manual_seed(6);
-    TraceNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
     for (std::size_t i = 0; i < 3; ++i) {
       recompose::apply_offload(net->block(i), recompose::OffloadOptions().manager(manager));
@@ -179,7 +154,7 @@ TEST_SUITE("step ledger: Chrome trace") {
   }
 
   TEST_CASE("joined to a profiler's trace: its events kept, the ledger's on its clock") {
-    TraceNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     recompose::apply_checkpoint(net->block(1));
     recompose::StepLedger ledger(*net);
     net->forward(torch::randn({4, 16})).sum().backward();

@@ -3,6 +3,8 @@
 // current and peak, the ledger's held bytes), the three artifacts (the ledger's JSON, its Chrome
 // trace and the snapshot) agreeing on held bytes and the step's peak, recompose's decisions as
 // the entries' user metadata and categories, Python's pickle loading it, and misuse refused.
+#include "support/test_modules.h"
+
 #include <recompose/apply_checkpoint.h>
 #include <recompose/apply_offload.h>
 #include <recompose/checkpoint_error.h>
@@ -35,33 +37,6 @@
 #endif
 
 namespace memory_snapshot_test {
-
-struct SnapBlockImpl : torch::nn::Module {
-  SnapBlockImpl(int64_t in, int64_t out)
-      : linear(register_module("linear", torch::nn::Linear(in, out))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    RECOMPOSE_FORWARD(x);
-    return torch::tanh(linear(x));
-  }
-  torch::nn::Linear linear;
-};
-TORCH_MODULE(SnapBlock);
-
-struct SnapNetImpl : torch::nn::Module {
-  SnapNetImpl() {
-    blocks->push_back(SnapBlock(16, 64));
-    blocks->push_back(SnapBlock(64, 64));
-    blocks->push_back(SnapBlock(64, 16));
-    register_module("blocks", blocks);
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (auto& b : *blocks) x = b->as<SnapBlockImpl>()->forward(x);
-    return x;
-  }
-  torch::nn::Module& block(std::size_t i) { return *(*blocks)[i]; }
-  torch::nn::ModuleList blocks;
-};
-TORCH_MODULE(SnapNet);
 
 using c10::IValue;
 
@@ -205,7 +180,7 @@ TEST_SUITE("memory_viz snapshot") {
   TEST_CASE("the trace agrees with the counting allocator, and with the ledger and its trace") {
     recompose::CpuMemoryCounting counting;
     torch::manual_seed(5);
-    SnapNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     for (std::size_t i = 0; i < 3; ++i) recompose::apply_checkpoint(net->block(i));
     recompose::record_memory_history(true);
     const auto x = torch::randn({32, 16});
@@ -268,7 +243,7 @@ TEST_SUITE("memory_viz snapshot") {
 
   TEST_CASE("the keys memory_viz reads, and Python's pickle loads the file") {
     recompose::CpuMemoryCounting counting;
-    SnapNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     recompose::apply_checkpoint(net->block(1));
     recompose::record_memory_history(true);
     net->forward(torch::randn({4, 16})).sum().backward();
@@ -330,7 +305,7 @@ TEST_SUITE("memory_viz snapshot") {
 
   TEST_CASE("max_entries keeps the newest entries and says the trace overflowed") {
     recompose::CpuMemoryCounting counting;
-    SnapNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     recompose::apply_checkpoint(net->block(0));
     recompose::record_memory_history(true, recompose::MemoryHistoryOptions().max_entries(4));
     net->forward(torch::randn({4, 16})).sum().backward();
@@ -358,7 +333,7 @@ TEST_SUITE("memory_viz snapshot") {
   TEST_CASE("replay, pack and reload as user metadata; nothing recorded once stopped") {
     recompose::CpuMemoryCounting counting;
     torch::manual_seed(6);
-    SnapNet net;
+    rt::TanhStack net(std::vector<int64_t>{16, 64, 64, 16});
     auto manager = recompose::SwapManager::create(recompose::SwapOptions().min_bytes(0));
     recompose::apply_offload(net->block(0), recompose::OffloadOptions().manager(manager));
     recompose::apply_offload(net->block(1), recompose::OffloadOptions().manager(manager));

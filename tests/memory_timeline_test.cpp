@@ -4,6 +4,8 @@
 // results bitwise the same with counting on and off.
 #include "engine/format_bytes.h"
 
+#include "support/test_modules.h"
+
 #include <recompose/apply_checkpoint.h>
 #include <recompose/checkpoint_options.h>
 #include <recompose/cpu_memory_counting.h>
@@ -31,37 +33,11 @@ namespace {
 
 const torch::Device kCpu(torch::kCPU);
 
-struct WideTanhImpl : torch::nn::Module {
-  WideTanhImpl(int64_t in, int64_t out)
-      : linear(register_module("linear", torch::nn::Linear(in, out))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    RECOMPOSE_FORWARD(x);
-    return torch::tanh(linear(x));
-  }
-  torch::nn::Linear linear;
-};
-TORCH_MODULE(WideTanh);
-
 // Three checkpointed blocks, 16 -> 16 -> 512 -> 16: the third region's inputs (batch x 512) are
 // the most any region holds.
-struct FunnelImpl : torch::nn::Module {
-  FunnelImpl() {
-    blocks->push_back(WideTanh(16, 16));
-    blocks->push_back(WideTanh(16, 512));
-    blocks->push_back(WideTanh(512, 16));
-    register_module("blocks", blocks);
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (auto& b : *blocks) x = b->as<WideTanhImpl>()->forward(x);
-    return x;
-  }
-  torch::nn::ModuleList blocks;
-};
-TORCH_MODULE(Funnel);
-
-Funnel make_funnel() {
+rt::TanhStack make_funnel() {
   torch::manual_seed(3);
-  Funnel net;
+  rt::TanhStack net(std::vector<int64_t>{16, 16, 512, 16});
   for (auto& b : *net->blocks) recompose::apply_checkpoint(*b);
   return net;
 }
@@ -124,7 +100,7 @@ TEST_SUITE("memory timeline") {
 
   TEST_CASE("timeline: peak, boundaries, turn and largest holder against the step") {
     recompose::CpuMemoryCounting counting;
-    Funnel net = make_funnel();
+    rt::TanhStack net = make_funnel();
     const auto x = torch::randn({64, 16});
     recompose::StepLedger ledger(*net);
     recompose::reset_peak_device_memory(kCpu);
@@ -213,7 +189,7 @@ TEST_SUITE("memory timeline") {
 
   TEST_CASE("timeline: without a mark the turn is the first rebuild") {
     recompose::CpuMemoryCounting counting;
-    Funnel net = make_funnel();
+    rt::TanhStack net = make_funnel();
     recompose::StepLedger ledger(*net);
     net->forward(torch::randn({8, 16})).sum().backward();
     const auto t = ledger.timeline();
@@ -225,7 +201,7 @@ TEST_SUITE("memory timeline") {
 
   TEST_CASE("timeline SVG: one polyline, every mark labelled, written to a file") {
     recompose::CpuMemoryCounting counting;
-    Funnel net = make_funnel();
+    rt::TanhStack net = make_funnel();
     recompose::StepLedger ledger(*net);
     recompose::reset_peak_device_memory(kCpu);
     auto loss = net->forward(torch::randn({16, 16})).sum();
@@ -255,7 +231,7 @@ TEST_SUITE("memory timeline") {
 
   TEST_CASE("timeline with counting off: not measured, marks without bytes, nothing fails") {
     REQUIRE_FALSE(recompose::cpu_memory_counting());
-    Funnel net = make_funnel();
+    rt::TanhStack net = make_funnel();
     recompose::StepLedger ledger(*net);
     net->forward(torch::randn({8, 16})).sum().backward();
     const auto t = ledger.timeline();
@@ -284,7 +260,7 @@ TEST_SUITE("memory timeline") {
     auto train = [](bool count) {
       std::optional<recompose::CpuMemoryCounting> counting;
       if (count) counting.emplace();
-      Funnel net = make_funnel();
+      rt::TanhStack net = make_funnel();
       torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
       torch::manual_seed(11);
       std::vector<torch::Tensor> out;

@@ -4,6 +4,7 @@
 #include <recompose/hooks/forward_annotation.h>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
 #include <atomic>
@@ -32,6 +33,35 @@ struct TinyBlockImpl : torch::nn::Module {
   std::atomic<int> body_runs{0};  // atomic: the threaded tests run one block on several threads
 };
 TORCH_MODULE(TinyBlock);
+
+// Linear (in -> out) + tanh: a block whose saved activations have the sizes a test picks.
+struct TanhLinearImpl : torch::nn::Module {
+  TanhLinearImpl(int64_t in, int64_t out)
+      : linear(register_module("linear", torch::nn::Linear(in, out))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    RECOMPOSE_FORWARD(x);
+    return torch::tanh(linear(x));
+  }
+  torch::nn::Linear linear;
+};
+TORCH_MODULE(TanhLinear);
+
+// TanhLinear blocks from widths[0] to widths.back() ({16, 64, 64, 16}: three blocks), each a
+// region the ledger's, its Chrome trace's and the memory snapshot's tests checkpoint or offload.
+struct TanhStackImpl : torch::nn::Module {
+  explicit TanhStackImpl(const std::vector<int64_t>& widths) {
+    for (size_t i = 0; i + 1 < widths.size(); ++i)
+      blocks->push_back(TanhLinear(widths[i], widths[i + 1]));
+    register_module("blocks", blocks);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : *blocks) x = b->as<TanhLinearImpl>()->forward(x);
+    return x;
+  }
+  torch::nn::Module& block(size_t i) { return *(*blocks)[i]; }
+  torch::nn::ModuleList blocks;
+};
+TORCH_MODULE(TanhStack);
 
 // Every supported argument kind at once.
 struct MixedArgsImpl : torch::nn::Module {
