@@ -1,6 +1,8 @@
 // ReplayPlan (lib/selective/replay_plan.h): the replay compiled from a forward trace before
 // anything runs. A trace is recorded here as the forward's interceptor records one (begin with
 // the arguments on the stack, the op run, end with its outputs), without autograd.
+#include "selective/replay_plan.h"
+#include "selective/forward_summary.h"
 #include "selective/forward_trace.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -12,7 +14,9 @@
 
 using recompose::detail::ForwardTrace;
 using recompose::detail::OpTraits;
+using recompose::detail::reason_of;
 using recompose::detail::ReplayPlan;
+using recompose::detail::summarize;
 
 namespace {
 
@@ -53,15 +57,15 @@ struct Chain {
 TEST_CASE("replay plan: only the producers of what backward needs run") {
   Chain chain;
   // b needed: relu and the mm it reads run, the mul after them does not.
-  ReplayPlan plan = chain.trace.plan_replay(true, {false, false, true});
+  ReplayPlan plan = plan_replay(chain.trace, true, {false, false, true});
   REQUIRE(plan.replayable());
   CHECK(plan.run == std::vector<char>{1, 1, 0});
   // Nothing needed from the region's own ops: the input and the parameter come as they are.
-  plan = chain.trace.plan_replay(true, {true, true, false});
+  plan = plan_replay(chain.trace, true, {true, true, false});
   REQUIRE(plan.replayable());
   CHECK(plan.run == std::vector<char>{0, 0, 0});
   // Every storage read is dropped after its last reader; none written by a replayed op.
-  plan = chain.trace.plan_replay(true, {true, true, true});
+  plan = plan_replay(chain.trace, true, {true, true, true});
   REQUIRE(plan.replayable());
   for (int64_t w : plan.last_write) CHECK(w == -1);
   std::size_t dropped = 0;
@@ -75,9 +79,9 @@ TEST_CASE("replay plan: only the producers of what backward needs run") {
 TEST_CASE("replay plan: a region that cannot be replayed says why, and runs nothing") {
   Chain chain;
   // The forward context saw three saved tensors; a backward asking about two is inconsistent.
-  ReplayPlan plan = chain.trace.plan_replay(true, {false, true});
+  ReplayPlan plan = plan_replay(chain.trace, true, {false, true});
   CHECK_FALSE(plan.replayable());
-  CHECK(plan.fallback.find("did not see every tensor") != std::string::npos);
+  CHECK(reason_of(plan.fallback).find("did not see every tensor") != std::string::npos);
   CHECK(plan.run.empty());
 
   // A write into a region input before the use backward needs: the input's value then is gone.
@@ -88,13 +92,21 @@ TEST_CASE("replay plan: a region that cannot be replayed says why, and runs noth
   const at::Tensor y = record(trace, "aten::exp", "", {x});
   trace.saved(0, y);
   trace.saved(1, x);
-  plan = trace.plan_replay(true, {false, true});
+  plan = plan_replay(trace, true, {false, true});
   CHECK_FALSE(plan.replayable());
-  CHECK(plan.fallback.find("region input or an outside tensor after an op of the region wrote") !=
+  CHECK(reason_of(plan.fallback)
+            .find("region input or an outside tensor after an op of the region wrote") !=
         std::string::npos);
   // The exp's output alone needs only exp, which reads x after the write: the same refusal.
-  plan = trace.plan_replay(true, {true, false});
+  plan = plan_replay(trace, true, {true, false});
   CHECK_FALSE(plan.replayable());
+  // The summary (what inspect_policy and the planner read) gives the plan's reason, every saved
+  // tensor needed; a region that replays gives none, and its plan no fallback.
+  CHECK(summarize(trace).replay_fallback ==
+        reason_of(plan_replay(trace, true, {true, true}).fallback));
+  CHECK_FALSE(summarize(trace).replay_fallback.empty());
+  CHECK_FALSE(plan_replay(chain.trace, true, {true, true, true}).fallback.has_value());
+  CHECK(summarize(chain.trace).replay_fallback.empty());
 }
 
 TEST_CASE("replay plan: a random op needs preserve_rng_state") {
@@ -115,10 +127,11 @@ TEST_CASE("replay plan: a random op needs preserve_rng_state") {
   effect->after();
   trace.end(stack, nullptr, std::move(effect));
   trace.saved(0, stack.front().toTensor());
-  ReplayPlan plan = trace.plan_replay(/*rng_preserved=*/true, {true});
+  ReplayPlan plan = plan_replay(trace, /*rng_preserved=*/true, {true});
   REQUIRE(plan.replayable());
   CHECK(plan.run == std::vector<char>{1});
-  plan = trace.plan_replay(/*rng_preserved=*/false, {true});
+  plan = plan_replay(trace, /*rng_preserved=*/false, {true});
   CHECK_FALSE(plan.replayable());
-  CHECK(plan.fallback == "it needs the random op aten::bernoulli and preserve_rng_state is off");
+  CHECK(reason_of(plan.fallback) ==
+        "it needs the random op aten::bernoulli and preserve_rng_state is off");
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <string>
 
 namespace recompose::detail {
 
@@ -22,12 +21,13 @@ std::vector<bool> ReplayCost::runs(const std::vector<bool>& answered) const {
   std::vector<char> walked(ops.size(), 0);
   for (size_t k = 0; k < ops.size(); ++k) walked[k] = ops[k].saved_for_backward ? 1 : 0;
   walk_run_set(
-      walked, [](size_t) { return std::string(); }, [&](size_t k) { return bool(answered[k]); },
-      [&](size_t k, auto&& mark) {
+      walked, [](size_t) -> MaybeFallback { return std::nullopt; },
+      [&](size_t k) { return bool(answered[k]); },
+      [&](size_t k, auto&& mark) -> MaybeFallback {
         for (const int64_t r : ops[k].reads) {
           if (r >= 0 && static_cast<size_t>(r) < ops.size()) mark(static_cast<size_t>(r));
         }
-        return std::string();
+        return std::nullopt;
       });
   // An answered op in the walk hands its kept output: it does not run.
   for (size_t k = 0; k < ops.size(); ++k) run[k] = walked[k] && !answered[k];

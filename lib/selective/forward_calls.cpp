@@ -20,7 +20,7 @@ void ForwardTrace::restart_calls() {
 }
 
 void ForwardTrace::release_kept() {
-  for (Node& node : nodes_) {
+  for (TraceNode& node : nodes_) {
     if (node.kept && node.kept->available()) node.kept->consume();
   }
 }

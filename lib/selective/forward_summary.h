@@ -1,7 +1,7 @@
 // ForwardSummary: a selective region's forward, op by op, as its ForwardTrace recorded it. The
 // tools that explain or price a policy (inspect_policy, the planner's profiler) read it instead
-// of recording the forward a second time; ForwardTrace::summary() makes it when the forward ends,
-// for contexts made with a SummarySink (summarizing_contexts.h).
+// of recording the forward a second time; summarize(trace) makes it when the forward ends, for
+// contexts made with a SummarySink (summarizing_contexts.h).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -58,6 +58,12 @@ struct ForwardSummary {
   // The summary could not be made (out of host memory): `ops` is empty, and says nothing.
   bool failed = false;
 };
+
+class ForwardTrace;
+
+// The forward op by op, from what `trace` recorded; complete only when the trace was set to
+// record_summary(true) before the forward (views and output bytes are missing else).
+ForwardSummary summarize(const ForwardTrace& trace);
 
 // Receives a region's summary when its forward ends (on the forward's thread).
 using SummarySink = std::function<void(ForwardSummary&&)>;

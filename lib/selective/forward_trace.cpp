@@ -1,6 +1,8 @@
 #include "forward_trace.h"
 
 #include "batch_norm_replay.h"
+#include "engine/tensor_accounting.h"
+#include "replay_plan.h"
 #include "replay_substitute.h"
 #include "trace_tensors.h"
 
@@ -32,33 +34,26 @@ bool holds_tensor(const c10::IValue& v) {
 
 void ForwardTrace::for_each_kept(
     const std::function<void(const c10::OperatorHandle&, KeptOutput&)>& f) const {
-  for (const Node& node : nodes_) {
+  for (const TraceNode& node : nodes_) {
     if (node.kept) f(node.op, *node.kept);
   }
 }
 
-TensorGeometry TensorGeometry::of(const at::Tensor& t) {
-  TensorGeometry g;
-  g.set(t);
-  return g;
+int64_t ForwardTrace::output_bytes(const torch::jit::Stack& stack, std::size_t n) {
+  return distinct_storage_bytes(c10::ArrayRef<c10::IValue>(stack.data() + (stack.size() - n), n),
+                                /*skip_parameter_like=*/false);
 }
 
-void TensorGeometry::set(const at::Tensor& t) {
-  sizes.assign(t.sizes().begin(), t.sizes().end());
-  strides.assign(t.strides().begin(), t.strides().end());
-  offset = t.storage_offset();
-  dtype = t.scalar_type();
+c10::ArrayRef<TensorUse> ForwardTrace::uses_read(const TraceNode& node) const {
+  // A kept draw reads only the tensor it is written into.
+  if (node.draw) return uses_of(node).slice(args_of(node)[0].first, args_of(node)[0].count);
+  return uses_of(node);
 }
 
-bool TensorGeometry::same_shape(const at::Tensor& t) const {
-  return t.scalar_type() == dtype && t.sizes() == c10::IntArrayRef(sizes) &&
-         t.strides() == c10::IntArrayRef(strides);
-}
-
-uint32_t ForwardTrace::add_storage(const at::Tensor& t, Storage::Source source) {
+uint32_t ForwardTrace::add_storage(const at::Tensor& t, TraceStorage::Source source) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   const auto id = static_cast<uint32_t>(storages_.size());
-  Storage& s = storages_.emplace_back();  // filled in place: no Storage moved
+  TraceStorage& s = storages_.emplace_back();  // filled in place: no TraceStorage moved
   s.source = source;
   s.key = impl;
   s.weak = c10::weak_intrusive_ptr<c10::StorageImpl>(
@@ -72,7 +67,7 @@ uint32_t ForwardTrace::storage_of(const at::Tensor& t) {
   auto it = index_.find(t.storage().unsafeGetStorageImpl());
   if (it != index_.end()) return it->second;
   // First sight of a tensor from outside the region (a parameter, a captured tensor): kept.
-  const uint32_t id = add_storage(t, Storage::Source::Outside);
+  const uint32_t id = add_storage(t, TraceStorage::Source::Outside);
   storages_[id].outside = alias_of(t);
   storages_[id].outside_version = version_or_zero(t);
   return id;
@@ -103,7 +98,7 @@ void ForwardTrace::add_inputs(const std::vector<at::Tensor>& inputs) {
       continue;
     if (index_.find(t.storage().unsafeGetStorageImpl()) != index_.end())
       continue;  // a view of an earlier input
-    storages_[add_storage(t, Storage::Source::Input)].input = static_cast<uint32_t>(i);
+    storages_[add_storage(t, TraceStorage::Source::Input)].input = static_cast<uint32_t>(i);
   }
 }
 
@@ -111,7 +106,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
                          const torch::jit::Stack& stack) {
   if (pending_) poisoned_ = true;  // the previous op threw
   pending_ = true;
-  Node& node = nodes_.emplace_back(op, traits);
+  TraceNode& node = nodes_.emplace_back(op, traits);
   const bool hidden_writes = traits.writes_undeclared;
   node.hidden_writes = hidden_writes;
   const auto& arguments = op.schema().arguments();
@@ -128,23 +123,23 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
   auto uses_so_far = [&] { return static_cast<uint32_t>(uses_.size()) - node.first_use; };
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& v = stack[base + i];
-    Arg& arg = args_[node.first_arg + i];
+    TraceArg& arg = args_[node.first_arg + i];
     arg.first = uses_so_far();
     if (stand_in_running_stats && (i == kBatchNormRunningMean || i == kBatchNormRunningVar)) {
       if (v.isTensor() && v.toTensor().defined()) {
-        arg.kind = Arg::Kind::StandIn;
+        arg.kind = TraceArg::Kind::StandIn;
         arg.stand_in = std::make_unique<RunningStatStandIn>(RunningStatStandIn::of(v.toTensor()));
       }  // else None, a constant
       continue;
     }
     if (v.isTensor()) {
-      arg.kind = Arg::Kind::Tensor;
+      arg.kind = TraceArg::Kind::Tensor;
       add_use(v.toTensor());
     } else if (v.isTensorList()) {
-      arg.kind = Arg::Kind::TensorList;
+      arg.kind = TraceArg::Kind::TensorList;
       for (const at::Tensor& t : v.toTensorList()) add_use(t);
     } else if (v.isOptionalTensorList()) {
-      arg.kind = Arg::Kind::OptionalTensorList;
+      arg.kind = TraceArg::Kind::OptionalTensorList;
       for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
         TensorUse& u = uses_.emplace_back();
         if (t.has_value()) fill_use(*t, u);
@@ -171,7 +166,7 @@ void ForwardTrace::begin(const c10::OperatorHandle& op, const OpTraits& traits,
 void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutput> kept,
                        std::unique_ptr<GeneratorEffect> rng, std::unique_ptr<DrawMask> draw) {
   pending_ = false;
-  Node& node = nodes_.back();
+  TraceNode& node = nodes_.back();
   const auto n = static_cast<uint32_t>(nodes_.size() - 1);
   if (summarizing_) node.output_bytes = output_bytes(stack, node.op.schema().returns().size());
   for_each_output(stack, node.op.schema().returns().size(), [&](uint32_t k, const at::Tensor& t) {
@@ -182,7 +177,7 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
         node.aliased.push_back(known->second);
       return;  // a view of, or an alias to, a known storage
     }
-    const uint32_t id = add_storage(t, Storage::Source::Op);
+    const uint32_t id = add_storage(t, TraceStorage::Source::Op);
     storages_[id].op = n;
     storages_[id].output = k;
     node.created.emplace_back(k, id);
@@ -205,8 +200,9 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
     }
   }
   if (moved) {  // the replay hands saved tensors out in position order
-    std::stable_sort(first_of_op, saved_.end(),
-                     [](const Saved& a, const Saved& b) { return a.position < b.position; });
+    std::stable_sort(first_of_op, saved_.end(), [](const TraceSaved& a, const TraceSaved& b) {
+      return a.position < b.position;
+    });
   }
   // The versions this op read are needed again if it runs again (in a replay, or in a forward run
   // again). An op that returns only tensors on storages known before (_unsafe_view) makes no
@@ -224,7 +220,7 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
   node.kept = std::move(kept);
   if (!node.kept && for_replay_ && node.traits->cheaper_replay && !node.unsupported) {
     c10::SmallVector<c10::IValue, 4> constants;
-    for (const Arg& arg : args_of(node)) constants.push_back(arg.constant);
+    for (const TraceArg& arg : args_of(node)) constants.push_back(arg.constant);
     const std::size_t n_out = node.op.schema().returns().size();
     if (n_out > 0 && n_out <= stack.size() && stack[stack.size() - n_out].isTensor()) {
       node.replay_as =
@@ -232,8 +228,8 @@ void ForwardTrace::end(const torch::jit::Stack& stack, std::unique_ptr<KeptOutpu
     }
   }
   if (for_replay_) node.rng = std::move(rng);
-  if (for_replay_ && draw && node.arg_count > 0 && args_of(node)[0].kind == Arg::Kind::Tensor &&
-      args_of(node)[0].count == 1) {
+  if (for_replay_ && draw && node.arg_count > 0 &&
+      args_of(node)[0].kind == TraceArg::Kind::Tensor && args_of(node)[0].count == 1) {
     node.draw = std::move(draw);  // written into the first argument, as bernoulli_ draws into self
   }
   node.complete = true;
@@ -243,19 +239,19 @@ bool ForwardTrace::kept_output_unread(const at::Tensor& written, uint32_t node) 
   if (poisoned_ || pending_ || !written.has_storage()) return false;
   auto it = index_.find(written.storage().unsafeGetStorageImpl());
   if (it == index_.end()) return false;
-  const Storage& s = storages_[it->second];
-  return s.source == Storage::Source::Op && s.op == node && nodes_[s.op].kept && !s.read;
+  const TraceStorage& s = storages_[it->second];
+  return s.source == TraceStorage::Source::Op && s.op == node && nodes_[s.op].kept && !s.read;
 }
 
 void ForwardTrace::carry_write(const at::Tensor& written) {
-  Storage& s = storages_[index_.at(written.storage().unsafeGetStorageImpl())];  // known
+  TraceStorage& s = storages_[index_.at(written.storage().unsafeGetStorageImpl())];  // known
   s.kept_version = static_cast<uint32_t>(s.writers.size());
   ++writes_carried_;
   s.read = false;  // the writer's own read of the value before is behind the kept value now
 }
 
 void ForwardTrace::release_draws() {
-  for (Node& node : nodes_) {
+  for (TraceNode& node : nodes_) {
     node.draw.reset();
     node.dropout.reset();
     node.cast.reset();
@@ -263,7 +259,7 @@ void ForwardTrace::release_draws() {
 }
 
 void ForwardTrace::keep_cast(const torch::jit::Stack& stack) {
-  Node& node = nodes_.back();
+  TraceNode& node = nodes_.back();
   if (!for_replay_ || !node.complete || stack.empty() || !stack.back().isTensor()) return;
   const at::Tensor& cast = stack.back().toTensor();
   if (cast.defined() && cast.has_storage() && node.created.size() == 1)
@@ -271,23 +267,23 @@ void ForwardTrace::keep_cast(const torch::jit::Stack& stack) {
 }
 
 void ForwardTrace::keep_dropout_draw(std::unique_ptr<DropoutDraw> draw) {
-  Node& node = nodes_.back();
+  TraceNode& node = nodes_.back();
   // Both outputs made storages of their own (the output and the mask): the replay makes both.
   if (for_replay_ && node.complete && node.created.size() == 2 && node.arg_count > 0 &&
-      args_of(node)[0].kind == Arg::Kind::Tensor && args_of(node)[0].count == 1)
+      args_of(node)[0].kind == TraceArg::Kind::Tensor && args_of(node)[0].count == 1)
     node.dropout = std::move(draw);
 }
 
 void ForwardTrace::release_masks_read_through() {
   bool any = false;
-  for (const Node& node : nodes_) any = any || (node.dropout && node.dropout->on_device());
+  for (const TraceNode& node : nodes_) any = any || (node.dropout && node.dropout->on_device());
   if (!any) return;
   // The replay of every saved tensor (what backward asks for): where it reads a dropout's output,
   // the kept mask saves about nothing on the device (Note [ Dropout's draw kept on every device ]).
   const ReplayPlan plan =
-      plan_replay(/*rng_preserved=*/true, std::vector<bool>(saved_.size(), true));
+      plan_replay(*this, /*rng_preserved=*/true, std::vector<bool>(saved_.size(), true));
   for (uint32_t n = 0; n < nodes_.size(); ++n) {
-    Node& node = nodes_[n];
+    TraceNode& node = nodes_[n];
     if (!node.dropout || !node.dropout->on_device()) continue;
     const bool mask_alone =
         plan.replayable() && plan.run[n] && plan.last_use[node.created[0].second] < 0;
@@ -305,7 +301,7 @@ KeptForReplay ForwardTrace::settle_kept_for_replay(double budget) {
   std::vector<uint32_t> offered;
   std::vector<int64_t> bytes;
   for (uint32_t n = 0; n < nodes_.size(); ++n) {
-    Node& node = nodes_[n];
+    TraceNode& node = nodes_[n];
     if (node.draw) kept.draws.push_back(node.draw->bytes());
     if (node.dropout) kept.draws.push_back(node.dropout->bytes());
     if (!node.cast) continue;
@@ -330,12 +326,12 @@ KeptForReplay ForwardTrace::settle_kept_for_replay(double budget) {
 }
 
 void ForwardTrace::saved(std::size_t index, const at::Tensor& tensor) {
-  saved_.push_back(Saved{index, static_cast<uint32_t>(nodes_.size()), use_of(tensor)});
+  saved_.push_back(TraceSaved{index, static_cast<uint32_t>(nodes_.size()), use_of(tensor)});
   const uint32_t id = saved_.back().use.storage;
   if (id >= storages_.size()) return;  // undefined or unsupported
-  Storage& s = storages_[id];
+  TraceStorage& s = storages_[id];
   s.read = true;
-  if (s.source == Storage::Source::Op && !s.saved) {
+  if (s.source == TraceStorage::Source::Op && !s.saved) {
     s.saved = true;
     saved_bytes_from_ops_ += static_cast<int64_t>(tensor.storage().nbytes());
   }

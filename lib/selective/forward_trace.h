@@ -1,6 +1,9 @@
 // ForwardTrace: what a selective region's forward did below autograd, recorded so that backward
 // can rebuild exactly the saved tensors it dropped, by running only their producing ops again
-// (docs/architecture.md, "Selective replay").
+// (docs/architecture.md, "Selective replay"). A data type: the forward appends its records
+// (trace_records.h) through the members below, which keep them consistent; what reads a forward
+// is a free function over the trace: its summary (summarize, forward_summary.h), its replay plan
+// (plan_replay, replay_plan.h) and the replay (rebuild_saved, replay_executor.h).
 //
 // Tensors are named by their storage and by how many recorded ops had written into it before
 // (a version): every tensor the forward used (an op argument, a saved tensor) is a view of a
@@ -12,61 +15,22 @@
 // is not reused while the trace lives.
 #pragma once
 
-#include "batch_norm_replay.h"
-#include "draw_mask.h"
-#include "dropout_draw.h"
-#include "events/replay_outcome.h"
-#include "forward_summary.h"
-#include "generator_effect.h"
-#include "kept_output.h"
-#include "op_traits.h"
-#include "parameter_casts.h"
-#include "replay_plan.h"
+#include "trace_records.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <c10/core/StorageImpl.h>
-#include <c10/util/SmallVector.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/flat_hash_map.h>
-#include <c10/util/intrusive_ptr.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace recompose::detail {
-
-// Where a tensor lies in its storage.
-struct TensorGeometry {
-  c10::SmallVector<int64_t, 5> sizes;
-  c10::SmallVector<int64_t, 5> strides;
-  int64_t offset = 0;
-  at::ScalarType dtype = at::kFloat;
-
-  static TensorGeometry of(const at::Tensor& t);
-  // Becomes t's geometry, in place (a geometry moved is copied element by element).
-  void set(const at::Tensor& t);
-  // Same sizes, strides and dtype (the storage offset apart).
-  bool same_shape(const at::Tensor& t) const;
-  bool operator==(const TensorGeometry& o) const {
-    return offset == o.offset && dtype == o.dtype && sizes == o.sizes && strides == o.strides;
-  }
-};
-
-// One use of a tensor in the forward.
-struct TensorUse {
-  static constexpr uint32_t kUndefined = UINT32_MAX;  // an undefined (optional) tensor
-  static constexpr uint32_t kUnsupported =
-      UINT32_MAX - 1;  // no strided storage, conjugate/negative bit
-  uint32_t storage = kUndefined;
-  uint32_t version = 0;  // recorded writes into the storage before this use
-  TensorGeometry geometry;
-};
 
 class ForwardTrace {
  public:
@@ -85,13 +49,10 @@ class ForwardTrace {
   void view_call(const c10::OperatorHandle& op, int64_t call_index,
                  const torch::jit::Stack& stack) {
     if (summarizing_) {
-      views_.push_back(ViewCall{static_cast<uint32_t>(nodes_.size()), op, call_index,
-                                output_bytes(stack, op.schema().returns().size())});
+      views_.push_back(TraceViewCall{static_cast<uint32_t>(nodes_.size()), op, call_index,
+                                     output_bytes(stack, op.schema().returns().size())});
     }
   }
-  // The forward op by op (forward_summary.h), from what the trace recorded; complete only when
-  // record_summary(true) was set before the forward (views and output bytes are missing else).
-  ForwardSummary summary() const;
 
   // The region's inputs (before the body runs).
   void add_inputs(const std::vector<at::Tensor>& inputs);
@@ -140,24 +101,6 @@ class ForwardTrace {
   // Autograd saved `tensor` in the region's forward as saved tensor `index`.
   void saved(std::size_t index, const at::Tensor& tensor);
 
-  // Rebuilds saved tensor i for each needed[i] into out[i] (see SavedTensorReplay::replay).
-  // `replay_kept` hands a kept op's outputs (CacheEntry::hand_out, with the region's checks), once
-  // per kept op the replay needs, in forward order, after every check that can be made up front.
-  // It returns true when the tensors it hands are the replay's alone (CacheEntry::private_copies):
-  // the replay then writes into them rather than into copies.
-  // It plans (plan_replay), checks the inputs and outside tensors the plan reads, then runs the
-  // plan (replay_executor.cpp). See Note [ The replay's contract ] (replay_plan.cpp).
-  using ReplayKept =
-      std::function<bool(const c10::OperatorHandle& op, KeptOutput& kept, torch::jit::Stack* out)>;
-  events::ReplayOutcome replay(const std::vector<at::Tensor>& inputs, bool rng_preserved,
-                               const std::vector<bool>& needed, const ReplayKept& replay_kept,
-                               std::vector<at::Tensor>& out) const;
-
-  // The replay that rebuilding saved tensor i for each needed[i] would run, or why the region
-  // cannot be replayed (ReplayPlan::fallback). Runs nothing. Throws CheckpointError only for a
-  // broken invariant of the trace (an internal error).
-  ReplayPlan plan_replay(bool rng_preserved, const std::vector<bool>& needed) const;
-
   // Whether the storage of `written` holds the output of a kept op that no recorded op has read
   // since that op (or since the last write carried into it): an op about to write into it may
   // then leave its cache entry holding the value after the write, with carry_write(), instead of
@@ -180,121 +123,50 @@ class ForwardTrace {
   // Calls f(op, kept) for every kept op, in forward order.
   void for_each_kept(const std::function<void(const c10::OperatorHandle&, KeptOutput&)>& f) const;
 
- private:
-  struct Storage {
-    enum class Source : uint8_t { Op, Input, Outside };
-    Source source = Source::Outside;
-    const c10::StorageImpl* key = nullptr;
-    c10::weak_intrusive_ptr<c10::StorageImpl> weak{c10::intrusive_ptr<c10::StorageImpl>()};
-    uint32_t op = 0;      // Op: the node that created it
-    uint32_t output = 0;  // Op: which of its (flattened) outputs
-    uint32_t input = 0;   // Input: which region input
-    at::Tensor outside;   // Outside: an alias of the tensor (shares its version counter)
-    uint32_t outside_version = 0;
-    TensorGeometry base;  // the creating output, the input, or the outside tensor
-    std::vector<uint32_t>
-        writers;         // node of each recorded write: version v is made by writers[v - 1]
-    bool saved = false;  // autograd saved a tensor of it (counted in saved_bytes_from_ops_)
-    // Since its value was last kept: an op a replay may run read it, or autograd saved it.
-    bool read = false;
-    // Op storages of a kept op: the version its cache entry holds (writes carried into it).
-    uint32_t kept_version = 0;
-  };
-  struct Arg {
-    // StandIn: a tensor the replay makes anew (a training batch norm's running statistic).
-    enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList, StandIn };
-    Kind kind = Kind::Constant;
-    uint32_t first = 0;  // its node's uses [first, first + count)
-    uint32_t count = 0;
-    c10::IValue constant;
-    std::unique_ptr<RunningStatStandIn> stand_in;  // StandIn
-  };
-  struct Node {
-    Node(const c10::OperatorHandle& o, const OpTraits& t) : op(o), traits(&t) {}
-    c10::OperatorHandle op;
-    const OpTraits* traits;  // never freed (OpTraits::of)
-    // Its arguments and the tensors they use, in the trace's args_ and uses_ (args_of, uses_of):
-    // one array for every node, not two allocations per op.
-    uint32_t first_arg = 0;
-    uint32_t arg_count = 0;
-    uint32_t first_use = 0;
-    uint32_t use_count = 0;
-    c10::SmallVector<uint32_t, 1> writes;  // storages written (one version each)
-    c10::SmallVector<std::pair<uint32_t, uint32_t>, 2> created;  // (flattened output, storage)
-    std::unique_ptr<KeptOutput> kept;                            // the forward kept its outputs
-    uint32_t carrier = OpCalls::kNoNode;  // a write a kept output carries: that output's node
-    std::unique_ptr<GeneratorEffect> rng;
-    std::unique_ptr<DrawMask> draw;
-    std::unique_ptr<DropoutDraw> dropout;  // native_dropout's draw (dropout_draw.h)
-    std::unique_ptr<KeptCast> cast;        // an autocast parameter cast kept (parameter_casts.h)
-    // A cheaper op the replay runs instead, with the same arguments (replay_substitute.h).
-    std::optional<c10::OperatorHandle> replay_as;
-    bool unsupported = false;    // an argument the replay cannot rebuild (tensors in a tuple...)
-    bool hidden_writes = false;  // writes into arguments its schema does not declare
-    bool complete = false;       // end() ran
-    bool makes_values = false;   // returns a value of its own (Note in end())
-    // For the summary only: the storages of its outputs, each once, with their bytes (created
-    // ones and aliases of known ones).
-    c10::SmallVector<uint32_t, 1> aliased;  // known storages its outputs alias
-    int64_t output_bytes = 0;
-  };
-  struct ViewCall {
-    uint32_t position;  // nodes recorded before it
-    c10::OperatorHandle op;
-    int64_t call_index;
-    int64_t output_bytes;
-  };
-  // The storages of the last n values on `stack`, each once (distinct_storage_bytes).
-  static int64_t output_bytes(const torch::jit::Stack& stack, std::size_t n);
-  struct Saved {
-    std::size_t index;
-    uint32_t position;  // recorded ops before it was saved
-    TensorUse use;
-  };
-
-  class Executor;  // one run of a ReplayPlan (replay_executor.cpp)
-
-  c10::ArrayRef<Arg> args_of(const Node& node) const {
+  // The records, as the forward left them (trace_records.h), for the functions that read a forward.
+  const std::vector<TraceStorage>& storages() const { return storages_; }
+  const std::vector<TraceNode>& nodes() const { return nodes_; }
+  // The tensors autograd saved, in the order the replay hands them out (by position).
+  const std::vector<TraceSaved>& saved_tensors() const { return saved_; }
+  // The view calls, in order (recorded only for the summary).
+  const std::vector<TraceViewCall>& view_calls() const { return views_; }
+  // The forward's calls, per op.
+  const std::unordered_map<c10::OperatorHandle, OpCalls>& calls() const { return calls_; }
+  c10::ArrayRef<TraceArg> args_of(const TraceNode& node) const {
     return {args_.data() + node.first_arg, node.arg_count};
   }
-  c10::ArrayRef<TensorUse> uses_of(const Node& node) const {
+  c10::ArrayRef<TensorUse> uses_of(const TraceNode& node) const {
     return {uses_.data() + node.first_use, node.use_count};
   }
+  // The uses an op run again reads: a kept draw reads only the tensor it is written into.
+  c10::ArrayRef<TensorUse> uses_read(const TraceNode& node) const;
+  // Every op begun ended: none threw between begin() and end().
+  bool ops_completed() const { return !poisoned_ && !pending_; }
+  // Writes of the forward carried into kept outputs (carry_write).
+  int64_t writes_carried() const { return writes_carried_; }
 
+ private:
   // settle_kept_for_replay's first step: device masks kept only where the replay needs the mask
   // alone (Note [ Dropout's draw kept on every device ], dropout_draw.h).
   void release_masks_read_through();
-  // plan_replay's steps (replay_plan.cpp); each returns why the region cannot be replayed, or "".
-  c10::ArrayRef<TensorUse> uses_read(const Node& node) const;
-  std::string mark_producer(const TensorUse& use, std::vector<char>& run) const;
-  std::string why_not_runnable(const Node& node, bool rng_preserved) const;
-  std::string mark_run_set(bool rng_preserved, const std::vector<bool>& needed,
-                           std::vector<char>& run) const;
-  std::string note_reads(const std::vector<bool>& needed, ReplayPlan& plan) const;
-  // The region inputs and outside tensors the plan reads, as they are now.
-  std::string check_sources(const ReplayPlan& plan, const std::vector<at::Tensor>& inputs) const;
-  // summary()'s parts (forward_summary.cpp).
-  void add_summary_reads(const TensorUse& use, const std::vector<uint32_t>& entry_of,
-                         const std::vector<SummaryOp>& ops, std::vector<uint32_t>& out) const;
-  std::vector<char> storages_carrying_writes() const;
-  void add_write_reads(const std::vector<uint32_t>& entry_of, std::vector<SummaryOp>& ops) const;
-  void note_writes_after(const std::vector<uint32_t>& entry_of, std::vector<SummaryOp>& ops) const;
+  // The storages of the last n values on `stack`, each once (distinct_storage_bytes).
+  static int64_t output_bytes(const torch::jit::Stack& stack, std::size_t n);
 
   TensorUse use_of(const at::Tensor& t);
   void fill_use(const at::Tensor& t, TensorUse& u);  // use_of, in place
   void add_use(const at::Tensor& t) { fill_use(t, uses_.emplace_back()); }
   uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight
-  uint32_t add_storage(const at::Tensor& t, Storage::Source source);
+  uint32_t add_storage(const at::Tensor& t, TraceStorage::Source source);
 
-  std::vector<Storage> storages_;
+  std::vector<TraceStorage> storages_;
   // An open-addressing table: no allocation per storage, as a node-based map makes.
   ska::flat_hash_map<const c10::StorageImpl*, uint32_t> index_;
-  std::vector<Node> nodes_;
-  std::vector<Arg> args_;        // every node's arguments (Node::first_arg)
-  std::vector<TensorUse> uses_;  // every node's tensor uses (Node::first_use)
-  std::vector<Saved> saved_;
+  std::vector<TraceNode> nodes_;
+  std::vector<TraceArg> args_;   // every node's arguments (TraceNode::first_arg)
+  std::vector<TensorUse> uses_;  // every node's tensor uses (TraceNode::first_use)
+  std::vector<TraceSaved> saved_;
   std::unordered_map<c10::OperatorHandle, OpCalls> calls_;
-  std::vector<ViewCall> views_;  // only while summarizing_
+  std::vector<TraceViewCall> views_;  // only while summarizing_
   int64_t saved_bytes_from_ops_ = 0;
   int64_t writes_carried_ = 0;
   bool for_replay_ = true;

@@ -1,5 +1,6 @@
-// ForwardTrace::replay: runs a ReplayPlan (replay_plan.cpp; Note [ The replay's contract ]) below
+// rebuild_saved: runs a ReplayPlan (replay_plan.cpp; Note [ The replay's contract ]) below
 // autograd and autocast, with the generators of random ops where the forward found them.
+#include "replay_executor.h"
 
 #include "engine/generator_state.h"
 #include "engine/kernels_only.h"
@@ -43,10 +44,8 @@ bool dense_from_start(const TensorGeometry& g) {
   return true;
 }
 
-}  // namespace
-
 // One execution of a plan: the tensors it made or took, by storage, and where it stands.
-class ForwardTrace::Executor {
+class Executor {
  public:
   Executor(const ForwardTrace& trace, const ReplayPlan& plan, const std::vector<at::Tensor>& inputs,
            const std::vector<bool>& needed, const ReplayKept& replay_kept,
@@ -57,15 +56,15 @@ class ForwardTrace::Executor {
         needed_(needed),
         replay_kept_(replay_kept),
         out_(out),
-        bases_(trace.storages_.size()) {}
+        bases_(trace.storages().size()) {}
 
   // Runs the plan to its end: whatever could make it stop was decided before (plan_replay,
   // check_sources). Throws CheckpointError if an op returns another layout than in the forward.
   void run(events::ReplayOutcome& outcome) {
     out_.assign(needed_.size(), at::Tensor());
-    for (std::size_t n = 0; n < t_.nodes_.size(); ++n) {
+    for (std::size_t n = 0; n < t_.nodes().size(); ++n) {
       emit_saved(n);
-      const Node& node = t_.nodes_[n];
+      const TraceNode& node = t_.nodes()[n];
       if (!plan_.run[n]) {
         if (!node.kept) ++outcome.ops_skipped;
       } else if (node.kept) {
@@ -81,7 +80,7 @@ class ForwardTrace::Executor {
       }
       for (uint32_t id : plan_.drop_after[n]) bases_[id] = Base{};
     }
-    emit_saved(t_.nodes_.size());
+    emit_saved(t_.nodes().size());
   }
 
  private:
@@ -94,7 +93,7 @@ class ForwardTrace::Executor {
   void set_base(uint32_t id, at::Tensor t, bool copy) {
     if (plan_.last_use[id] < 0) return;  // an output nothing reads (a second output of the op...)
     if (copy) t = t.clone();
-    const TensorGeometry& forward = t_.storages_[id].base;
+    const TensorGeometry& forward = t_.storages()[id].base;
     if (!forward.same_shape(t)) {
       if (!dense_from_start(forward) || t.scalar_type() != forward.dtype ||
           t.sizes() != c10::IntArrayRef(forward.sizes))
@@ -105,7 +104,7 @@ class ForwardTrace::Executor {
       t = at::empty_strided(forward.sizes, forward.strides, t.options()).copy_(t);
     }
     bases_[id] = Base{std::move(t), 0, true};
-    bases_[id].delta = bases_[id].tensor.storage_offset() - t_.storages_[id].base.offset;
+    bases_[id].delta = bases_[id].tensor.storage_offset() - t_.storages()[id].base.offset;
   }
 
   // Note [ A replayed op that returns another layout ]
@@ -120,8 +119,8 @@ class ForwardTrace::Executor {
   // reports it the same way, also under DeterminismCheck::None (PyTorch would hand such tensors to
   // backward unchecked there; a replay cannot go on from them).
   [[noreturn]] void throw_not_as_in_forward(uint32_t id, const at::Tensor& got) const {
-    const Storage& s = t_.storages_[id];
-    const Node& node = t_.nodes_[s.op];
+    const TraceStorage& s = t_.storages()[id];
+    const TraceNode& node = t_.nodes()[s.op];
     auto describe = [](c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype) {
       return std::string(c10::toString(dtype)) + " of sizes " + c10::str(sizes) + " and strides " +
              c10::str(strides);
@@ -138,16 +137,16 @@ class ForwardTrace::Executor {
         "its output (MUST_SAVE in the region's policy), or make it deterministic.");
   }
 
-  // Inputs and outside tensors were checked before anything ran (ForwardTrace::check_sources).
+  // Inputs and outside tensors were checked before anything ran (check_sources).
   const Base& base_of(uint32_t id) {
     Base& b = bases_[id];
     if (b.tensor.defined()) return b;
-    const Storage& s = t_.storages_[id];
-    if (s.source == Storage::Source::Input) {
+    const TraceStorage& s = t_.storages()[id];
+    if (s.source == TraceStorage::Source::Input) {
       const at::Tensor& t = inputs_[s.input];
       // A copy of the input (offloaded and reloaded) holds the input, not the rest of its storage.
       b = Base{t, t.storage_offset() - s.base.offset, t.storage().unsafeGetStorageImpl() == s.key};
-    } else if (s.source == Storage::Source::Outside) {
+    } else if (s.source == TraceStorage::Source::Outside) {
       b = Base{s.outside, 0, true};
     } else {
       replay_invariant_broken("an op output was needed before its op ran");
@@ -157,7 +156,7 @@ class ForwardTrace::Executor {
 
   at::Tensor materialize(const TensorUse& use) {
     if (use.storage == TensorUse::kUndefined) return at::Tensor();
-    const Storage& s = t_.storages_[use.storage];
+    const TraceStorage& s = t_.storages()[use.storage];
     const Base& b = base_of(use.storage);
     if (use.geometry == s.base) return b.tensor;
     // Views of another dtype, and of inputs that came back as copies, were refused up front.
@@ -169,9 +168,10 @@ class ForwardTrace::Executor {
 
   // Hands out the needed saved tensors of positions up to `position`.
   void emit_saved(std::size_t position) {
-    for (; next_saved_ < t_.saved_.size() && t_.saved_[next_saved_].position <= position;
+    for (; next_saved_ < t_.saved_tensors().size() &&
+           t_.saved_tensors()[next_saved_].position <= position;
          ++next_saved_) {
-      const Saved& s = t_.saved_[next_saved_];
+      const TraceSaved& s = t_.saved_tensors()[next_saved_];
       if (s.index >= needed_.size() || !needed_[s.index]) continue;
       at::Tensor value = materialize(s.use);
       if (!value.defined()) continue;
@@ -182,7 +182,7 @@ class ForwardTrace::Executor {
     }
   }
 
-  void take_kept(const Node& node) {
+  void take_kept(const TraceNode& node) {
     torch::jit::Stack stack;
     const bool own = replay_kept_(node.op, *node.kept, &stack);
     const std::size_t n_out = node.op.schema().returns().size();
@@ -198,7 +198,7 @@ class ForwardTrace::Executor {
 
   // The forward's draw, written back where it drew (its first argument): the op's result without
   // drawing. The generators stay where backward found them, as after a redraw.
-  void write_draw(const Node& node, events::ReplayOutcome& outcome) {
+  void write_draw(const TraceNode& node, events::ReplayOutcome& outcome) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!node.draw->write_into(materialize(t_.uses_of(node)[t_.args_of(node)[0].first])))
       replay_invariant_broken("the tensor a kept draw is written into is laid out otherwise");
@@ -207,7 +207,7 @@ class ForwardTrace::Executor {
   }
 
   // An autocast parameter cast the forward kept: its tensor, not a cast again.
-  void take_cast(const Node& node, events::ReplayOutcome& outcome) {
+  void take_cast(const TraceNode& node, events::ReplayOutcome& outcome) {
     const uint32_t id = node.created.front().second;
     set_base(id, node.cast->value, plan_.last_write[id] >= 0);
     ++outcome.casts_kept;
@@ -215,11 +215,11 @@ class ForwardTrace::Executor {
 
   // native_dropout's outputs from its input and the kept draw: the mask, and the output where
   // the replay reads it. The generators stay where backward found them, as after a redraw.
-  void rebuild_dropout(const Node& node, events::ReplayOutcome& outcome) {
+  void rebuild_dropout(const TraceNode& node, events::ReplayOutcome& outcome) {
     const auto t0 = std::chrono::steady_clock::now();
     const uint32_t output = node.created[0].second;
     const uint32_t mask_id = node.created[1].second;
-    const TensorGeometry& g = t_.storages_[mask_id].base;
+    const TensorGeometry& g = t_.storages()[mask_id].base;
     at::Tensor mask = node.dropout->mask(g.sizes, g.strides);
     if (plan_.last_use[output] >= 0) {
       const at::Tensor input = materialize(t_.uses_of(node)[t_.args_of(node)[0].first]);
@@ -230,20 +230,20 @@ class ForwardTrace::Executor {
     ++outcome.draws_written;
   }
 
-  void push_args(const Node& node, torch::jit::Stack& stack) {
+  void push_args(const TraceNode& node, torch::jit::Stack& stack) {
     const c10::ArrayRef<TensorUse> uses = t_.uses_of(node);
-    for (const Arg& arg : t_.args_of(node)) {
+    for (const TraceArg& arg : t_.args_of(node)) {
       switch (arg.kind) {
-        case Arg::Kind::Constant:
+        case TraceArg::Kind::Constant:
           stack.push_back(arg.constant);
           break;
-        case Arg::Kind::StandIn:
+        case TraceArg::Kind::StandIn:
           stack.emplace_back(arg.stand_in->make());
           break;
-        case Arg::Kind::Tensor:
+        case TraceArg::Kind::Tensor:
           stack.emplace_back(materialize(uses[arg.first]));
           break;
-        case Arg::Kind::TensorList: {
+        case TraceArg::Kind::TensorList: {
           c10::List<at::Tensor> list;
           list.reserve(arg.count);
           for (uint32_t u = arg.first; u < arg.first + arg.count; ++u)
@@ -251,7 +251,7 @@ class ForwardTrace::Executor {
           stack.emplace_back(std::move(list));
           break;
         }
-        case Arg::Kind::OptionalTensorList: {
+        case TraceArg::Kind::OptionalTensorList: {
           c10::List<std::optional<at::Tensor>> list;
           list.reserve(arg.count);
           for (uint32_t u = arg.first; u < arg.first + arg.count; ++u) {
@@ -265,7 +265,7 @@ class ForwardTrace::Executor {
     }
   }
 
-  void run_op(const Node& node, events::ReplayOutcome& outcome) {
+  void run_op(const TraceNode& node, events::ReplayOutcome& outcome) {
     torch::jit::Stack stack;
     push_args(node, stack);
     if (node.rng) node.rng->rewind();
@@ -292,52 +292,60 @@ class ForwardTrace::Executor {
   std::size_t next_saved_ = 0;
 };
 
-std::string ForwardTrace::check_sources(const ReplayPlan& plan,
-                                        const std::vector<at::Tensor>& inputs) const {
+// The region inputs and outside tensors the plan reads, as they are now.
+MaybeFallback check_sources(const ForwardTrace& trace, const ReplayPlan& plan,
+                            const std::vector<at::Tensor>& inputs) {
   // Checked before anything runs: the replay hands kept outputs out (and the cache releases
   // them) as it goes, so it should not give up half-way.
-  for (uint32_t id = 0; id < storages_.size(); ++id) {
+  const std::vector<TraceStorage>& storages = trace.storages();
+  for (uint32_t id = 0; id < storages.size(); ++id) {
     if (plan.last_use[id] < 0) continue;
-    const Storage& s = storages_[id];
-    if (s.source == Storage::Source::Outside && version_or_zero(s.outside) != s.outside_version)
-      return "a tensor from outside the region (a parameter?) was modified in place since the "
-             "forward";
-    if (s.source != Storage::Source::Input) continue;
+    const TraceStorage& s = storages[id];
+    if (s.source == TraceStorage::Source::Outside &&
+        version_or_zero(s.outside) != s.outside_version)
+      return Fallback(
+          "a tensor from outside the region (a parameter?) was modified in place since the "
+          "forward");
+    if (s.source != TraceStorage::Source::Input) continue;
     if (s.input >= inputs.size() || !inputs[s.input].defined() ||
         !s.base.same_shape(inputs[s.input]))
-      return "a region input came back in another layout";
+      return Fallback("a region input came back in another layout");
     if (plan.viewed[id] && inputs[s.input].storage().unsafeGetStorageImpl() != s.key) {
-      return "it needs a view of a region input that came back as another tensor (recomputed by "
-             "an enclosing checkpointed region, or offloaded and reloaded)";
+      return Fallback(
+          "it needs a view of a region input that came back as another tensor (recomputed by "
+          "an enclosing checkpointed region, or offloaded and reloaded)");
     }
   }
-  return {};
+  return std::nullopt;
 }
 
-events::ReplayOutcome ForwardTrace::replay(const std::vector<at::Tensor>& inputs,
-                                           bool rng_preserved, const std::vector<bool>& needed,
-                                           const ReplayKept& replay_kept,
-                                           std::vector<at::Tensor>& out) const {
+}  // namespace
+
+events::ReplayOutcome rebuild_saved(const ForwardTrace& trace,
+                                    const std::vector<at::Tensor>& inputs, bool rng_preserved,
+                                    const std::vector<bool>& needed, const ReplayKept& replay_kept,
+                                    std::vector<at::Tensor>& out) {
   events::ReplayOutcome outcome;
-  const ReplayPlan plan = plan_replay(rng_preserved, needed);
-  std::string why = plan.replayable() ? check_sources(plan, inputs) : plan.fallback;
-  if (why.empty()) {
+  const ReplayPlan plan = plan_replay(trace, rng_preserved, needed);
+  MaybeFallback why = plan.replayable() ? check_sources(trace, plan, inputs) : plan.fallback;
+  if (!why) {
     KernelsOnlyGuard kernels_only;
     std::vector<at::Generator> generators;
-    for (std::size_t n = 0; n < nodes_.size(); ++n) {
-      const Node& node = nodes_[n];
+    const std::vector<TraceNode>& nodes = trace.nodes();
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      const TraceNode& node = nodes[n];
       if (plan.run[n] && node.rng && !node.draw && !node.dropout) node.rng->collect(generators);
     }
     GeneratorStash stash(std::move(generators));
-    Executor executor(*this, plan, inputs, needed, replay_kept, out);
+    Executor executor(trace, plan, inputs, needed, replay_kept, out);
     executor.run(outcome);
-    outcome.writes_carried = writes_carried_;
+    outcome.writes_carried = trace.writes_carried();
     outcome.replayed = true;
     return outcome;
   }
   out.clear();
   outcome = events::ReplayOutcome{};
-  outcome.fallback_reason = std::move(why);
+  outcome.fallback_reason = std::move(why->reason);
   return outcome;
 }
 

@@ -2,7 +2,7 @@
 // switch (recompose::set_selective_replay_enabled).
 #pragma once
 
-#include "forward_trace.h"
+#include "events/replay_outcome.h"
 
 #include <cstdint>
 

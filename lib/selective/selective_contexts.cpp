@@ -13,6 +13,7 @@
 #include "engine/tensor_accounting.h"
 #include "events/events.h"
 #include "op_names.h"
+#include "replay_executor.h"
 #include "replay_stats.h"
 #include "sac_state.h"
 #include "summarizing_contexts.h"
@@ -77,7 +78,7 @@ struct Entered {
   // failed (an empty one allocates nothing), which its tool reports (summarizing_contexts.h).
   static void hand_summary(SacState& s) noexcept {
     try {
-      s.summary_sink(s.trace.summary());
+      s.summary_sink(detail::summarize(s.trace));
       return;
     } catch (...) {
     }
@@ -156,7 +157,8 @@ class SelectiveContexts final : public RegionContexts, public detail::SavedTenso
       kept.consume();
       return own;
     };
-    events::ReplayOutcome outcome = s.trace.replay(inputs, rng_preserved, needed, replay_kept, out);
+    events::ReplayOutcome outcome =
+        detail::rebuild_saved(s.trace, inputs, rng_preserved, needed, replay_kept, out);
     s.trace.release_draws();  // one recomputation per region; a second backward draws again
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - start);
