@@ -3,6 +3,7 @@
 #include "engine/internal_ops.h"
 #include "swap/eligibility.h"
 #include "swap/entry_events.h"
+#include "swap/stream_capture.h"
 #include "swap/swap_access.h"
 
 #include <recompose/checkpoint_error.h>
@@ -20,7 +21,10 @@ SwapCore::SwapCore(SwapOptions options)
     : options_(check_swap_options(std::move(options))),
       groups_(counters_, options_.implicit_group_bytes()) {}
 
-SwapCore::~SwapCore() = default;
+SwapCore::~SwapCore() {
+  // What a stream may still read waits for it (never under a capture, where waiting is illegal).
+  if (stream_device_ && may_poll(*stream_device_)) deferred_.drain();
+}
 
 int64_t SwapCore::begin_group() {
   std::lock_guard lock(mutex_);
@@ -71,6 +75,7 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor, event
   if (const auto why = unsupported_for_swap(tensor); !why.empty()) {
     throw CheckpointError("recompose: SwapManager::offload: cannot offload this tensor: " + why);
   }
+  refuse_under_capture(tensor.device(), "SwapManager::offload");
   // The detach, the buffer, its view and the copy are recompose's ops, not the user's.
   InternalOpsGuard internal;
   at::Tensor source = tensor.detach();
@@ -114,13 +119,12 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
                     ? e.host_buffer.as_strided(source.sizes(), source.strides())
                     : e.host_buffer.view(source.sizes());
   copy_launching(e);
-  auto copy = copies_.launch(e.device, e.pinned, /*after_current_work=*/true,
-                             [&](bool non_blocking, const c10::Stream* stream) {
-                               e.host_view.copy_(source, non_blocking);
-                               // The caching allocator must not reuse the source's memory until
-                               // the copy has read it, even if every reference is dropped first.
-                               if (stream) source.record_stream(*stream);
-                             });
+  // The source is not record_stream'ed: e.device_copy holds it until the copy has landed, and
+  // release() before then leaves it to deferred_ (Note [ Swap copies and graph capture ]).
+  auto copy = copies_.launch(
+      e.device, e.pinned, /*after_current_work=*/true,
+      [&](bool non_blocking, const c10::Stream*) { e.host_view.copy_(source, non_blocking); });
+  if (uses_streams(e.device)) stream_device_ = e.device;
   e.fence = std::move(copy.fence);
   e.device_copy = source;
   e.state = SwapState::Offloading;
@@ -129,6 +133,10 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
 }
 
 void SwapCore::poll_locked() {
+  if (in_flight_.empty() && deferred_.size() == 0) return;
+  // Under a capture the events cannot be queried: the next poll outside it retires them.
+  if (stream_device_ && !may_poll(*stream_device_)) return;
+  deferred_.retire();
   while (!in_flight_.empty()) {
     SwapEntry& e = *in_flight_.front();
     if (e.state == SwapState::Offloading && !e.fence->done())
@@ -183,10 +191,19 @@ void SwapCore::poll() {
 }
 
 void SwapCore::synchronize() {
-  const double waited = copies_.synchronize();
-  counters_.update([&](SwapStats& s) { s.wait_seconds += waited; });
+  {
+    std::lock_guard lock(mutex_);
+    refuse_under_capture_locked("SwapManager::synchronize");
+  }
+  double waited = copies_.synchronize();
   std::lock_guard lock(mutex_);
+  waited += deferred_.drain();
+  counters_.update([&](SwapStats& s) { s.wait_seconds += waited; });
   poll_locked();
+}
+
+void SwapCore::refuse_under_capture_locked(std::string_view call) const {
+  if (stream_device_) refuse_under_capture(*stream_device_, call);
 }
 
 void SwapCore::launch_reload_locked(SwapEntry& e, events::CopyCause cause) {
@@ -238,11 +255,13 @@ void SwapCore::use_group_locked(int64_t id, const SwapEntry* asking) {
 
 at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
   SwapEntry& e = SwapAccess::entry(swapped);
+  refuse_under_capture(e.device, "SwappedTensor::get");
   InternalOpsGuard internal;  // the reloads' allocations and copies
   std::lock_guard lock(mutex_);
   if (e.state == SwapState::Released) {
     throw CheckpointError("recompose: SwappedTensor::get: the tensor was released");
   }
+  deferred_.retire();  // backward's earlier reloads, once their consumers are done with them
   use_group_locked(e.group, &e);
   if (e.state == SwapState::Offloading) {
     // Its copy to host is still in flight (or it was prefetched meanwhile): the device tensor
@@ -262,7 +281,10 @@ at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
     reload_late(e, options_.measure_waits() ? e.fence->synchronize() : 0, counters_);
   }
   report_landing(e);
-  copies_.hand_over(result, *e.fence, e.device);
+  if (const auto consumer = copies_.hand_over(*e.fence, e.device)) {
+    if (std::ranges::find(e.consumers, *consumer) == e.consumers.end())
+      e.consumers.push_back(*consumer);
+  }
   if (++e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
   return result;
 }
@@ -271,7 +293,7 @@ void SwapCore::let_device_copy_go_locked(SwapEntry& e) {
   if (e.state == SwapState::Reloaded) {
     // The host copy stays (a second backward reloads); the device one goes with autograd's last
     // reference.
-    e.reloaded.reset();
+    let_reloaded_go_locked(e);
     e.state = SwapState::Offloaded;
   } else if (e.state == SwapState::Offloading && e.keep_on_device) {
     e.keep_on_device = false;
@@ -285,9 +307,19 @@ void SwapCore::let_device_copy_go_locked(SwapEntry& e) {
   }
 }
 
+void SwapCore::let_reloaded_go_locked(SwapEntry& e) {
+  // Allocated on the copy stream and read by its consumers: held until they are done with it
+  // instead of record_stream'ed on them (Note [ Swap copies and graph capture ]).
+  if (e.reloaded.defined() && !e.consumers.empty())
+    deferred_.until_unused(std::move(e.reloaded), std::move(e.consumers));
+  e.reloaded.reset();
+  e.consumers.clear();
+}
+
 void SwapCore::prefetch_newest() {
   InternalOpsGuard internal;  // the reloads' allocations and copies
   std::lock_guard lock(mutex_);
+  refuse_under_capture_locked("backward's prefetch of offloaded tensors");
   int64_t remaining = options_.prefetch_groups();
   if (remaining == 0) return;
   groups_.visit_newest_first(std::nullopt, [&](SwapGroups::Group& group) {
@@ -298,6 +330,7 @@ void SwapCore::prefetch_newest() {
 
 void SwapCore::prefetch(SwappedTensor& swapped) {
   SwapEntry& e = SwapAccess::entry(swapped);
+  refuse_under_capture(e.device, "SwappedTensor::prefetch");
   InternalOpsGuard internal;  // the reload's allocation and copy
   std::lock_guard lock(mutex_);
   if (e.state == SwapState::Released) {
@@ -314,8 +347,12 @@ void SwapCore::release(SwapEntry& e) {
   }
   e.host_buffer.reset();
   e.host_view.reset();
+  // Released before its copy to host was seen landing: the copy may still read the source. No
+  // event is queried here (a destructor, maybe under a capture): the next poll retires it.
+  if (e.state == SwapState::Offloading && e.device_copy.defined() && uses_streams(e.device))
+    deferred_.until_complete(std::move(e.device_copy), e.fence);
   e.device_copy.reset();
-  e.reloaded.reset();
+  let_reloaded_go_locked(e);
   e.state = SwapState::Released;
   --tensors_alive_;
   bytes_alive_ -= e.nbytes;
