@@ -83,8 +83,8 @@ TEST_CASE(
   TestFence::recorded().clear();
   Release release;
   at::Tensor reloaded = torch::ones({4, 4});
-  at::Tensor autograd_holds = reloaded;             // the same TensorImpl (get() returns it)
-  at::Tensor view = reloaded.view({16});             // another TensorImpl on its storage
+  at::Tensor autograd_holds = reloaded;   // the same TensorImpl (get() returns it)
+  at::Tensor view = reloaded.view({16});  // another TensorImpl on its storage
   const Watch freed = watch(reloaded);
   release.until_unused(std::move(reloaded), {kConsumer, kOtherConsumer});
   release.retire();
@@ -127,7 +127,8 @@ TEST_CASE("swap deferred release: one tensor still in use does not hold back the
   CHECK(release.size() == 1);
 }
 
-TEST_CASE("swap deferred release: drain waits for the fences of what nobody holds, keeps the rest") {
+TEST_CASE(
+    "swap deferred release: drain waits for the fences of what nobody holds, keeps the rest") {
   TestFence::recorded().clear();
   Release release;
   at::Tensor used = torch::ones({2});
