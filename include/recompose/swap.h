@@ -20,13 +20,20 @@
 // How it works on an accelerator (CUDA; docs/notes.md, Note [ Swap copies ]): each offload records
 // an event on the current (compute) stream, and a side copy stream per device waits for it and
 // copies the tensor into a pinned host buffer (drawn from a pool that is reused across steps). The
-// source is record_stream'ed on the copy stream so that the caching allocator never hands its
-// memory out while the copy reads it. The manager drops its reference to the device tensor once the
-// copy has landed (checked at every offload and at group boundaries), which is when device memory
-// is freed. In backward, the first use of a tensor of group i reloads the rest of group i and
-// prefetches groups i-1 .. i-prefetch_groups on the copy stream; the consumer stream (the current
-// stream of the thread that unpacks, which is an autograd device thread for CUDA graphs) waits on
-// the copy's event, on the device, not on the host.
+// manager holds the device tensor until the copy has landed (checked at every offload and at group
+// boundaries), which is when device memory is freed. In backward, the first use of a tensor of
+// group i reloads the rest of group i and prefetches groups i-1 .. i-prefetch_groups on the copy
+// stream; the consumer stream (the current stream of the thread that unpacks, which is an autograd
+// device thread for CUDA graphs) waits on the copy's event, on the device, not on the host, and
+// the manager holds the reloaded tensor until that stream is done with it. Nothing is
+// record_stream'ed, so swap leaves the caching allocator no end-of-life event that a later CUDA
+// graph capture could trip on (pytorch#193982).
+//
+// CUDA graphs: swap does not run inside a capture. An offload, a reload, a prefetch or
+// SwapManager::synchronize while the current stream is being captured throws CheckpointError
+// (nothing is launched); group scopes and polls inside a capture do nothing, and the next call
+// outside it catches up. Capturing after swapped steps, or around code that swaps nothing, works,
+// random numbers drawn inside the capture included.
 //
 // What stays on the device (SwapManager::eligible): tensors smaller than min_bytes, parameters
 // (leaves that require grad) and views of them, tensors that do not cover their whole storage
@@ -283,7 +290,9 @@ class SwapManager {
   /// Lets go of device tensors whose copy to host has landed. Called at every offload and group
   /// boundary; call it yourself to free memory at another point.
   void poll();
-  /// Waits on the host for every copy in flight, then polls.
+  /// Waits on the host for every copy in flight, and for the streams reloaded tensors were handed
+  /// to (for those nobody holds any more), then polls. Throws CheckpointError while the current
+  /// stream is being captured into a CUDA graph.
   void synchronize();
 
   /// The counters since creation or the last reset_stats() (see SwapStats).

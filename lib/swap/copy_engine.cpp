@@ -45,13 +45,12 @@ CopyEngine::Launched CopyEngine::launch(const c10::Device& device, bool pinned,
   return launched;
 }
 
-void CopyEngine::hand_over(const at::Tensor& tensor, const CopyFence& fence,
-                           const c10::Device& device) {
-  if (!uses_streams(device)) return;
+std::optional<c10::Stream> CopyEngine::hand_over(const CopyFence& fence,
+                                                 const c10::Device& device) {
+  if (!uses_streams(device)) return std::nullopt;
   const c10::Stream consumer = current_stream(device);
   fence.block(consumer);
-  // Allocated on the copy stream: keep the allocator from reusing it while `consumer` reads it.
-  tensor.record_stream(consumer);
+  return consumer;
 }
 
 double CopyEngine::synchronize() {

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 namespace recompose::detail {
@@ -32,11 +33,11 @@ class CopyEngine {
   //   });
   Launched launch(const c10::Device& device, bool pinned, bool after_current_work,
                   c10::function_ref<void(bool non_blocking, const c10::Stream* copy_stream)> copy);
-  // Hands `tensor`, the result of the copy behind `fence`, to the current stream of `device`:
-  // that stream waits for the copy on the device (the host does not), and the caching allocator
-  // keeps the tensor's memory until that stream is done with it. Nothing on devices without
-  // streams.
-  void hand_over(const at::Tensor& tensor, const CopyFence& fence, const c10::Device& device);
+  // Hands the result of the copy behind `fence` to the current stream of `device`: that stream
+  // waits for the copy on the device (the host does not). Returns that stream, which the caller
+  // must keep the result alive for (DeferredRelease: nothing is record_stream'ed); nothing on
+  // devices without streams.
+  std::optional<c10::Stream> hand_over(const CopyFence& fence, const c10::Device& device);
   // Waits on the host for every copy launched so far; returns the time waited.
   double synchronize();
 

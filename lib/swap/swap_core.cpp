@@ -3,11 +3,11 @@
 #include "engine/internal_ops.h"
 #include "swap/eligibility.h"
 #include "swap/entry_events.h"
+#include "swap/stream_capture.h"
 #include "swap/swap_access.h"
 
 #include <recompose/checkpoint_error.h>
 
-#include <ATen/ops/empty_strided.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
@@ -20,7 +20,10 @@ SwapCore::SwapCore(SwapOptions options)
     : options_(check_swap_options(std::move(options))),
       groups_(counters_, options_.implicit_group_bytes()) {}
 
-SwapCore::~SwapCore() = default;
+SwapCore::~SwapCore() {
+  // What a stream may still read waits for it (never under a capture, where waiting is illegal).
+  if (stream_device_ && may_poll(*stream_device_)) deferred_.drain();
+}
 
 int64_t SwapCore::begin_group() {
   std::lock_guard lock(mutex_);
@@ -71,6 +74,7 @@ std::shared_ptr<SwappedTensor> SwapCore::offload(const at::Tensor& tensor, event
   if (const auto why = unsupported_for_swap(tensor); !why.empty()) {
     throw CheckpointError("recompose: SwapManager::offload: cannot offload this tensor: " + why);
   }
+  refuse_under_capture(tensor.device(), "SwapManager::offload");
   // The detach, the buffer, its view and the copy are recompose's ops, not the user's.
   InternalOpsGuard internal;
   at::Tensor source = tensor.detach();
@@ -114,13 +118,12 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
                     ? e.host_buffer.as_strided(source.sizes(), source.strides())
                     : e.host_buffer.view(source.sizes());
   copy_launching(e);
-  auto copy = copies_.launch(e.device, e.pinned, /*after_current_work=*/true,
-                             [&](bool non_blocking, const c10::Stream* stream) {
-                               e.host_view.copy_(source, non_blocking);
-                               // The caching allocator must not reuse the source's memory until
-                               // the copy has read it, even if every reference is dropped first.
-                               if (stream) source.record_stream(*stream);
-                             });
+  // The source is not record_stream'ed: e.device_copy holds it until the copy has landed, and
+  // release() before then leaves it to deferred_ (Note [ Swap copies and graph capture ]).
+  auto copy = copies_.launch(
+      e.device, e.pinned, /*after_current_work=*/true,
+      [&](bool non_blocking, const c10::Stream*) { e.host_view.copy_(source, non_blocking); });
+  if (uses_streams(e.device)) stream_device_ = e.device;
   e.fence = std::move(copy.fence);
   e.device_copy = source;
   e.state = SwapState::Offloading;
@@ -129,6 +132,10 @@ void SwapCore::launch_offload_locked(SwapEntry& e, const at::Tensor& source) {
 }
 
 void SwapCore::poll_locked() {
+  if (in_flight_.empty() && deferred_.size() == 0) return;
+  // Under a capture the events cannot be queried: the next poll outside it retires them.
+  if (stream_device_ && !may_poll(*stream_device_)) return;
+  deferred_.retire();
   while (!in_flight_.empty()) {
     SwapEntry& e = *in_flight_.front();
     if (e.state == SwapState::Offloading && !e.fence->done())
@@ -183,127 +190,19 @@ void SwapCore::poll() {
 }
 
 void SwapCore::synchronize() {
-  const double waited = copies_.synchronize();
-  counters_.update([&](SwapStats& s) { s.wait_seconds += waited; });
+  {
+    std::lock_guard lock(mutex_);
+    refuse_under_capture_locked("SwapManager::synchronize");
+  }
+  double waited = copies_.synchronize();
   std::lock_guard lock(mutex_);
+  waited += deferred_.drain();
+  counters_.update([&](SwapStats& s) { s.wait_seconds += waited; });
   poll_locked();
 }
 
-void SwapCore::launch_reload_locked(SwapEntry& e, events::CopyCause cause) {
-  copy_begins(e, events::CopyDirection::ToDevice);
-  at::NoGradGuard no_grad;
-  const auto options = at::TensorOptions().dtype(e.host_view.scalar_type()).device(e.device);
-  copy_launching(e);
-  auto copy = copies_.launch(
-      e.device, e.pinned, /*after_current_work=*/false, [&](bool non_blocking, const c10::Stream*) {
-        // Allocated on the copy stream; get() records it on the stream that consumes it.
-        e.reloaded = at::empty_strided(e.host_view.sizes(), e.host_view.strides(), options);
-        e.reloaded.copy_(e.host_view, non_blocking);
-      });
-  e.fence = std::move(copy.fence);
-  e.state = SwapState::Reloaded;
-  e.gets_since_reload = 0;
-  ++e.generation;
-  copy_launched(e, cause, copy.host_seconds, counters_);
-  report_landing(e);  // a synchronous copy has landed already
-}
-
-void SwapCore::reload_ahead_locked(SwapEntry& e) {
-  if (e.state == SwapState::Offloaded) {
-    launch_reload_locked(e, events::CopyCause::Prefetch);
-  } else if (e.state == SwapState::Offloading) {
-    e.keep_on_device = true;
-  }
-}
-
-bool SwapCore::reload_group_locked(SwapGroups::Group& group, const SwapEntry* asking) {
-  for (SwapEntry* e : group.tensors) {
-    if (e != asking) reload_ahead_locked(*e);
-  }
-  return !group.tensors.empty();  // released tensors leave their group
-}
-
-void SwapCore::use_group_locked(int64_t id, const SwapEntry* asking) {
-  SwapGroups::Group* group = groups_.find(id);
-  if (!group || group->used) return;
-  group->used = true;
-  reload_group_locked(*group, asking);
-  // Lookahead: the nearest earlier groups that still hold tensors.
-  int64_t remaining = options_.prefetch_groups();
-  if (remaining == 0) return;
-  groups_.visit_newest_first(id, [&](SwapGroups::Group& earlier) {
-    return !reload_group_locked(earlier, nullptr) || --remaining > 0;
-  });
-}
-
-at::Tensor SwapCore::get(SwappedTensor& swapped, int64_t* generation) {
-  SwapEntry& e = SwapAccess::entry(swapped);
-  InternalOpsGuard internal;  // the reloads' allocations and copies
-  std::lock_guard lock(mutex_);
-  if (e.state == SwapState::Released) {
-    throw CheckpointError("recompose: SwappedTensor::get: the tensor was released");
-  }
-  use_group_locked(e.group, &e);
-  if (e.state == SwapState::Offloading) {
-    // Its copy to host is still in flight (or it was prefetched meanwhile): the device tensor
-    // is still here, no reload needed.
-    if (generation) *generation = e.generation;
-    counters_.update([](SwapStats& s) { ++s.early_returns; });
-    at::Tensor result = e.device_copy;
-    if (++e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
-    return result;
-  }
-  if (e.state == SwapState::Offloaded) {
-    launch_reload_locked(e, events::CopyCause::OnDemand);
-  }
-  if (generation) *generation = e.generation;
-  at::Tensor result = e.reloaded;
-  if (!e.fence->done()) {  // a reload not landed yet (never on devices without streams)
-    reload_late(e, options_.measure_waits() ? e.fence->synchronize() : 0, counters_);
-  }
-  report_landing(e);
-  copies_.hand_over(result, *e.fence, e.device);
-  if (++e.gets_since_reload >= e.users) let_device_copy_go_locked(e);
-  return result;
-}
-
-void SwapCore::let_device_copy_go_locked(SwapEntry& e) {
-  if (e.state == SwapState::Reloaded) {
-    // The host copy stays (a second backward reloads); the device one goes with autograd's last
-    // reference.
-    e.reloaded.reset();
-    e.state = SwapState::Offloaded;
-  } else if (e.state == SwapState::Offloading && e.keep_on_device) {
-    e.keep_on_device = false;
-    if (!e.fence->done()) {
-      in_flight_.push_back(&e);  // the next poll after its copy lands lets it go
-      return;
-    }
-    report_landing(e);
-    e.device_copy.reset();
-    e.state = SwapState::Offloaded;
-  }
-}
-
-void SwapCore::prefetch_newest() {
-  InternalOpsGuard internal;  // the reloads' allocations and copies
-  std::lock_guard lock(mutex_);
-  int64_t remaining = options_.prefetch_groups();
-  if (remaining == 0) return;
-  groups_.visit_newest_first(std::nullopt, [&](SwapGroups::Group& group) {
-    // Not marked used: its first use still prefetches further back.
-    return group.used || !reload_group_locked(group, nullptr) || --remaining > 0;
-  });
-}
-
-void SwapCore::prefetch(SwappedTensor& swapped) {
-  SwapEntry& e = SwapAccess::entry(swapped);
-  InternalOpsGuard internal;  // the reload's allocation and copy
-  std::lock_guard lock(mutex_);
-  if (e.state == SwapState::Released) {
-    throw CheckpointError("recompose: SwappedTensor::prefetch: the tensor was released");
-  }
-  reload_ahead_locked(e);
+void SwapCore::refuse_under_capture_locked(std::string_view call) const {
+  if (stream_device_) refuse_under_capture(*stream_device_, call);
 }
 
 void SwapCore::release(SwapEntry& e) {
@@ -314,8 +213,12 @@ void SwapCore::release(SwapEntry& e) {
   }
   e.host_buffer.reset();
   e.host_view.reset();
+  // Released before its copy to host was seen landing: the copy may still read the source. No
+  // event is queried here (a destructor, maybe under a capture): the next poll retires it.
+  if (e.state == SwapState::Offloading && e.device_copy.defined() && uses_streams(e.device))
+    deferred_.until_complete(std::move(e.device_copy), e.fence);
   e.device_copy.reset();
-  e.reloaded.reset();
+  let_reloaded_go_locked(e);
   e.state = SwapState::Released;
   --tensors_alive_;
   bytes_alive_ -= e.nbytes;

@@ -13,6 +13,7 @@
 
 #include "events/kept_reason.h"
 #include "swap/copy_engine.h"
+#include "swap/deferred_release.h"
 #include "swap/host_buffer_pool.h"
 #include "swap/swap_aliases.h"
 #include "swap/swap_counters.h"
@@ -25,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 namespace recompose::detail {
 
@@ -105,6 +107,11 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   void throttle_offloads_locked(int64_t group);
   // Every user of a reloaded or kept device copy has it: let it go with autograd's reference.
   void let_device_copy_go_locked(SwapEntry& entry);
+  // Lets go of the reloaded tensor: held in deferred_ while a stream it was handed to may read it.
+  void let_reloaded_go_locked(SwapEntry& entry);
+  // Throws CheckpointError, naming `call`, while the current stream of the manager's device is
+  // being captured into a CUDA graph.
+  void refuse_under_capture_locked(std::string_view call) const;
 
   const SwapOptions options_;
   SwapCounters counters_;
@@ -114,6 +121,10 @@ class SwapCore : public std::enable_shared_from_this<SwapCore> {
   SwapGroups groups_;
   SwapAliases aliases_;
   std::deque<SwapEntry*> in_flight_;  // Offloading, in launch order
+  // Device tensors let go of while a stream may still read them. See Note [ Swap copies and
+  // graph capture ].
+  DeferredRelease deferred_;
+  std::optional<c10::Device> stream_device_;  // the device of the copies on streams, if any
   int64_t tensors_alive_ = 0;
   int64_t bytes_alive_ = 0;
 };

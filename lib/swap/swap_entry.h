@@ -11,10 +11,12 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/core/Stream.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace recompose::detail {
 
@@ -33,6 +35,7 @@ struct SwapEntry {
   at::Tensor host_buffer;                 // 1-D pool buffer
   at::Tensor host_view;                   // host_buffer with the source's sizes and strides
   at::Tensor reloaded;                    // the reloaded device tensor until every user has it
+  std::vector<c10::Stream> consumers;     // the streams `reloaded` was handed to (get)
   std::shared_ptr<CopyFence> fence;       // the last copy (offload or reload)
   bool keep_on_device = false;            // prefetched while offloading: keep device_copy
   bool pinned = false;

@@ -5,6 +5,8 @@
 #include "swap/eligibility.h"
 #include "swap/swap_core.h"
 
+#include <c10/util/Exception.h>
+
 namespace recompose::detail {
 
 SwapHooks::SwapHooks(std::shared_ptr<SwapCore> core, Defer defer)
@@ -53,7 +55,15 @@ at::Tensor SwapHooks::call_unpack_hook() {
   return swapped_ ? core_->get(*swapped_, &served_) : kept_;
 }
 
-SwapPolicy::~SwapPolicy() { offload_deferred(/*all=*/true); }
+SwapPolicy::~SwapPolicy() {
+  try {
+    offload_deferred(/*all=*/true);
+  } catch (const std::exception& e) {
+    // A destructor must not throw (a scope ending inside a CUDA graph capture: swap refuses to
+    // copy there). The tensors not offloaded stay on the device, where backward finds them.
+    TORCH_WARN(e.what(), " (recompose: the saved tensors not offloaded yet stay on the device)");
+  }
+}
 
 void SwapPolicy::offload_deferred(bool all) {
   if (deferred_.empty()) return;
