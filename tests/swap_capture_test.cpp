@@ -84,7 +84,11 @@ TEST_CASE(
   Release release;
   at::Tensor reloaded = torch::ones({4, 4});
   at::Tensor autograd_holds = reloaded;   // the same TensorImpl (get() returns it)
-  at::Tensor view = reloaded.view({16});  // another TensorImpl on its storage
+  at::Tensor view = reloaded.view({16});  // another TensorImpl on its storage (holds its base)
+  // Another TensorImpl on its storage that does not hold the base TensorImpl: only the storage's
+  // use count sees it.
+  at::Tensor alias = at::empty({0}, reloaded.options());
+  alias.set_(reloaded.storage(), 0, {16}, {1});
   const Watch freed = watch(reloaded);
   release.until_unused(std::move(reloaded), {kConsumer, kOtherConsumer});
   release.retire();
@@ -93,6 +97,9 @@ TEST_CASE(
   release.retire();
   CHECK(TestFence::recorded().empty());  // the view still shares its storage
   view.reset();
+  release.retire();
+  CHECK(TestFence::recorded().empty());  // so does the alias
+  alias.reset();
   release.retire();
   // Nobody else holds it now: one fence per consumer, recorded on that consumer.
   REQUIRE(TestFence::recorded().size() == 2);
