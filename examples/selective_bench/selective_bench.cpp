@@ -2,7 +2,8 @@
 //  1. the per-op cost of the interception: ns per op for a small op, plain and under a selective
 //     forward context (pass-through policy, save-everything policy) and under the recompute
 //     context (recompute / replay), in regions of --region-ops ops (200 by default: issue 45's
-//     measure; the region's entry and exit are not timed);
+//     measure; the region's entry and exit are not timed), in wall-clock time and in the thread's
+//     CPU time (the host's work alone: other processes' load moves it much less);
 //  2. a stack of small transformer blocks, none / full / selective (transformer_policy)
 //     checkpointing: step time (forward + backward) and bytes held for backward, as ratios to
 //     none. Repetitions are interleaved; figures are medians;
@@ -38,10 +39,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -59,6 +62,30 @@ double seconds(F&& f) {
   const auto t0 = Clock::now();
   f();
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The calling thread's CPU time, in seconds.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Wall-clock and thread CPU seconds of f().
+struct Timed {
+  double wall = 0;
+  double cpu = 0;
+  Timed& operator+=(const Timed& o) {
+    wall += o.wall;
+    cpu += o.cpu;
+    return *this;
+  }
+};
+template <class F>
+Timed timed(F&& f) {
+  const double cpu0 = thread_cpu_seconds();
+  const double wall = seconds(std::forward<F>(f));
+  return {wall, thread_cpu_seconds() - cpu0};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -80,21 +107,21 @@ void per_op_overhead(int64_t ops, int64_t region_ops, int reps, const torch::Dev
     examples::synchronize(device);
     return out;
   };
-  // `ops` ops in regions of `region_ops`: the seconds of the ops alone (entering and leaving a
+  // `ops` ops in regions of `region_ops`: the time of the ops alone (entering and leaving a
   // region, and making its contexts, are not timed).
   const int64_t regions = std::max<int64_t>(ops / region_ops, 1);
-  auto in_regions = [regions](const std::function<double()>& one_region) {
-    double s = 0;
-    for (int64_t r = 0; r < regions; ++r) s += one_region();
-    return s;
+  auto in_regions = [regions](const std::function<Timed()>& one_region) {
+    Timed t;
+    for (int64_t r = 0; r < regions; ++r) t += one_region();
+    return t;
   };
   const auto pass_through = constant(recompose::CheckpointPolicy::PREFER_RECOMPUTE);
   const auto save_all = constant(recompose::CheckpointPolicy::MUST_SAVE);
 
   struct Row {
     const char* name;
-    std::function<double()> run;  // seconds for `ops` ops
-    std::vector<double> samples;
+    std::function<Timed()> run;  // time for `ops` ops
+    std::vector<double> wall, cpu;
   };
   // The recompute rows need a forward over the same ops first (not timed).
   auto recompute_row = [&](const recompose::SelectivePolicy& policy) {
@@ -106,7 +133,7 @@ void per_op_overhead(int64_t ops, int64_t region_ops, int reps, const torch::Dev
           loop();
         }
         auto token = contexts->enter_recompute();
-        return seconds(loop);
+        return timed(loop);
       });
     };
   };
@@ -119,35 +146,49 @@ void per_op_overhead(int64_t ops, int64_t region_ops, int reps, const torch::Dev
         auto contexts = recompose::create_selective_checkpoint_contexts(policy);
         auto token = contexts->enter_forward();
         recompose::set_selective_replay_enabled(true);
-        return seconds(loop);
+        return timed(loop);
       });
     };
   };
   std::vector<Row> rows;
   rows.push_back(
-      {"plain (no interception)", [&] { return in_regions([&] { return seconds(loop); }); }, {}});
-  rows.push_back({"forward, pass-through policy", forward_row(pass_through, true), {}});
-  rows.push_back({"forward, pass-through, replay off", forward_row(pass_through, false), {}});
-  rows.push_back({"forward, save-everything policy", forward_row(save_all, true), {}});
-  rows.push_back({"recompute, op recomputed", recompute_row(pass_through), {}});
-  rows.push_back({"recompute, op replayed (not run)", recompute_row(save_all), {}});
+      {"plain (no interception)", [&] { return in_regions([&] { return timed(loop); }); }, {}, {}});
+  rows.push_back({"forward, pass-through policy", forward_row(pass_through, true), {}, {}});
+  rows.push_back({"forward, pass-through, replay off", forward_row(pass_through, false), {}, {}});
+  rows.push_back({"forward, save-everything policy", forward_row(save_all, true), {}, {}});
+  rows.push_back({"recompute, op recomputed", recompute_row(pass_through), {}, {}});
+  rows.push_back({"recompute, op replayed (not run)", recompute_row(save_all), {}, {}});
 
   for (auto& r : rows) r.run();  // warm-up
   for (int rep = 0; rep < reps; ++rep) {
-    for (auto& r : rows) r.samples.push_back(r.run());
+    for (auto& r : rows) {
+      const Timed t = r.run();
+      r.wall.push_back(t.wall);
+      r.cpu.push_back(t.cpu);
+    }
   }
   const double timed_ops = static_cast<double>(regions * region_ops);
-  const double plain_ns = median(rows[0].samples) / timed_ops * 1e9;
+  auto ns_per_op = [timed_ops](const std::vector<double>& s) {
+    return median(s) / timed_ops * 1e9;
+  };
+  const double plain_ns = ns_per_op(rows[0].wall);
+  const double plain_cpu_ns = ns_per_op(rows[0].cpu);
   std::printf(
       "1. Per-op cost of the interception (at::add on 4 floats on %s, %lld ops in regions of "
       "%lld, median of %d)\n",
       device.str().c_str(), static_cast<long long>(regions * region_ops),
       static_cast<long long>(region_ops), reps);
-  std::printf("   %-36s %10s %14s\n", "", "ns/op", "overhead ns/op");
+  std::printf("   %-36s %10s %14s %14s %14s\n", "", "ns/op", "overhead ns/op", "cpu ns/op",
+              "cpu overhead");
   for (const auto& r : rows) {
-    const double ns = median(r.samples) / timed_ops * 1e9;
-    std::printf("   %-36s %10.1f %14.1f\n", r.name, ns, ns - plain_ns);
+    const double ns = ns_per_op(r.wall);
+    const double cpu_ns = ns_per_op(r.cpu);
+    std::printf("   %-36s %10.1f %14.1f %14.1f %14.1f\n", r.name, ns, ns - plain_ns, cpu_ns,
+                cpu_ns - plain_cpu_ns);
   }
+  std::printf(
+      "   (cpu: the thread's CPU time; on CUDA it includes the host's wait for the device at "
+      "each region's end)\n");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -34,6 +34,13 @@ namespace recompose::detail {
 
 class ForwardTrace {
  public:
+  ForwardTrace() = default;
+  ForwardTrace(ForwardTrace&&) = default;
+  ForwardTrace& operator=(ForwardTrace&&) = default;
+  // Leaves its sizes for the next trace to reserve.
+  // See Note [ A trace reserves the last one's sizes ] (forward_trace.cpp).
+  ~ForwardTrace();
+
   // Whether the trace records what only the replay reads (set before the forward; default on):
   // off (selective replay switched off at the region's entry), a random op's generator states,
   // kept draws and cheaper ops are not recorded, and a replay falls back. The record a forward
@@ -157,6 +164,8 @@ class ForwardTrace {
   void add_use(const at::Tensor& t) { fill_use(t, uses_.emplace_back()); }
   uint32_t storage_of(const at::Tensor& t);  // registers an outside tensor on first sight
   uint32_t add_storage(const at::Tensor& t, TraceStorage::Source source);
+  // At the first op: room for as many records as the last trace made.
+  void reserve_like_last();
 
   std::vector<TraceStorage> storages_;
   // An open-addressing table: no allocation per storage, as a node-based map makes.
