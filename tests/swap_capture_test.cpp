@@ -20,6 +20,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -27,25 +29,45 @@
 
 namespace {
 
+using recompose::detail::FencePosition;
+
 // A fence that completes when the test says so (or when waited for); remembers where it was
-// recorded.
+// recorded, in record order, and counts the queries of done().
 struct TestFence {
   static std::shared_ptr<TestFence> record(const c10::Stream& stream) {
-    auto fence = std::make_shared<TestFence>();
-    fence->stream = stream;
+    auto fence = on(stream);
     recorded().push_back(fence);
+    return fence;
+  }
+  // A fence recorded on `stream` now, outside the release (an offload copy's).
+  static std::shared_ptr<TestFence> on(const c10::Stream& stream) {
+    static uint64_t next_sequence = 0;
+    auto fence = std::make_shared<TestFence>();
+    fence->at.emplace(FencePosition{stream, next_sequence++});
     return fence;
   }
   static std::vector<std::shared_ptr<TestFence>>& recorded() {
     static std::vector<std::shared_ptr<TestFence>> fences;
     return fences;
   }
-  bool done() const { return complete; }
+  struct Queries {
+    int done = 0;
+    int not_done = 0;
+  };
+  static Queries& queries() {
+    static Queries counted;
+    return counted;
+  }
+  bool done() const {
+    ++(complete ? queries().done : queries().not_done);
+    return complete;
+  }
   double synchronize() const {
     complete = true;
     return 0;
   }
-  std::optional<c10::Stream> stream;
+  const std::optional<FencePosition>& position() const { return at; }
+  std::optional<FencePosition> at;  // none: made complete-able by the test, in no stream's order
   mutable bool complete = false;
 };
 
@@ -103,8 +125,8 @@ TEST_CASE(
   release.retire();
   // Nobody else holds it now: one fence per consumer, recorded on that consumer.
   REQUIRE(TestFence::recorded().size() == 2);
-  CHECK(TestFence::recorded()[0]->stream == kConsumer);
-  CHECK(TestFence::recorded()[1]->stream == kOtherConsumer);
+  CHECK(TestFence::recorded()[0]->at->stream == kConsumer);
+  CHECK(TestFence::recorded()[1]->at->stream == kOtherConsumer);
   CHECK(release.size() == 1);
   TestFence::recorded()[0]->complete = true;
   release.retire();
@@ -150,6 +172,178 @@ TEST_CASE(
   user.reset();
   release.drain();
   CHECK(release.size() == 0);
+}
+
+namespace {
+
+// `count` tensors held until their fence on `stream` completes, in record order.
+struct HeldOnStream {
+  HeldOnStream(Release& release, const c10::Stream& stream, int count) {
+    for (int i = 0; i < count; ++i) {
+      at::Tensor source = torch::ones({i + 1});
+      freed.push_back(watch(source));
+      fences.push_back(TestFence::on(stream));
+      release.until_complete(std::move(source), fences.back());
+    }
+  }
+  int freed_count() const {
+    return static_cast<int>(std::ranges::count_if(freed, &Watch::expired));
+  }
+  std::vector<Watch> freed;
+  std::vector<std::shared_ptr<TestFence>> fences;
+};
+
+// One retire(), and the queries it made.
+TestFence::Queries retire_counting(Release& release) {
+  TestFence::queries() = {};
+  release.retire();
+  return TestFence::queries();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "swap deferred release: retire queries one fence not done per stream, however many are held "
+    "(Note [ Fences complete in record order ])") {
+  Release release;
+  TestFence::Queries asked;
+  HeldOnStream copies(release, kConsumer, 50);
+  asked = retire_counting(release);
+  CHECK(asked.not_done == 1);  // the oldest: the 49 after it cannot be done
+  CHECK(asked.done == 0);
+  CHECK(release.size() == 50);
+  CHECK(copies.freed_count() == 0);
+  const int landed = 7;
+  for (int i = 0; i < landed; ++i) copies.fences[i]->complete = true;
+  asked = retire_counting(release);
+  CHECK(asked.done == landed);
+  CHECK(asked.not_done == 1);
+  CHECK(release.size() == 50 - landed);
+  CHECK(copies.freed_count() == landed);
+  for (int i = 0; i < 50; ++i) CHECK(copies.freed[i].expired() == (i < landed));
+  asked = retire_counting(release);  // nothing new is done: the released ones are not asked again
+  CHECK(asked.done == 0);
+  CHECK(asked.not_done == 1);
+  for (auto& fence : copies.fences) fence->complete = true;
+  release.retire();
+  CHECK(release.size() == 0);
+  CHECK(copies.freed_count() == 50);
+}
+
+TEST_CASE("swap deferred release: retire queries one fence not done on each stream") {
+  Release release;
+  TestFence::Queries asked;
+  HeldOnStream first(release, kConsumer, 20);
+  HeldOnStream second(release, kOtherConsumer, 20);
+  HeldOnStream first_again(release, kConsumer, 5);  // recorded after all of `second`
+  asked = retire_counting(release);
+  CHECK(asked.not_done == 2);
+  CHECK(asked.done == 0);
+  for (int i = 0; i < 3; ++i) first.fences[i]->complete = true;
+  for (int i = 0; i < 5; ++i) second.fences[i]->complete = true;
+  asked = retire_counting(release);
+  CHECK(asked.done == 3 + 5);
+  CHECK(asked.not_done == 2);
+  CHECK(first.freed_count() == 3);
+  CHECK(second.freed_count() == 5);
+  CHECK(first_again.freed_count() == 0);
+  CHECK(release.size() == 45 - 8);
+  // One stream all done, the other not: the done stream's fences are each asked once.
+  for (auto& fence : first.fences) fence->complete = true;
+  for (auto& fence : first_again.fences) fence->complete = true;
+  asked = retire_counting(release);
+  CHECK(asked.done == 17 + 5);
+  CHECK(asked.not_done == 1);
+  CHECK(first.freed_count() == 20);
+  CHECK(first_again.freed_count() == 5);
+  CHECK(second.freed_count() == 5);
+  CHECK(release.size() == 15);
+}
+
+TEST_CASE(
+    "swap deferred release: a tensor fenced on two streams is freed only when both are done, and "
+    "its done fence is asked once") {
+  TestFence::recorded().clear();
+  Release release;
+  TestFence::Queries asked;
+  at::Tensor reloaded = torch::ones({4});
+  const Watch freed = watch(reloaded);
+  release.until_unused(std::move(reloaded), {kConsumer, kOtherConsumer});
+  release.retire();
+  REQUIRE(TestFence::recorded().size() == 2);
+  TestFence::recorded()[0]->complete = true;
+  asked = retire_counting(release);
+  CHECK(asked.done == 1);
+  CHECK(asked.not_done == 1);
+  CHECK(release.size() == 1);
+  CHECK_FALSE(freed.expired());
+  asked = retire_counting(release);
+  CHECK(asked.done == 0);  // known done since the last retire
+  CHECK(asked.not_done == 1);
+  CHECK_FALSE(freed.expired());
+  TestFence::recorded()[1]->complete = true;
+  release.retire();
+  CHECK(freed.expired());
+  CHECK(release.size() == 0);
+}
+
+TEST_CASE(
+    "swap deferred release: a fence recorded late, held before an earlier recorded one, is asked "
+    "after it and neither is freed early") {
+  TestFence::recorded().clear();
+  Release release;
+  TestFence::Queries asked;
+  at::Tensor late = torch::ones({2});  // held first, fenced last: its user lets go later
+  at::Tensor user = late;
+  at::Tensor early = torch::ones({3});
+  const Watch late_freed = watch(late);
+  const Watch early_freed = watch(early);
+  release.until_unused(std::move(late), {kConsumer});
+  release.until_unused(std::move(early), {kConsumer});
+  release.retire();
+  REQUIRE(TestFence::recorded().size() == 1);  // early's
+  user.reset();
+  asked = retire_counting(release);
+  REQUIRE(TestFence::recorded().size() == 2);  // late's, recorded after early's
+  const auto early_fence = TestFence::recorded()[0];
+  const auto late_fence = TestFence::recorded()[1];
+  // Neither done: early's, the first recorded, answers for both, though late's is held first.
+  CHECK(asked.not_done == 1);
+  CHECK(asked.done == 0);
+  CHECK(release.size() == 2);
+  early_fence->complete = true;
+  asked = retire_counting(release);
+  CHECK(asked.done == 1);
+  CHECK(asked.not_done == 1);
+  CHECK(early_freed.expired());
+  CHECK_FALSE(late_freed.expired());  // its fence is not done
+  CHECK(release.size() == 1);
+  late_fence->complete = true;
+  release.retire();
+  CHECK(late_freed.expired());
+  CHECK(release.size() == 0);
+}
+
+TEST_CASE(
+    "swap deferred release: a fence on no stream (complete from the start when real) is asked on "
+    "its own and does not hold back the stream's") {
+  Release release;
+  TestFence::Queries asked;
+  auto unordered = std::make_shared<TestFence>();
+  at::Tensor source = torch::ones({2});
+  const Watch unordered_freed = watch(source);
+  release.until_complete(std::move(source), unordered);
+  HeldOnStream copies(release, kConsumer, 3);
+  copies.fences[0]->complete = true;
+  asked = retire_counting(release);
+  CHECK(asked.not_done == 2);  // the unordered fence and copies' second
+  CHECK(asked.done == 1);
+  CHECK_FALSE(unordered_freed.expired());
+  CHECK(copies.freed_count() == 1);
+  unordered->complete = true;
+  release.retire();
+  CHECK(unordered_freed.expired());
+  CHECK(release.size() == 2);
 }
 
 TEST_CASE("swap capture check: CPU streams are never captured, and swap never refuses there") {

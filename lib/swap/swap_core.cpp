@@ -138,8 +138,8 @@ void SwapCore::poll_locked() {
   deferred_.retire();
   while (!in_flight_.empty()) {
     SwapEntry& e = *in_flight_.front();
-    if (e.state == SwapState::Offloading && !e.fence->done())
-      break;  // copies on one stream land in order
+    // Copies on one stream land in order (Note [ Fences complete in record order ]).
+    if (e.state == SwapState::Offloading && !e.fence->done()) break;
     in_flight_.pop_front();
     report_landing(e);
     // Prefetched before its copy landed: backward gets the device tensor itself; finished
@@ -155,7 +155,8 @@ void SwapCore::throttle_offloads_locked(int64_t group) {
   const auto limit = static_cast<size_t>(options_.max_groups_in_flight());
   if (limit == 0) return;
   // The groups with copies in flight, oldest first, each with the fence of its newest copy
-  // (copies on one stream land in order: when that fence is done, the whole group is).
+  // (copies on one stream land in order, Note [ Fences complete in record order ]: when that
+  // fence is done, the whole group is).
   auto groups_in_flight = [&] {
     std::vector<std::pair<int64_t, std::shared_ptr<CopyFence>>> groups;
     for (const SwapEntry* e : in_flight_) {
