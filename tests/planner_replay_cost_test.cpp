@@ -2,7 +2,10 @@
 // recomputation only when backward needs its output; outputs written in place before anything
 // reads them may be kept (the kept output carries the write). And what the profiler records for
 // it: what each op reads, what autograd saves, which writes are carried.
+#include "planner/op_times.h"
 #include "planner/replay_cost.h"
+#include "selective/policy_warnings.h"
+#include "selective/summarizing_contexts.h"
 
 #include <recompose/recompose.h>
 
@@ -377,5 +380,66 @@ TEST_SUITE("planner") {
     REQUIRE(plan.modules.at(0).choice == ModuleChoice::Selective);
     CHECK(plan.modules[0].bytes == 2 * kBytes + 300);  // input, one op kept, the draws
     CHECK(plan.bytes == plan.modules[0].bytes);
+  }
+
+  TEST_CASE("planner: a summary times each draw kept as bits, and no other op") {
+    // Dropout on CPU: empty_like, bernoulli_ (a write that draws: kept as bits), div_, mul.
+    DropoutBlock block;
+    std::vector<recompose::detail::ForwardSummary> summaries;
+    const recompose::SelectivePolicy recompute_all([](const auto&, const auto&, const auto&) {
+      return recompose::CheckpointPolicy::PREFER_RECOMPUTE;
+    });
+    recompose::apply_checkpoint(*block, recompose::CheckpointOptions().context_fn([&] {
+      return recompose::detail::create_summarizing_contexts(
+          recompute_all, true,
+          [&](recompose::detail::ForwardSummary&& s) { summaries.push_back(std::move(s)); });
+    }));
+    auto x = torch::randn({64, 64}, torch::requires_grad());
+    {
+      recompose::detail::PolicyWarningsOff quiet;  // keeping nothing is meant here
+      block(x).sum().backward();
+    }
+    REQUIRE(summaries.size() == 1);
+    int draws = 0;
+    for (const auto& op : summaries[0].ops) {
+      CAPTURE(op.op.operator_name().name);
+      if (op.kind == recompose::detail::SummaryOp::Kind::Write && op.draw_bytes > 0) {
+        CHECK(op.draw_seconds > 0);
+        ++draws;
+      } else {
+        CHECK(op.draw_seconds == 0);
+      }
+    }
+    CHECK(draws == 1);
+  }
+
+  TEST_CASE(
+      "planner: a draw kept as bits is no op's recomputation, and the spans sum to the "
+      "plain forward") {
+    // Run 2's spans: dropout's mul holds its bernoulli_ (2 of its 3 ms), which a replay writes
+    // back from the kept bits. The spans sum to 5 ms, the plain forward took 4 ms, the
+    // intercepted one 6 ms. (Note [ A kept draw is no op's recomputation ], op_times.cpp.)
+    MemoryProfile p =
+        profile_of({op("aten::mm.default", 1, {}, false), op("aten::mul.Tensor", 3, {0}, true),
+                    op("aten::tanh.default", 1, {1}, true)});
+    ModuleProfile& m = p.modules[0];
+    m.forward_seconds = 4 * kMs;
+    m.selective_forward_seconds = 6 * kMs;
+    ModuleProfile forward_again = m;  // recomputes by running its forward again: draws again
+    forward_again.replayed = false;
+    const std::vector<double> draws{0.0, 2 * kMs};  // shorter than the ops: none in tanh's span
+    recompose::detail::settle_op_times(m, draws);
+    recompose::detail::settle_op_times(forward_again, draws);
+    for (const auto& o : m.ops) CHECK(o.seconds == doctest::Approx(0.8 * kMs));  // x 4/5
+    CHECK(m.selective_forward_seconds == doctest::Approx(5 * kMs));  // 1 ms outside the spans
+    CHECK(forward_again.ops[1].seconds == doctest::Approx(2.4 * kMs));
+    // Dropping mul (saved for backward: the replay runs it) adds what the times say: the
+    // intercepted forward over the plain one, the replay's own 0.5 ms, mul without its draw.
+    Plan plan = recompose::solve_plan(p, Budget::fraction(1.0));
+    plan.modules.at(0).choice = ModuleChoice::Selective;
+    plan.modules[0].save = {{"aten::mm.default", 0}, {"aten::tanh.default", 0}};
+    const Plan priced = recompose::estimate_plan(p, plan);
+    CHECK(priced.modules.at(0).seconds == doctest::Approx((1 + 0.5 + 0.8) * kMs));
+    CHECK(priced.step_seconds == doctest::Approx(p.step_seconds + 2.3 * kMs));
   }
 }  // TEST_SUITE

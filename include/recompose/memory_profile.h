@@ -52,7 +52,8 @@
 namespace recompose {
 
 /// One op of a module's forward, as selective checkpointing sees it (views, in-place and out= ops
-/// are always recomputed and never shown to a policy; their time goes to the next op shown).
+/// are always recomputed and never shown to a policy; their time goes to the next op shown, but
+/// for a draw a replay writes back from its kept bits, dropout's bernoulli_ on CPU).
 ///
 /// Example:
 /// ```
@@ -68,7 +69,8 @@ struct OpProfile {
   int64_t output_bytes = 0;  ///< bytes that keeping its outputs holds (distinct storages)
   /// Measured forward time, summed over the module's calls in the step; the module's ops scaled
   /// to sum to at most its plain forward_seconds (Note [ Op times scaled to the plain forward ],
-  /// lib/planner/profiler.cpp: their measurement carries the profiler's recording).
+  /// lib/planner/op_times.cpp: their measurement carries the profiler's recording), less the
+  /// draws a replay does not run (Note [ A kept draw is no op's recomputation ], same file).
   double seconds = 0;
   bool random = false;   ///< draws random numbers (nondeterministic_seeded, or takes a Generator)
   bool inplace = false;  ///< writes into an argument (never true for an op a policy sees)

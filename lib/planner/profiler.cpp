@@ -7,6 +7,7 @@
 #include "engine/model_state_guard.h"
 #include "engine/tensor_accounting.h"
 #include "model_device.h"
+#include "op_times.h"
 #include "planner_targets.h"
 #include "selective/op_traits.h"
 #include "selective/policy_warnings.h"
@@ -92,6 +93,9 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
   // the write (then keeping it needs a copy).
   std::vector<int64_t> calls_summarized, summaries_failed;
   std::vector<std::vector<bool>> written_uncarried;
+  // Run 2, per module and op: the seconds of the draws kept as bits within the op's span (host
+  // clock only). See Note [ A kept draw is no op's recomputation ] (op_times.cpp).
+  std::vector<std::vector<double>> draws_in_span;
   // Run 1: an input storage a module's forward saved -> that module. A later module taking the
   // same storage as input does not count it (ModuleProfile::shared_input_bytes).
   std::unordered_map<const c10::StorageImpl*, size_t> input_owner;
@@ -178,6 +182,7 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
       auto it = op_index[m].find({detail::overload_name(op.op), op.call_index});
       if (it != op_index[m].end()) index_of[e] = static_cast<int64_t>(it->second);
     }
+    note_draws(m, summary, index_of);
     for (size_t e = 0; e < summary.ops.size(); ++e) {
       const detail::SummaryOp& op = summary.ops[e];
       const int64_t index = index_of[e];
@@ -192,6 +197,26 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
         o.mutated = true;
         if (!op.carries_writes) written_uncarried[m][static_cast<size_t>(index)] = true;
       }
+    }
+  }
+
+  // The draws before each op of the summary, since the op before that a policy saw: they ran in
+  // its span (record() times from one policy call to the next). Device spans are events: none.
+  void note_draws(size_t m, const detail::ForwardSummary& summary,
+                  const std::vector<int64_t>& index_of) {
+    if (!timeline.on_host()) return;
+    double pending = 0;
+    for (size_t e = 0; e < summary.ops.size(); ++e) {
+      const detail::SummaryOp& op = summary.ops[e];
+      pending += op.draw_seconds;
+      if (op.kind != detail::SummaryOp::Kind::Decided) continue;
+      if (index_of[e] >= 0) {
+        auto& draws = draws_in_span[m];
+        const auto k = static_cast<size_t>(index_of[e]);
+        if (draws.size() <= k) draws.resize(k + 1, 0.0);
+        draws[k] += pending;
+      }
+      pending = 0;
     }
   }
 
@@ -263,30 +288,6 @@ double measure_copy_bandwidth(const torch::Device& device) {
   return static_cast<double>(n) / std::max({d2h, h2d, 1e-9});
 }
 
-// Note [ Op times scaled to the plain forward ]
-// Run 2 times each op between two calls of its keep-all policy, so each op's time carries the
-// profiler's recording (every output kept, the region's trace summarised): on the CPU GPT of
-// 2026-11-29 a block's ops summed to 17.85 ms, its intercepted forward to 18.02 ms and its plain
-// forward (run 3) to 13.48 ms. A selective step pays none of that recording, but the solver priced
-// both its recomputation (the dropped ops' times) and its fixed cost (intercepted forward - plain
-// forward) with it: transformer_policy was estimated at 1.42x of none where it trained at 1.11x.
-// So the ops' times are scaled to sum to the plain forward, and the intercepted forward keeps only
-// what lies outside the ops (the region's set-up and end), above the plain forward. Either way the
-// intercepted forward is never below the plain one: it runs the same ops and more, and a plain run
-// that a busy machine slowed must not make interception look like a gain (the pricing reads the
-// difference as the fixed cost of a selective module).
-void scale_op_times_to_plain_forward(ModuleProfile& m) {
-  double ops = 0;
-  for (const auto& op : m.ops) ops += std::max(0.0, op.seconds);
-  if (m.forward_seconds > 0 && ops > m.forward_seconds) {
-    const double scale = m.forward_seconds / ops;
-    for (auto& op : m.ops) op.seconds *= scale;
-    m.selective_forward_seconds =
-        m.forward_seconds + std::max(0.0, m.selective_forward_seconds - ops);
-  }
-  m.selective_forward_seconds = std::max(m.selective_forward_seconds, m.forward_seconds);
-}
-
 // The modules to profile; none may carry a recompose API already.
 std::vector<detail::PlannerTarget> profiled_modules(torch::nn::Module& model,
                                                     const ProfileOptions& options) {
@@ -311,6 +312,7 @@ std::shared_ptr<Recorder> make_recorder(const std::vector<detail::PlannerTarget>
   rec->calls_summarized.resize(targets.size());
   rec->summaries_failed.resize(targets.size());
   rec->written_uncarried.resize(targets.size());
+  rec->draws_in_span.resize(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     rec->modules[i].name = targets[i].name;
     rec->modules[i].type = targets[i].module->name();
@@ -500,7 +502,8 @@ MemoryProfile profile_memory(torch::nn::Module& model, const std::function<void(
     for (size_t i = 0; i < least.size(); ++i)
       std::tie(rec->modules[i].forward_seconds, rec->modules[i].backward_seconds) = least[i];
   }
-  for (auto& m : rec->modules) scale_op_times_to_plain_forward(m);
+  for (size_t i = 0; i < rec->modules.size(); ++i)
+    detail::settle_op_times(rec->modules[i], rec->draws_in_span[i]);
   int64_t module_bytes = 0;
   for (const auto& m : rec->modules) module_bytes += m.saved_bytes;
   profile.other_bytes = std::max<int64_t>(0, profile.bytes_held - module_bytes);

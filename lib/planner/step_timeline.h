@@ -23,6 +23,9 @@ class StepTimeline {
 
   explicit StepTimeline(const c10::Device& device);
 
+  // Marks are the host clock (CPU), not events on a device's stream.
+  bool on_host() const { return !on_device_; }
+
   // A timestamp: now on the host (CPU), or once the device's queued work is done (device).
   Mark mark();
   // Adds the seconds from `from` to `to` to what `slot` returns, in resolve(). `slot` is called

@@ -9,6 +9,7 @@
 
 #include <recompose/checkpoint_error.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,13 +65,22 @@ class CachingInterceptor final : public OpInterceptor {
     const bool for_replay = traits.random && s_.trace.recorded_for_replay();
     std::unique_ptr<GeneratorEffect> rng;
     if (for_replay) rng = std::make_unique<GeneratorEffect>(GeneratorEffect::before(op, *stack));
+    // A summary tells the planner what the draw took: the replay will not spend it.
+    const bool timed = rng && traits.draw && s_.trace.records_summary();
+    const auto start =
+        timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     run_below(op, stack);
+    const double seconds =
+        timed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+              : 0.0;
     // Dropout's draw, kept as bits: the replay writes it back rather than drawing again.
     std::unique_ptr<DrawMask> draw;
     if (rng && traits.draw && !stack->empty() && stack->back().isTensor()) {
       draw = DrawMask::capture(stack->back().toTensor());
     }
+    const bool kept_draw = draw != nullptr;
     s_.trace.end(*stack, nullptr, std::move(rng), std::move(draw));
+    if (timed && kept_draw) s_.trace.set_draw_seconds(node, seconds);
     for (const CarriedWrite& c : carried) {
       s_.trace.carry_write(c.written);
       s_.carried_unversioned.push_back(c.kept_node);

@@ -143,6 +143,7 @@ ForwardSummary summarize(const ForwardTrace& t) {
     e.output_bytes = node.output_bytes;
     e.draw_bytes =
         (node.draw ? node.draw->bytes() : 0) + (node.dropout ? node.dropout->bytes() : 0);
+    e.draw_seconds = node.draw_seconds;
     e.kept_cast_bytes = node.cast ? node.cast->bytes : 0;
     if (kind == SummaryOp::Kind::Decided) {
       for (const TensorUse& u : t.uses_read(node)) add_summary_reads(t, u, entry_of, ops, e.reads);

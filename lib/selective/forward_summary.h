@@ -38,6 +38,10 @@ struct SummaryOp {
   // of a native_dropout: its kept draw (bits on CPU, the bool mask on CUDA; DropoutDraw). The
   // region holds them, whatever the policy keeps, until it is rebuilt.
   int64_t draw_bytes = 0;
+  // Of a Write that draws, kept as bits: the host seconds its op took in the forward, which a
+  // replay does not spend (it writes the draw back). The planner's profile takes it out of the
+  // time of the op that follows (Note [ A kept draw is no op's recomputation ], op_times.cpp).
+  double draw_seconds = 0;
   // Of an AutocastCast: the bytes of the cast the region keeps for its replay (0: not kept, cast
   // again there). Note [ Parameter casts kept for the replay ] (parameter_casts.h).
   int64_t kept_cast_bytes = 0;

@@ -51,6 +51,9 @@ class ForwardTrace {
   // Whether the trace also records what only its summary reads (set before the forward; default
   // off): the views' calls, in order, and each op's output bytes.
   void record_summary(bool on) { summarizing_ = on; }
+  bool records_summary() const { return summarizing_; }
+  // For the summary only: node `node`, a draw kept as bits, took `seconds` on the host clock.
+  void set_draw_seconds(uint32_t node, double seconds) { nodes_[node].draw_seconds = seconds; }
   // A call of a view op (OpCalls::kNoNode), numbered `call_index` among its op's calls, its
   // outputs on top of `stack`; recorded only for the summary.
   void view_call(const c10::OperatorHandle& op, int64_t call_index,

@@ -115,6 +115,8 @@ struct TraceNode {
   // ones and aliases of known ones).
   c10::SmallVector<uint32_t, 1> aliased;  // known storages its outputs alias
   int64_t output_bytes = 0;
+  // Of a draw kept as bits (`draw`): the host seconds the op took, which a replay does not spend.
+  double draw_seconds = 0;
 };
 
 // A call of a view op, recorded only for the summary.
