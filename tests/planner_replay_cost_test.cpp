@@ -442,4 +442,46 @@ TEST_SUITE("planner") {
     CHECK(priced.modules.at(0).seconds == doctest::Approx((1 + 0.5 + 0.8) * kMs));
     CHECK(priced.step_seconds == doctest::Approx(p.step_seconds + 2.3 * kMs));
   }
+
+  TEST_CASE("planner: a kept draw lands in the span of the next op a policy saw") {
+    // The forward as the summary lists it: bernoulli_ (a draw, 2 ms), div_, mul (profile op 1);
+    // another draw (1 ms) and a draw (0.5 ms) before mm (profile op 0, listed second); a draw
+    // (3 ms) before an op the profile does not know (-1), one more (4 ms) after the last op a
+    // policy saw. (Note [ A kept draw is no op's recomputation ], op_times.cpp.)
+    using recompose::detail::SummaryOp;
+    auto handle = [](const char* name, const char* overload) {
+      return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+    };
+    auto entry = [](const c10::OperatorHandle& o, SummaryOp::Kind kind, double draw) {
+      SummaryOp e(o, kind);
+      e.draw_seconds = draw;
+      return e;
+    };
+    const auto bernoulli = handle("aten::bernoulli_", "float");
+    const auto div = handle("aten::div_", "Scalar");
+    const auto mul = handle("aten::mul", "Tensor");
+    const auto mm = handle("aten::mm", "");
+    const auto tanh = handle("aten::tanh", "");
+    recompose::detail::ForwardSummary summary;
+    summary.ops.push_back(entry(bernoulli, SummaryOp::Kind::Write, 2 * kMs));
+    summary.ops.push_back(entry(div, SummaryOp::Kind::Write, 0));
+    summary.ops.push_back(entry(mul, SummaryOp::Kind::Decided, 0));
+    summary.ops.push_back(entry(bernoulli, SummaryOp::Kind::Write, 1 * kMs));
+    summary.ops.push_back(entry(bernoulli, SummaryOp::Kind::Write, 0.5 * kMs));
+    summary.ops.push_back(entry(mm, SummaryOp::Kind::Decided, 0));
+    summary.ops.push_back(entry(bernoulli, SummaryOp::Kind::Write, 3 * kMs));
+    summary.ops.push_back(entry(tanh, SummaryOp::Kind::Decided, 0));
+    summary.ops.push_back(entry(bernoulli, SummaryOp::Kind::Write, 4 * kMs));
+    const std::vector<int64_t> index_of{-1, -1, 1, -1, -1, 0, -1, -1, -1};
+
+    std::vector<double> draws;
+    recompose::detail::add_draws_in_spans(summary, index_of, draws);
+    REQUIRE(draws.size() == 2);
+    CHECK(draws[0] == doctest::Approx(1.5 * kMs));  // mm's span: the two draws since mul
+    CHECK(draws[1] == doctest::Approx(2 * kMs));    // mul's span: the draw before it
+    // A module called twice: the second call's draws add to the first's.
+    recompose::detail::add_draws_in_spans(summary, index_of, draws);
+    CHECK(draws[0] == doctest::Approx(3 * kMs));
+    CHECK(draws[1] == doctest::Approx(4 * kMs));
+  }
 }  // TEST_SUITE

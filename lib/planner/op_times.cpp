@@ -50,4 +50,22 @@ void settle_op_times(ModuleProfile& m, const std::vector<double>& draws) {
   m.selective_forward_seconds = std::max(m.selective_forward_seconds, m.forward_seconds);
 }
 
+void add_draws_in_spans(const ForwardSummary& summary, const std::vector<int64_t>& index_of,
+                        std::vector<double>& draws) {
+  // record() times from one policy call to the next: what ran since the Decided op before is in
+  // this one's span.
+  double pending = 0;
+  for (size_t e = 0; e < summary.ops.size(); ++e) {
+    const SummaryOp& op = summary.ops[e];
+    pending += op.draw_seconds;
+    if (op.kind != SummaryOp::Kind::Decided) continue;
+    if (e < index_of.size() && index_of[e] >= 0) {
+      const auto k = static_cast<size_t>(index_of[e]);
+      if (draws.size() <= k) draws.resize(k + 1, 0.0);
+      draws[k] += pending;
+    }
+    pending = 0;
+  }
+}
+
 }  // namespace recompose::detail

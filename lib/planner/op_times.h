@@ -6,8 +6,11 @@
 // to the plain forward ] and Note [ A kept draw is no op's recomputation ] (op_times.cpp).
 #pragma once
 
+#include "selective/forward_summary.h"
+
 #include <recompose/memory_profile.h>
 
+#include <cstdint>
 #include <vector>
 
 namespace recompose::detail {
@@ -18,5 +21,13 @@ namespace recompose::detail {
 // most the plain forward_seconds, and selective_forward_seconds at least the plain forward, above
 // it by what the intercepted forward spent outside the spans.
 void settle_op_times(ModuleProfile& m, const std::vector<double>& draws);
+
+// Adds to `draws[k]` the draws kept as bits (SummaryOp::draw_seconds) that ran in the span of op
+// k of the profile: those since the summary's Decided op before, up to the Decided op the summary
+// maps to k (`index_of[e]`: summary entry e's op in the profile, -1 for none; a draw before an
+// unmapped op, or after the last Decided one, lands in no span). Grows `draws` as needed; a
+// module called several times adds each call's.
+void add_draws_in_spans(const ForwardSummary& summary, const std::vector<int64_t>& index_of,
+                        std::vector<double>& draws);
 
 }  // namespace recompose::detail

@@ -200,24 +200,10 @@ struct Recorder : std::enable_shared_from_this<Recorder> {
     }
   }
 
-  // The draws before each op of the summary, since the op before that a policy saw: they ran in
-  // its span (record() times from one policy call to the next). Device spans are events: none.
+  // Device spans are events, not the host clock: no draw is taken out of them.
   void note_draws(size_t m, const detail::ForwardSummary& summary,
                   const std::vector<int64_t>& index_of) {
-    if (!timeline.on_host()) return;
-    double pending = 0;
-    for (size_t e = 0; e < summary.ops.size(); ++e) {
-      const detail::SummaryOp& op = summary.ops[e];
-      pending += op.draw_seconds;
-      if (op.kind != detail::SummaryOp::Kind::Decided) continue;
-      if (index_of[e] >= 0) {
-        auto& draws = draws_in_span[m];
-        const auto k = static_cast<size_t>(index_of[e]);
-        if (draws.size() <= k) draws.resize(k + 1, 0.0);
-        draws[k] += pending;
-      }
-      pending = 0;
-    }
+    if (timeline.on_host()) detail::add_draws_in_spans(summary, index_of, draws_in_span[m]);
   }
 
   CheckpointPolicy record(const SelectiveCheckpointContext& ctx, const c10::OperatorHandle& op) {
