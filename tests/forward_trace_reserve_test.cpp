@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 using recompose::detail::ForwardTrace;
@@ -15,8 +16,9 @@ using recompose::detail::OpTraits;
 
 namespace {
 
-// Records `ops` chained adds below autograd, as the forward's interceptor does.
-void record_adds(ForwardTrace& trace, int ops) {
+// Records `ops` chained adds below autograd, as the forward's interceptor does; `after_each`, if
+// given, runs after each op is recorded.
+void record_adds(ForwardTrace& trace, int ops, const std::function<void()>& after_each = {}) {
   const c10::OperatorHandle add =
       c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
   at::Tensor x = torch::ones({4});
@@ -30,6 +32,7 @@ void record_adds(ForwardTrace& trace, int ops) {
     }
     trace.end(stack, nullptr, nullptr);
     x = stack.front().toTensor();
+    if (after_each) after_each();
   }
 }
 
@@ -51,22 +54,9 @@ TEST_CASE("forward trace: a region like the last one records its ops without mov
     record_adds(first, 300);
   }  // leaves its sizes
   ForwardTrace second;
-  const c10::OperatorHandle add =
-      c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
-  at::Tensor x = torch::ones({4});
-  second.add_inputs({x});
   std::vector<ArrayAddresses> seen;
-  for (int i = 0; i < 300; ++i) {
-    torch::jit::Stack stack{x, x, c10::Scalar(1)};
-    second.begin(add, OpTraits::of(add), stack);
-    {
-      at::AutoDispatchBelowAutograd below;
-      add.callBoxed(&stack);
-    }
-    second.end(stack, nullptr, nullptr);
-    x = stack.front().toTensor();
-    seen.push_back(addresses_of(second));
-  }
+  record_adds(second, 300, [&] { seen.push_back(addresses_of(second)); });
+  CHECK(seen.size() == 300);
   CHECK(second.nodes().size() == 300);
   CHECK(second.nodes().capacity() >= 300);
   // Reserved at the first op: no array moved for the 299 ops after it.

@@ -25,7 +25,8 @@ void SwapCore::launch_reload_locked(SwapEntry& e, events::CopyCause cause) {
   copy_launching(e);
   auto copy = copies_.launch(
       e.device, e.pinned, /*after_current_work=*/false, [&](bool non_blocking, const c10::Stream*) {
-        // Allocated on the copy stream; get() records it on the stream that consumes it.
+        // Allocated on the copy stream; get() hands it to the stream that consumes it, and
+        // let_reloaded_go_locked holds it until that stream is done with it.
         e.reloaded = at::empty_strided(e.host_view.sizes(), e.host_view.strides(), options);
         e.reloaded.copy_(e.host_view, non_blocking);
       });
