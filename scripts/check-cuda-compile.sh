@@ -4,14 +4,17 @@
 # sharded_trainer's nccl_backend.cpp, with the defines and include folders the CUDA build gives
 # it (meson.build, examples/sharded/meson.build). Syntax only: nothing is linked, so the CUDA
 # libraries libtorch_cuda needs (cuBLAS, cuDNN...) need not be here; a LibTorch with CUDA headers
-# (the PyPI wheel is one) and a CUDA Toolkit's headers must be. A compile error found here costs
-# no device time: a device call builds this code first (scripts/gpu-run.sh).
+# (the PyPI wheel is one) and the CUDA runtime's headers must be: a CUDA Toolkit's (CUDA_PATH,
+# nvcc on PATH, /usr/local/cuda), or else those of the nvidia-cuda-runtime wheel that
+# scripts/setup.sh unpacks beside the wheel's torch/ (nvidia/cu13/include), so that it runs on
+# any machine scripts/test.sh runs on (CI included). A compile error found here costs no device
+# time: a device call builds this code first (scripts/gpu-run.sh).
 #
 #   bash scripts/check-cuda-compile.sh                 # LibTorch from scripts/setup.sh
 #   RECOMPOSE_TORCH_DIR=/path/to/torch CUDA_PATH=/usr/local/cuda bash scripts/check-cuda-compile.sh
 #
 # Exits 0 when every file compiles, 1 when one does not (its errors printed), 2 when it cannot
-# check here (no toolkit, a CPU-only LibTorch): the line says which. RECOMPOSE_JOBS: parallel
+# check here (no CUDA headers, a CPU-only LibTorch): the line says which. RECOMPOSE_JOBS: parallel
 # compilers (default: the cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +25,52 @@ torch_dir=${RECOMPOSE_TORCH_DIR:-$(bash scripts/setup.sh | tail -n1)}
 [ -f "$torch_dir/include/c10/cuda/CUDAStream.h" ] ||
   cannot "$torch_dir has no CUDA headers (c10/cuda/CUDAStream.h): a CPU-only LibTorch"
 
-cuda_path=${CUDA_PATH:-}
-if [ -z "$cuda_path" ] && command -v nvcc >/dev/null 2>&1; then
-  cuda_path=$(dirname "$(dirname "$(command -v nvcc)")")
+# The CUDA runtime's headers: CUDA_PATH when set (and nothing else), else a toolkit, else the wheel's.
+has_headers() { [ -n "$1" ] && [ -f "$1/include/cuda_runtime_api.h" ]; }
+if [ -n "${CUDA_PATH:-}" ]; then
+  cuda_path=$CUDA_PATH
+  has_headers "$cuda_path" || cannot "no CUDA headers in CUDA_PATH='$cuda_path' (include/cuda_runtime_api.h)"
+else
+  cuda_path=""
+  candidates=()
+  command -v nvcc >/dev/null 2>&1 && candidates+=("$(dirname "$(dirname "$(command -v nvcc)")")")
+  candidates+=(/usr/local/cuda "$torch_dir"/../nvidia/cu*)
+  for d in "${candidates[@]}"; do
+    if has_headers "$d"; then cuda_path=$d; break; fi
+  done
+  [ -n "$cuda_path" ] || cannot "no CUDA headers: no toolkit (CUDA_PATH, nvcc, /usr/local/cuda), none beside $torch_dir"
 fi
-cuda_path=${cuda_path:-/usr/local/cuda}
-[ -f "$cuda_path/include/cuda_runtime_api.h" ] ||
-  cannot "no CUDA Toolkit headers in '$cuda_path' (set CUDA_PATH)"
+
+# The runtime wheel lacks the headers cuda_runtime.h includes from crt/ (a toolkit has them): the
+# nvidia-cuda-crt wheel of the runtime's major.minor (130 KB) has them, fetched once into
+# $RECOMPOSE_DEPS/cuda-crt-<major.minor>.
+crt_inc=""
+if [ ! -f "$cuda_path/include/crt/host_config.h" ]; then
+  # shellcheck source=scripts/torch-versions.sh
+  source scripts/torch-versions.sh
+  runtime=$(torch_cuda_runtime_wheels "${RECOMPOSE_TORCH_VERSION:-$RECOMPOSE_TORCH_DEFAULT_VERSION}" |
+    tr ' ' '\n' | grep '^nvidia-cuda-runtime' || true)
+  [ -n "$runtime" ] || cannot "$cuda_path/include has no crt/ and no runtime wheel is pinned for this LibTorch"
+  # Its own patch releases: the runtime's major.minor, the newest patch.
+  version=${runtime##*==}
+  minor=${version%.*}
+  crt_name=nvidia-cuda-crt${runtime#nvidia-cuda-runtime}
+  crt_name=${crt_name%%==*}
+  deps=${RECOMPOSE_DEPS:-$HOME/.cache/recompose}
+  crt_root="$deps/cuda-crt-$minor"
+  if [ ! -f "$crt_root/.complete" ]; then
+    echo "check-cuda-compile: fetching $crt_name==$minor.* (crt/ headers) into $crt_root" >&2
+    mkdir -p "$deps/wheels" "$crt_root"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+      --platform manylinux_2_17_x86_64 -d "$deps/wheels" "$crt_name==$minor.*" >&2 ||
+      cannot "$crt_name==$minor.* could not be downloaded (pip download failed)"
+    crt_wheel=("$deps"/wheels/"${crt_name//-/_}"-"$minor".*-*.whl)
+    unzip -q -o "${crt_wheel[-1]}" 'nvidia/*' -d "$crt_root"
+    touch "$crt_root/.complete"
+  fi
+  crt_header=("$crt_root"/nvidia/*/include/crt/host_config.h)
+  crt_inc=$(dirname "$(dirname "${crt_header[0]}")")
+fi
 
 # nccl.h where examples/sharded/meson.build looks for it, in its order.
 nccl_inc=""
@@ -56,7 +98,7 @@ mapfile -t files < <(printf '%s\n' "${files[@]}" | sort -u)
 common=(-fsyntax-only -std=c++20 -Wall -Wextra -Wno-subobject-linkage -pthread
   -D_GLIBCXX_USE_CXX11_ABI=1 -DRECOMPOSE_WITH_CUDA=1 -Iinclude
   -isystem "$torch_dir/include/torch/csrc/api/include" -isystem "$torch_dir/include"
-  -isystem "$cuda_path/include")
+  -isystem "$cuda_path/include" ${crt_inc:+-isystem "$crt_inc"})
 
 # One file's flags, into the array `extra`: its target's include folders and defines.
 flags_of() {
@@ -74,7 +116,7 @@ flags_of() {
   esac
 }
 
-echo "check-cuda-compile: ${#files[@]} files, LibTorch $torch_dir, CUDA Toolkit $cuda_path," \
+echo "check-cuda-compile: ${#files[@]} files, LibTorch $torch_dir, CUDA headers $cuda_path${crt_inc:+ and $crt_inc}," \
   "nccl.h ${nccl_inc:-not found: examples/sharded/nccl_backend.cpp and SHARDED_WITH_NCCL left out}"
 [ -n "$nccl_inc" ] || mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v -x examples/sharded/nccl_backend.cpp)
 
