@@ -37,10 +37,10 @@
 # start (1-2 minutes).
 # RECOMPOSE_REHEARSAL=1 runs the verdict's steps on this machine's CPU (./build, or
 # RECOMPOSE_BUILD_DIR; a 2 x 64 model, float32): every command line, path and filter the device
-# call will use, checked before device time is spent on it; every phase's rehearsal first
-# compiles the code only the CUDA build compiles (scripts/check-cuda-compile.sh, where a CUDA
-# Toolkit's headers are here) (80 s once built, 57 s of it the
-# whole suite: docs/benchmarks/2026-11-29-cpu-2core-verdict-rehearsal.txt).
+# call will use, checked before device time is spent on it (80 s once built, 57 s of it the
+# whole suite: docs/benchmarks/2026-11-29-cpu-2core-verdict-rehearsal.txt). Every phase's
+# rehearsal first compiles the code only the CUDA build compiles (scripts/check-cuda-compile.sh,
+# about 90 s on 2 cores: docs/benchmarks/2026-11-29-cpu-2core-*-rehearsal-4f5c9bf.txt).
 #
 # cap (issue 36): does "make it fit in N GiB" hold on the device? One call of at most 9 minutes
 # on a fresh machine: it builds only gpt and sharded_trainer, then, each step under `timeout` and
@@ -1276,9 +1276,9 @@ main() {
   [ -z "$CUDA_PATH" ] || echo "CUDA toolkit: $CUDA_PATH ($("$CUDA_PATH/bin/nvcc" --version | tail -n1))"
   echo "meson $meson_version, ninja $(ninja --version), $(c++ --version | head -n1), $(nproc) cores"
   echo "command: bash scripts/gpu-run.sh $phase ($(git rev-parse --short HEAD 2>/dev/null || echo no git)$(git diff --quiet 2>/dev/null || echo ', with local changes'))"
-  # The rehearsal also compiles what only the CUDA build compiles (where this machine has a CUDA
-  # Toolkit's headers and a LibTorch with CUDA's): a compile error there would end the device
-  # call at its build.
+  # The rehearsal also compiles what only the CUDA build compiles (where this machine has CUDA's
+  # headers: a toolkit's or the wheels'): a compile error there would end the device call at its
+  # build.
   if [ "$rehearsal" = 1 ]; then
     stamp "the CUDA build's own code, compiled without a GPU (scripts/check-cuda-compile.sh)"
     local cuda_check=0
